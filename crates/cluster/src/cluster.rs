@@ -1,0 +1,378 @@
+//! Starting an embedded cluster and talking to it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use brine_core::schema::partition_of;
+use brine_core::{Catalog, Error, NodeId, PartitionId, Result, Row, TableId, Value};
+use brine_lock::{DeadlockPolicy, LockConfig};
+use brine_sql::{Plan, QueryResult};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::mpsc;
+
+use crate::coordinator::{self, CallOutcome, PartitionRef, ProcCtx, RetryPolicy, Shared, TxnState};
+use crate::link::{Link, LinkConfig};
+use crate::message::{PartitionMsg, PartitionStatus};
+use crate::partition::{Partition, PartitionCounters};
+use crate::procedure::{Application, PreparedProc};
+use crate::protocol::{protocol_by_name, Isolation};
+use crate::stats::{ClusterCounters, StatsSnapshot};
+
+/// Where coordinators run relative to the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// Coordinators on a node of their own: every statement and every commit
+    /// phase crosses the link, as in the sources' deployments.
+    #[default]
+    Separate,
+    /// Each client's coordinator sits on a data node (round-robin); messages
+    /// to that node's partitions are local.
+    Colocated,
+}
+
+impl std::str::FromStr for Placement {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "separate" => Ok(Placement::Separate),
+            "colocated" => Ok(Placement::Colocated),
+            o => Err(Error::Config(format!(
+                "unknown placement `{o}` (expected separate or colocated)"
+            ))),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub nodes: u32,
+    pub partitions_per_node: u32,
+    pub placement: Placement,
+    pub link: LinkConfig,
+    /// Seeds the link's jitter (and workloads that ask the cluster for it).
+    pub seed: u64,
+    pub protocol: String,
+    pub isolation: Isolation,
+    pub lock: LockConfig,
+    pub retry: RetryPolicy,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            nodes: 2,
+            partitions_per_node: 1,
+            placement: Placement::Separate,
+            link: LinkConfig::default(),
+            seed: 1,
+            protocol: "acid".into(),
+            isolation: Isolation::Serializable,
+            lock: LockConfig {
+                policy: DeadlockPolicy::WaitDie,
+                wait_timeout: Duration::from_millis(500),
+                max_waiters_per_key: 4096,
+            },
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+impl ClusterConfig {
+    pub fn total_partitions(&self) -> u32 {
+        self.nodes * self.partitions_per_node
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.nodes == 0 || self.partitions_per_node == 0 {
+            return Err(Error::Config("a cluster needs at least one node and one partition per node".into()));
+        }
+        if self.total_partitions() > 4096 {
+            return Err(Error::Config("at most 4096 partitions".into()));
+        }
+        if self.retry.max_attempts == 0 {
+            return Err(Error::Config("max attempts must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for ClusterConfig {
+    /// The topology line printed with every result.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} nodes x {} partitions, coordinators {}, link {} us one-way (+{} us jitter), protocol {}, {}, deadlock {:?}",
+            self.nodes,
+            self.partitions_per_node,
+            match self.placement {
+                Placement::Separate => "on their own node",
+                Placement::Colocated => "co-located",
+            },
+            self.link.delay_us,
+            self.link.jitter_us,
+            self.protocol,
+            self.isolation,
+            self.lock.policy,
+        )
+    }
+}
+
+/// A running embedded cluster. Dropping every handle stops the partitions.
+#[derive(Clone)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+    config: Arc<ClusterConfig>,
+    procedures: Arc<HashMap<String, Arc<PreparedProc>>>,
+    partition_counters: Arc<Vec<Arc<PartitionCounters>>>,
+    adhoc: Arc<RwLock<HashMap<String, Arc<Plan>>>>,
+    next_client: Arc<std::sync::atomic::AtomicU32>,
+}
+
+/// At most this many distinct ad-hoc statements are kept prepared.
+const ADHOC_CACHE_MAX: usize = 10_000;
+
+impl Cluster {
+    /// Starts the partitions of `config` as tasks of the current tokio
+    /// runtime and prepares `app`'s schema and procedures.
+    pub fn start(config: ClusterConfig, app: Application) -> Result<Cluster> {
+        config.validate()?;
+        let catalog = Arc::new(brine_sql::parse_schema(&app.ddl)?);
+        let protocol = protocol_by_name(&config.protocol)?;
+        let mut procedures = HashMap::new();
+        for def in app.procedures {
+            let name = def.name.clone();
+            let prepared = PreparedProc::prepare(&catalog, def)?;
+            if procedures.insert(name.clone(), Arc::new(prepared)).is_some() {
+                return Err(Error::Schema(format!("procedure `{name}` is defined twice")));
+            }
+        }
+        let link = Link::new(config.link, config.seed);
+        let mut partitions = Vec::new();
+        let mut partition_counters = Vec::new();
+        for p in 0..config.total_partitions() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let counters = Arc::new(PartitionCounters::default());
+            let part = Partition::new(PartitionId(p), catalog.clone(), config.lock.clone(), counters.clone());
+            tokio::spawn(part.run(rx));
+            partitions.push(PartitionRef {
+                id: PartitionId(p),
+                node: NodeId(p / config.partitions_per_node),
+                tx,
+            });
+            partition_counters.push(counters);
+        }
+        let shared = Arc::new(Shared {
+            catalog,
+            link,
+            partitions,
+            protocol,
+            isolation: config.isolation,
+            retry: config.retry,
+            counters: ClusterCounters::default(),
+            next_txn: Default::default(),
+        });
+        Ok(Cluster {
+            shared,
+            config: Arc::new(config),
+            procedures: Arc::new(procedures),
+            partition_counters: Arc::new(partition_counters),
+            adhoc: Default::default(),
+            next_client: Default::default(),
+        })
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.shared.catalog
+    }
+
+    pub fn link_stats(&self) -> &crate::link::LinkStats {
+        &self.shared.link.stats
+    }
+
+    /// Names of the registered procedures, sorted.
+    pub fn procedure_names(&self) -> Vec<String> {
+        let mut v: Vec<_> = self.procedures.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// A new client session. Clients are cheap; each has a coordinator node.
+    pub fn client(&self) -> Client {
+        let n = self.next_client.fetch_add(1, Ordering::Relaxed);
+        let node = match self.config.placement {
+            Placement::Separate => NodeId(self.config.nodes),
+            Placement::Colocated => NodeId(n % self.config.nodes),
+        };
+        Client {
+            cluster: self.clone(),
+            node,
+        }
+    }
+
+    /// Bulk-loads rows (outside any transaction: for initial data only),
+    /// routed to their partitions. Rows are type-checked by the partitions.
+    pub async fn load(&self, table: &str, rows: Vec<Row>) -> Result<()> {
+        let def = self.shared.catalog.table_by_name(table)?;
+        let table_id: TableId = def.id;
+        let pcol = def.partition_column();
+        let n = self.shared.partitions.len();
+        let mut per: Vec<Vec<Row>> = vec![Vec::new(); n];
+        for row in rows {
+            let v = row.get(pcol).ok_or_else(|| Error::Arity {
+                what: format!("row of `{table}`"),
+                expected: def.columns.len(),
+                got: row.len(),
+            })?;
+            per[partition_of(v, n as u32) as usize].push(row);
+        }
+        let node = NodeId(self.config.nodes);
+        let futs = per.into_iter().enumerate().filter(|(_, r)| !r.is_empty()).map(|(p, rows)| {
+            self.shared
+                .request(node, p, move |reply| PartitionMsg::Load { table: table_id, rows, reply })
+        });
+        for r in futures::future::join_all(futs).await {
+            r??;
+        }
+        Ok(())
+    }
+
+    /// Status of every partition.
+    pub async fn status(&self) -> Result<Vec<PartitionStatus>> {
+        let node = NodeId(self.config.nodes);
+        let futs = (0..self.shared.partitions.len())
+            .map(|p| self.shared.request(node, p, |reply| PartitionMsg::Status { reply }));
+        futures::future::join_all(futs).await.into_iter().collect()
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        let c = &self.shared.counters;
+        let mut s = StatsSnapshot {
+            commits: c.commits.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            user_aborts: c.user_aborts.load(Ordering::Relaxed),
+            aborts_wait_die: c.aborts_wait_die.load(Ordering::Relaxed),
+            aborts_deadlock: c.aborts_deadlock.load(Ordering::Relaxed),
+            aborts_timeout: c.aborts_timeout.load(Ordering::Relaxed),
+            aborts_cascade: c.aborts_cascade.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        for p in self.partition_counters.iter() {
+            s.statements += p.statements.load(Ordering::Relaxed);
+            s.lock_waits += p.lock_waits.load(Ordering::Relaxed);
+            s.lock_wait_us_total += p.lock_wait_ns.load(Ordering::Relaxed) / 1000;
+        }
+        s
+    }
+
+    fn adhoc_plan(&self, sql: &str) -> Result<Arc<Plan>> {
+        if let Some(p) = self.adhoc.read().get(sql) {
+            return Ok(p.clone());
+        }
+        let plan = Arc::new(brine_sql::prepare(&self.shared.catalog, sql)?);
+        let mut cache = self.adhoc.write();
+        if cache.len() >= ADHOC_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(sql.to_string(), plan.clone());
+        Ok(plan)
+    }
+}
+
+/// A client session: calls procedures and runs interactive transactions.
+#[derive(Clone)]
+pub struct Client {
+    cluster: Cluster,
+    node: NodeId,
+}
+
+impl Client {
+    /// Calls a procedure; concurrency-control victims are retried (bounded).
+    pub async fn call(&self, procedure: &str, args: Vec<Value>) -> Result<CallOutcome> {
+        let proc = self
+            .cluster
+            .procedures
+            .get(procedure)
+            .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?
+            .clone();
+        coordinator::run_procedure(&self.cluster.shared, self.node, &proc, args).await
+    }
+
+    /// Begins an interactive transaction. Interactive transactions are not
+    /// retried automatically: a concurrency-control victim gets
+    /// `Error::Aborted` from `execute` or `commit` and may start over.
+    pub fn begin(&self) -> Txn {
+        let shared = self.cluster.shared.clone();
+        let txn = shared.new_txn(None);
+        let state = Arc::new(Mutex::new(TxnState::new(txn)));
+        Txn {
+            ctx: ProcCtx::new(shared, self.node, None, state.clone()),
+            state,
+            cluster: self.cluster.clone(),
+            node: self.node,
+        }
+    }
+}
+
+/// An interactive transaction. Dropping it without `commit` or `abort`
+/// aborts it in the background.
+pub struct Txn {
+    ctx: ProcCtx,
+    state: Arc<Mutex<TxnState>>,
+    cluster: Cluster,
+    node: NodeId,
+}
+
+impl Txn {
+    pub fn id(&self) -> brine_core::TxnId {
+        self.ctx.txn_id()
+    }
+
+    /// Executes one SQL statement of the supported subset.
+    pub async fn execute(&mut self, sql: &str, args: Vec<Value>) -> Result<QueryResult> {
+        let plan = self.cluster.adhoc_plan(sql)?;
+        self.ctx.exec_plan(plan, args).await
+    }
+
+    pub async fn commit(self) -> Result<()> {
+        let doomed = self.state.lock().doomed;
+        let shared = &self.cluster.shared;
+        if let Some(cause) = doomed {
+            coordinator::abort(shared, self.node, &self.state).await;
+            shared.counters.count_abort(cause);
+            return Err(Error::Aborted(cause));
+        }
+        match coordinator::commit(shared, self.node, &self.state).await {
+            Ok(()) => {
+                shared.counters.commits.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn abort(self) {
+        coordinator::abort(&self.cluster.shared, self.node, &self.state).await;
+        self.cluster.shared.counters.user_aborts.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Txn {
+    fn drop(&mut self) {
+        if self.state.lock().finished {
+            return;
+        }
+        let shared = self.cluster.shared.clone();
+        let state = self.state.clone();
+        let node = self.node;
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move { coordinator::abort(&shared, node, &state).await });
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The coordinator: runs a transaction's body, routes its statements to the
+//! partitions that own the keys, and commits with two-phase commit.
+//!
+//! ```text
+//!  call(proc, args)
+//!    │  attempt: TxnId { ts (kept across retries), id (fresh) }
+//!    ▼
+//!  body(ctx, args) ── ctx.exec(stmt, params) ──► route ──► Execute ──► partition(s)
+//!    │                                              ◄── result ───────┘
+//!    ▼ body returned Ok
+//!  one participant:  Commit ──► ack                           (one round)
+//!  several:          Prepare ──► votes ──► Commit to Yes voters  (two rounds)
+//!    │ body failed / a statement was a concurrency-control victim
+//!    ▼
+//!  Abort ──► every participant (acked) ──► backoff ──► retry (bounded)
+//! ```
+//!
+//! The coordinator knows nothing of lock classes: the transaction's
+//! [`Protocol`] says how each statement locks. It runs in the caller's task;
+//! "coordinator node" is where the link sees its messages come from.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use brine_core::schema::partition_of;
+use brine_core::{AbortCause, Catalog, Error, NodeId, PartitionId, Result, TxnId, Value};
+use brine_sql::{Plan, QueryResult, Route};
+use parking_lot::Mutex;
+use rand::Rng;
+use smallvec::SmallVec;
+use tokio::sync::mpsc;
+
+use crate::link::Link;
+use crate::message::{PartitionMsg, Reply, Vote};
+use crate::procedure::PreparedProc;
+use crate::protocol::{Isolation, Protocol};
+use crate::stats::ClusterCounters;
+
+/// What every coordinator shares: the topology and the way to each partition.
+pub struct Shared {
+    pub catalog: Arc<Catalog>,
+    pub link: Link,
+    pub partitions: Vec<PartitionRef>,
+    pub protocol: Arc<dyn Protocol>,
+    pub isolation: Isolation,
+    pub retry: RetryPolicy,
+    pub counters: ClusterCounters,
+    pub next_txn: AtomicU64,
+}
+
+/// Where a partition lives and how to send it a message.
+pub struct PartitionRef {
+    pub id: PartitionId,
+    pub node: NodeId,
+    pub tx: mpsc::UnboundedSender<PartitionMsg>,
+}
+
+/// Bounded retries of concurrency-control victims.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    /// The first retry yields; later ones sleep a random time up to
+    /// `backoff_base * 2^(attempt-2)`, capped at `backoff_max`.
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 100,
+            backoff_base: Duration::from_micros(200),
+            backoff_max: Duration::from_millis(20),
+        }
+    }
+}
+
+impl Shared {
+    fn send(&self, from: NodeId, p: usize, msg: PartitionMsg) {
+        let part = &self.partitions[p];
+        let tx = part.tx.clone();
+        self.link.send(from, part.node, move || {
+            // A closed partition means the cluster is shutting down; the
+            // requester sees its reply channel close.
+            let _ = tx.send(msg);
+        });
+    }
+
+    /// Sends a request built around a reply path and awaits the answer.
+    pub async fn request<T: Send + 'static>(
+        &self,
+        from: NodeId,
+        p: usize,
+        make: impl FnOnce(Reply<T>) -> PartitionMsg,
+    ) -> Result<T> {
+        let (reply, rx) = Reply::channel(&self.link, self.partitions[p].node, from);
+        self.send(from, p, make(reply));
+        rx.await.map_err(|_| {
+            Error::Transport(format!("partition {} did not answer (shut down?)", p))
+        })
+    }
+
+    fn partition_for(&self, v: &Value) -> usize {
+        partition_of(v, self.partitions.len() as u32) as usize
+    }
+
+    pub fn new_txn(&self, ts: Option<u64>) -> TxnId {
+        let id = self.next_txn.fetch_add(1, Ordering::Relaxed) + 1;
+        TxnId { ts: ts.unwrap_or(id), id }
+    }
+}
+
+/// Per-attempt state of a transaction at its coordinator.
+pub struct TxnState {
+    pub txn: TxnId,
+    /// Partitions that executed at least one statement.
+    pub participants: SmallVec<[usize; 4]>,
+    /// Set when a statement was a concurrency-control victim: the attempt
+    /// can only abort now.
+    pub doomed: Option<AbortCause>,
+    /// Set once commit or abort was sent.
+    pub finished: bool,
+}
+
+impl TxnState {
+    pub fn new(txn: TxnId) -> Self {
+        TxnState {
+            txn,
+            participants: SmallVec::new(),
+            doomed: None,
+            finished: false,
+        }
+    }
+
+    fn add_participant(&mut self, p: usize) {
+        if !self.participants.contains(&p) {
+            self.participants.push(p);
+        }
+    }
+}
+
+/// What a procedure body sees: a handle to execute its declared statements
+/// inside the current transaction attempt.
+pub struct ProcCtx {
+    shared: Arc<Shared>,
+    node: NodeId,
+    proc: Option<Arc<PreparedProc>>,
+    state: Arc<Mutex<TxnState>>,
+}
+
+impl ProcCtx {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        node: NodeId,
+        proc: Option<Arc<PreparedProc>>,
+        state: Arc<Mutex<TxnState>>,
+    ) -> Self {
+        ProcCtx {
+            shared,
+            node,
+            proc,
+            state,
+        }
+    }
+
+    pub fn txn_id(&self) -> TxnId {
+        self.state.lock().txn
+    }
+
+    /// Executes the declared statement `statement` with `args` (bound to the
+    /// statement's parameters in order of first appearance).
+    pub async fn exec(&mut self, statement: &str, args: Vec<Value>) -> Result<QueryResult> {
+        let plan = match &self.proc {
+            Some(p) => p.plan(statement)?.clone(),
+            None => {
+                return Err(Error::UndeclaredStatement {
+                    procedure: "<interactive>".into(),
+                    statement: statement.into(),
+                })
+            }
+        };
+        self.exec_plan(plan, args).await
+    }
+
+    /// Aborts the transaction on the user's behalf: returns the error the
+    /// body should return.
+    pub fn abort(&self, reason: impl Into<String>) -> Error {
+        Error::UserAbort(reason.into())
+    }
+
+    pub(crate) async fn exec_plan(&mut self, plan: Arc<Plan>, args: Vec<Value>) -> Result<QueryResult> {
+        let txn = {
+            let st = self.state.lock();
+            if let Some(cause) = st.doomed {
+                return Err(Error::Aborted(cause));
+            }
+            if st.finished {
+                return Err(Error::TxnState("the transaction already ended".into()));
+            }
+            st.txn
+        };
+        let params = plan.bind(args)?;
+        let lock = self.shared.protocol.lock_spec(self.shared.isolation);
+        let result = match plan.route(&params, &self.shared.catalog) {
+            Route::Partition(v) => {
+                let p = self.shared.partition_for(&v);
+                self.state.lock().add_participant(p);
+                let plan2 = plan.clone();
+                self.shared
+                    .request(self.node, p, move |reply| PartitionMsg::Execute {
+                        txn,
+                        plan: plan2,
+                        params,
+                        lock,
+                        reply,
+                    })
+                    .await
+                    .and_then(|r| r)
+            }
+            Route::Broadcast => {
+                let n = self.shared.partitions.len();
+                {
+                    let mut st = self.state.lock();
+                    for p in 0..n {
+                        st.add_participant(p);
+                    }
+                }
+                let futs = (0..n).map(|p| {
+                    let plan2 = plan.clone();
+                    let params = params.clone();
+                    self.shared.request(self.node, p, move |reply| PartitionMsg::Execute {
+                        txn,
+                        plan: plan2,
+                        params,
+                        lock,
+                        reply,
+                    })
+                });
+                let mut parts = Vec::with_capacity(n);
+                let mut first_err = None;
+                for r in futures::future::join_all(futs).await {
+                    match r.and_then(|r| r) {
+                        Ok(q) => parts.push(q),
+                        Err(e) => {
+                            // A victim anywhere dooms the attempt; prefer
+                            // reporting that over other errors.
+                            if first_err.is_none() || e.is_retryable() {
+                                first_err = Some(e);
+                            }
+                        }
+                    }
+                }
+                match first_err {
+                    Some(e) => Err(e),
+                    None => Ok(plan.merge(parts)),
+                }
+            }
+        };
+        if let Err(Error::Aborted(cause)) = &result {
+            self.state.lock().doomed = Some(*cause);
+        }
+        result
+    }
+}
+
+/// Commits an attempt whose body succeeded. On a `No` vote the attempt is
+/// aborted and the cause returned.
+pub async fn commit(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> Result<()> {
+    let (txn, participants) = {
+        let mut st = state.lock();
+        if st.finished {
+            return Err(Error::TxnState("the transaction already ended".into()));
+        }
+        st.finished = true;
+        (st.txn, st.participants.clone())
+    };
+    match participants.len() {
+        0 => Ok(()),
+        1 => {
+            shared
+                .request(node, participants[0], |reply| PartitionMsg::Commit { txn, reply })
+                .await
+        }
+        _ => {
+            let votes = futures::future::join_all(participants.iter().map(|&p| {
+                shared.request(node, p, move |reply| PartitionMsg::Prepare { txn, reply })
+            }))
+            .await;
+            let all_yes = votes
+                .iter()
+                .all(|v| matches!(v, Ok(Vote::Yes) | Ok(Vote::ReadOnly)));
+            let decision_commit = all_yes;
+            // Phase two goes to every participant that still holds state
+            // (voted Yes, or could not be heard from). It is not awaited: the
+            // decision is made, and per-link FIFO delivery orders it before
+            // anything this coordinator sends next.
+            for (&p, v) in participants.iter().zip(&votes) {
+                if matches!(v, Ok(Vote::ReadOnly)) {
+                    continue;
+                }
+                let (reply, _rx) = Reply::channel(&shared.link, shared.partitions[p].node, node);
+                let msg = if decision_commit {
+                    PartitionMsg::Commit { txn, reply }
+                } else {
+                    PartitionMsg::Abort { txn, reply }
+                };
+                shared.send(node, p, msg);
+            }
+            if decision_commit {
+                Ok(())
+            } else {
+                Err(Error::Aborted(AbortCause::Cascade))
+            }
+        }
+    }
+}
+
+/// Aborts an attempt at every participant and waits until each has undone
+/// its writes and released its locks, so a retry never waits on its own
+/// previous attempt.
+pub async fn abort(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) {
+    let (txn, participants) = {
+        let mut st = state.lock();
+        if st.finished {
+            return;
+        }
+        st.finished = true;
+        (st.txn, st.participants.clone())
+    };
+    let acks = futures::future::join_all(participants.iter().map(|&p| {
+        shared.request(node, p, move |reply| PartitionMsg::Abort { txn, reply })
+    }))
+    .await;
+    for a in acks {
+        if let Err(e) = a {
+            tracing::warn!(%txn, "abort not acknowledged: {e}");
+        }
+    }
+}
+
+/// Runs a procedure to completion: attempts, retries of concurrency-control
+/// victims (bounded, with backoff), commit.
+pub async fn run_procedure(
+    shared: &Arc<Shared>,
+    node: NodeId,
+    proc: &Arc<PreparedProc>,
+    args: Vec<Value>,
+) -> Result<CallOutcome> {
+    let mut ts = None;
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let txn = shared.new_txn(ts);
+        ts = Some(txn.ts);
+        let state = Arc::new(Mutex::new(TxnState::new(txn)));
+        let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
+        let body_result = (proc.body)(ctx, args.clone()).await;
+        let doomed = state.lock().doomed;
+        let cause = match (body_result, doomed) {
+            (Ok(values), None) => match commit(shared, node, &state).await {
+                Ok(()) => {
+                    shared.counters.commits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(CallOutcome {
+                        values,
+                        attempts: attempt,
+                    });
+                }
+                Err(Error::Aborted(cause)) => cause,
+                Err(e) => return Err(e),
+            },
+            (_, Some(cause)) => {
+                abort(shared, node, &state).await;
+                cause
+            }
+            (Err(e), None) => {
+                abort(shared, node, &state).await;
+                shared.counters.user_aborts.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        shared.counters.count_abort(cause);
+        if attempt >= shared.retry.max_attempts {
+            return Err(Error::RetriesExhausted {
+                attempts: attempt,
+                last: cause,
+            });
+        }
+        shared.counters.retries.fetch_add(1, Ordering::Relaxed);
+        backoff(&shared.retry, attempt).await;
+    }
+}
+
+async fn backoff(policy: &RetryPolicy, attempt: u32) {
+    if attempt <= 1 {
+        tokio::task::yield_now().await;
+        return;
+    }
+    let exp = policy
+        .backoff_base
+        .saturating_mul(1u32 << (attempt - 2).min(16))
+        .min(policy.backoff_max);
+    let wait = rand::thread_rng().gen_range(Duration::ZERO..=exp);
+    tokio::time::sleep(wait).await;
+}
+
+/// A completed call: the procedure's result and how many attempts it took.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallOutcome {
+    pub values: Vec<Value>,
+    pub attempts: u32,
+}

@@ -1,0 +1,35 @@
+//! The embedded cluster: partitions, coordinators, two-phase commit and the
+//! message transport between them.
+//!
+//! ```text
+//!  Client::call ──► coordinator (caller's task, on its node)
+//!                      │ PartitionMsg over the Link (delay if nodes differ)
+//!                      ▼
+//!            partition actors (one tokio task each: store + lock table)
+//! ```
+//!
+//! Guarantees: a committed call's writes are all applied or none are
+//! (two-phase commit); with the `acid` protocol at serializable, the
+//! committed history is conflict-serializable (strict two-phase locking with
+//! range locks); concurrency-control victims are retried a bounded number of
+//! times, and user aborts and constraint violations reach the caller as typed
+//! errors with nothing changed.
+
+pub mod cluster;
+pub mod coordinator;
+pub mod link;
+pub mod message;
+pub mod partition;
+pub mod procedure;
+pub mod protocol;
+pub mod stats;
+
+pub use cluster::{Client, Cluster, ClusterConfig, Placement, Txn};
+pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
+pub use link::LinkConfig;
+pub use procedure::{Application, ProcedureDef};
+pub use protocol::{Isolation, Protocol};
+pub use stats::StatsSnapshot;
+
+pub use brine_lock::{DeadlockPolicy, LockConfig};
+pub use brine_sql::QueryResult;

@@ -1,0 +1,112 @@
+//! The message protocol between coordinators and partitions.
+//!
+//! One protocol, whatever the carrier: the in-process carrier moves these
+//! values through channels (via the simulated [`Link`]); a TCP carrier would
+//! frame the same requests and correlate replies by id. Every request that
+//! expects an answer carries a [`Reply`], which sends the answer back over the
+//! same link.
+
+use std::sync::Arc;
+
+use brine_core::{NodeId, Result, Row, TableId, TxnId, Value};
+use brine_lock::LockClass;
+use brine_sql::{Plan, QueryResult};
+use tokio::sync::oneshot;
+
+use crate::link::Link;
+
+/// How a statement's locks are taken: the lock class (decided by the
+/// transaction's protocol) and the durations of the isolation level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockSpec {
+    pub class: LockClass,
+    /// Read and range-read locks are released when the statement ends
+    /// (read-committed: S = {R, W}, L = {W}).
+    pub short_reads: bool,
+    /// Range reads lock the whole scanned interval (serializable).
+    pub serializable: bool,
+}
+
+/// A participant's vote in the first phase of two-phase commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vote {
+    /// Prepared: will commit or abort as told.
+    Yes,
+    /// Wrote nothing here; already released everything; skip phase two.
+    ReadOnly,
+    /// Cannot commit (the transaction was aborted here).
+    No,
+}
+
+/// A snapshot of a partition for `status` and tests.
+#[derive(Clone, Debug, Default)]
+pub struct PartitionStatus {
+    pub rows_per_table: Vec<usize>,
+    pub parked_statements: usize,
+    pub active_txns: usize,
+}
+
+pub enum PartitionMsg {
+    Execute {
+        txn: TxnId,
+        plan: Arc<Plan>,
+        params: Vec<Value>,
+        lock: LockSpec,
+        reply: Reply<Result<QueryResult>>,
+    },
+    Prepare {
+        txn: TxnId,
+        reply: Reply<Vote>,
+    },
+    /// Commit; for a single-participant transaction this is the only commit
+    /// message (one round).
+    Commit {
+        txn: TxnId,
+        reply: Reply<()>,
+    },
+    Abort {
+        txn: TxnId,
+        reply: Reply<()>,
+    },
+    Load {
+        table: TableId,
+        rows: Vec<Row>,
+        reply: Reply<Result<()>>,
+    },
+    Status {
+        reply: Reply<PartitionStatus>,
+    },
+}
+
+/// The way back to whoever sent a request, over the same link.
+pub struct Reply<T> {
+    tx: oneshot::Sender<T>,
+    from: NodeId,
+    to: NodeId,
+    link: Link,
+}
+
+impl<T: Send + 'static> Reply<T> {
+    /// A reply path from node `from` (the partition's) to node `to` (the
+    /// requester's), and the receiver the requester awaits.
+    pub fn channel(link: &Link, from: NodeId, to: NodeId) -> (Reply<T>, oneshot::Receiver<T>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Reply {
+                tx,
+                from,
+                to,
+                link: link.clone(),
+            },
+            rx,
+        )
+    }
+
+    pub fn send(self, value: T) {
+        let tx = self.tx;
+        // A requester that went away (shutdown) no longer needs the answer.
+        self.link.send(self.from, self.to, move || {
+            let _ = tx.send(value);
+        });
+    }
+}

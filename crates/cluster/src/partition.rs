@@ -1,0 +1,318 @@
+//! The partition actor: one task owns one partition's rows, indexes and lock
+//! table, and handles its messages one at a time, so nothing inside needs a
+//! latch (like an H-Store site or an NDB LDM thread).
+//!
+//! ```text
+//!  Execute ──► lock_needs(stmt) ──► acquire each ──all granted──► execute ──► reply
+//!                  ▲                     │ must wait
+//!                  │                     ▼
+//!                  └──── Wakeup::Granted ◄── parked (one statement per txn)
+//!  Commit/Abort ──► store.commit/abort ──► release_all ──► wakeups ──► resume parked
+//! ```
+//!
+//! A statement that had to wait recomputes its lock needs when it resumes:
+//! what a scan returns can change while it waits, and the locks already held
+//! make the second computation stable. A statement runs only when every need
+//! was granted in one pass, so it always executes under all its locks.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use brine_core::{AbortCause, Access, Catalog, Error, LockNeed, PartitionId, Result, TxnId, Value};
+use brine_lock::{Acquire, LockConfig, LockTable, Mode, StandardCompat, Ticket, Wakeup};
+use brine_sql::{Plan, QueryResult};
+use brine_storage::PartitionStore;
+use tokio::sync::mpsc;
+
+use crate::message::{LockSpec, PartitionMsg, PartitionStatus, Reply, Vote};
+
+/// Counters a partition keeps; read by the cluster's stats without locking.
+#[derive(Debug, Default)]
+pub struct PartitionCounters {
+    pub statements: AtomicU64,
+    pub lock_waits: AtomicU64,
+    pub lock_wait_ns: AtomicU64,
+    pub commits: AtomicU64,
+    pub aborts: AtomicU64,
+    pub victims_wait_die: AtomicU64,
+    pub victims_deadlock: AtomicU64,
+    pub victims_timeout: AtomicU64,
+}
+
+impl PartitionCounters {
+    fn count_victim(&self, cause: AbortCause) {
+        let c = match cause {
+            AbortCause::WaitDie => &self.victims_wait_die,
+            AbortCause::Deadlock => &self.victims_deadlock,
+            AbortCause::LockTimeout => &self.victims_timeout,
+            AbortCause::Cascade => return,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A statement waiting for a lock.
+struct Parked {
+    plan: Arc<Plan>,
+    params: Vec<Value>,
+    lock: LockSpec,
+    reply: Reply<Result<QueryResult>>,
+    /// Short-duration locks granted so far, released after execution.
+    short: Vec<LockNeed>,
+    /// The need it waits for, and since when.
+    waiting: LockNeed,
+    ticket: Ticket,
+    since: Instant,
+}
+
+pub struct Partition {
+    id: PartitionId,
+    store: PartitionStore,
+    locks: LockTable,
+    parked: HashMap<TxnId, Parked>,
+    counters: Arc<PartitionCounters>,
+    // Scratch buffers, reused so the hot path does not allocate.
+    needs: Vec<LockNeed>,
+    wakeups: Vec<Wakeup>,
+}
+
+/// How often the partition checks for lock waits past the timeout.
+const EXPIRE_TICK: Duration = Duration::from_millis(5);
+
+impl Partition {
+    pub fn new(
+        id: PartitionId,
+        catalog: Arc<Catalog>,
+        lock_config: LockConfig,
+        counters: Arc<PartitionCounters>,
+    ) -> Partition {
+        Partition {
+            id,
+            store: PartitionStore::new(catalog),
+            locks: LockTable::new(lock_config, Arc::new(StandardCompat)),
+            parked: HashMap::new(),
+            counters,
+            needs: Vec::new(),
+            wakeups: Vec::new(),
+        }
+    }
+
+    /// The actor loop. Ends when every sender is gone.
+    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<PartitionMsg>) {
+        let mut tick = tokio::time::interval(EXPIRE_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                biased;
+                msg = rx.recv() => match msg {
+                    Some(msg) => self.handle(msg),
+                    None => break,
+                },
+                _ = tick.tick() => {
+                    if !self.parked.is_empty() {
+                        self.locks.expire(Instant::now(), &mut self.wakeups);
+                        self.process_wakeups();
+                    }
+                }
+            }
+        }
+        tracing::debug!(partition = self.id.0, "partition stopped");
+    }
+
+    pub fn handle(&mut self, msg: PartitionMsg) {
+        match msg {
+            PartitionMsg::Execute {
+                txn,
+                plan,
+                params,
+                lock,
+                reply,
+            } => {
+                self.counters.statements.fetch_add(1, Ordering::Relaxed);
+                self.run_statement(txn, plan, params, lock, reply, Vec::new());
+            }
+            PartitionMsg::Prepare { txn, reply } => {
+                // Nothing can make a live participant refuse yet (no
+                // constraint is deferred to commit, and no log can fail);
+                // a participant that wrote nothing is done after phase one.
+                if self.store.has_writes(txn) {
+                    reply.send(Vote::Yes);
+                } else {
+                    self.end_txn(txn, true);
+                    reply.send(Vote::ReadOnly);
+                }
+            }
+            PartitionMsg::Commit { txn, reply } => {
+                self.end_txn(txn, true);
+                reply.send(());
+            }
+            PartitionMsg::Abort { txn, reply } => {
+                self.end_txn(txn, false);
+                reply.send(());
+            }
+            PartitionMsg::Load { table, rows, reply } => {
+                let mut result = Ok(());
+                for row in rows {
+                    if let Err(e) = self.store.load(table, row) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                reply.send(result);
+            }
+            PartitionMsg::Status { reply } => {
+                let catalog = self.store.catalog().clone();
+                reply.send(PartitionStatus {
+                    rows_per_table: catalog
+                        .tables()
+                        .iter()
+                        .map(|t| self.store.len(t.id))
+                        .collect(),
+                    parked_statements: self.parked.len(),
+                    active_txns: self.store.active_txns(),
+                });
+            }
+        }
+    }
+
+    fn end_txn(&mut self, txn: TxnId, commit: bool) {
+        if let Some(p) = self.parked.remove(&txn) {
+            // Abort while a statement waits (the coordinator gave up on it).
+            self.locks.cancel_waits(txn, &mut self.wakeups);
+            p.reply.send(Err(Error::Aborted(AbortCause::Cascade)));
+        }
+        if commit {
+            self.store.commit(txn);
+            self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.store.abort(txn);
+            self.counters.aborts.fetch_add(1, Ordering::Relaxed);
+        }
+        // `acid` sets no release-order dependencies, so this completes now;
+        // protocols that do (salt, callas) hear of the end via a wakeup.
+        let _ = self.locks.release_all(txn, &mut self.wakeups);
+        self.process_wakeups();
+    }
+
+    /// Acquires every lock the statement needs, then runs it; parks it if a
+    /// lock must be waited for.
+    fn run_statement(
+        &mut self,
+        txn: TxnId,
+        plan: Arc<Plan>,
+        params: Vec<Value>,
+        lock: LockSpec,
+        reply: Reply<Result<QueryResult>>,
+        mut short: Vec<LockNeed>,
+    ) {
+        self.needs.clear();
+        if let Err(e) = self
+            .store
+            .lock_needs(&plan, &params, lock.serializable, &mut self.needs)
+        {
+            self.release_short(txn, &mut short);
+            reply.send(Err(e));
+            return;
+        }
+        let now = Instant::now();
+        let needs = std::mem::take(&mut self.needs);
+        for need in &needs {
+            let mode = Mode {
+                class: lock.class,
+                access: need.access,
+            };
+            match self.locks.acquire(txn, &need.target, mode, now) {
+                Ok(Acquire::Granted { newly }) => {
+                    if newly && lock.short_reads && need.access != Access::Write {
+                        short.push(need.clone());
+                    }
+                }
+                Ok(Acquire::Waiting(ticket)) => {
+                    self.counters.lock_waits.fetch_add(1, Ordering::Relaxed);
+                    let waiting = need.clone();
+                    self.needs = needs;
+                    let prev = self.parked.insert(
+                        txn,
+                        Parked {
+                            plan,
+                            params,
+                            lock,
+                            reply,
+                            short,
+                            waiting,
+                            ticket,
+                            since: now,
+                        },
+                    );
+                    debug_assert!(prev.is_none(), "one statement per transaction at a time");
+                    return;
+                }
+                Ok(Acquire::Abort(cause)) => {
+                    self.counters.count_victim(cause);
+                    self.needs = needs;
+                    self.release_short(txn, &mut short);
+                    reply.send(Err(Error::Aborted(cause)));
+                    return;
+                }
+                Err(e) => {
+                    self.needs = needs;
+                    self.release_short(txn, &mut short);
+                    reply.send(Err(e));
+                    return;
+                }
+            }
+        }
+        self.needs = needs;
+        let result = self.store.execute(txn, &plan, &params);
+        self.release_short(txn, &mut short);
+        reply.send(result);
+    }
+
+    fn release_short(&mut self, txn: TxnId, short: &mut Vec<LockNeed>) {
+        if short.is_empty() {
+            return;
+        }
+        for need in short.drain(..) {
+            self.locks
+                .release(txn, &need.target, need.access, &mut self.wakeups);
+        }
+        self.process_wakeups();
+    }
+
+    /// Acts on what the lock table reported: resumes granted statements and
+    /// fails the ones chosen as victims. Resuming can produce more wakeups,
+    /// so this loops until none are left.
+    fn process_wakeups(&mut self) {
+        while let Some(w) = self.wakeups.pop() {
+            match w {
+                Wakeup::Granted { txn, ticket } => {
+                    let Some(p) = self.parked.remove(&txn) else {
+                        continue;
+                    };
+                    debug_assert_eq!(p.ticket, ticket);
+                    let waited = p.since.elapsed().as_nanos() as u64;
+                    self.counters
+                        .lock_wait_ns
+                        .fetch_add(waited, Ordering::Relaxed);
+                    let mut short = p.short;
+                    if p.lock.short_reads && p.waiting.access != Access::Write {
+                        short.push(p.waiting);
+                    }
+                    self.run_statement(txn, p.plan, p.params, p.lock, p.reply, short);
+                }
+                Wakeup::Aborted { txn, ticket, cause } => {
+                    let Some(mut p) = self.parked.remove(&txn) else {
+                        continue;
+                    };
+                    debug_assert_eq!(p.ticket, ticket);
+                    self.counters.count_victim(cause);
+                    self.release_short(txn, &mut p.short);
+                    p.reply.send(Err(Error::Aborted(cause)));
+                }
+                Wakeup::Released { .. } => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Procedures: named transaction templates with declared statements.
+//!
+//! A procedure is the unit of work and of analysis (as in VoltDB, H-Store and
+//! Calvin): its statements are declared up front, so analyses can read their
+//! access descriptors, and its body may execute only those. The body is an
+//! async Rust closure, deterministic given its arguments and statement
+//! results, and may be run more than once (retries after a
+//! concurrency-control abort).
+//!
+//! ```ignore
+//! ProcedureDef::new("deposit")
+//!     .statement("bump", "UPDATE account SET balance = balance + $amt WHERE id = $id")
+//!     .body(|mut ctx, args| async move {
+//!         ctx.exec("bump", vec![args[1].clone(), args[0].clone()]).await?;
+//!         Ok(vec![])
+//!     })
+//! ```
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use brine_core::{Catalog, Error, Result, Value};
+use brine_sql::Plan;
+
+use crate::coordinator::ProcCtx;
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A procedure body: given a context and the call's arguments, executes
+/// declared statements and returns the procedure's result values.
+pub type ProcBody = Arc<dyn Fn(ProcCtx, Vec<Value>) -> BoxFuture<Result<Vec<Value>>> + Send + Sync>;
+
+#[derive(Clone)]
+pub struct ProcedureDef {
+    pub name: String,
+    /// `(statement name, SQL)`, in declaration order.
+    pub statements: Vec<(String, String)>,
+    pub body: ProcBody,
+}
+
+impl ProcedureDef {
+    pub fn new(name: impl Into<String>) -> Self {
+        let name = name.into();
+        let missing = name.clone();
+        ProcedureDef {
+            name,
+            statements: Vec::new(),
+            body: Arc::new(move |_, _| {
+                let missing = missing.clone();
+                Box::pin(async move { Err(Error::Internal(format!("procedure `{missing}` has no body"))) })
+            }),
+        }
+    }
+
+    pub fn statement(mut self, name: impl Into<String>, sql: impl Into<String>) -> Self {
+        self.statements.push((name.into(), sql.into()));
+        self
+    }
+
+    pub fn body<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ProcCtx, Vec<Value>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<Value>>> + Send + 'static,
+    {
+        self.body = Arc::new(move |ctx, args| Box::pin(f(ctx, args)));
+        self
+    }
+}
+
+/// A procedure with its statements prepared against the catalog.
+pub struct PreparedProc {
+    pub name: String,
+    pub statements: HashMap<String, Arc<Plan>>,
+    pub statement_order: Vec<String>,
+    pub body: ProcBody,
+}
+
+impl PreparedProc {
+    pub fn prepare(catalog: &Catalog, def: ProcedureDef) -> Result<PreparedProc> {
+        let mut statements = HashMap::new();
+        let mut statement_order = Vec::new();
+        for (name, sql) in &def.statements {
+            let plan = brine_sql::prepare(catalog, sql).map_err(|e| {
+                Error::Sql(format!(
+                    "procedure `{}`, statement `{name}`: {e}",
+                    def.name
+                ))
+            })?;
+            if statements.insert(name.clone(), Arc::new(plan)).is_some() {
+                return Err(Error::Schema(format!(
+                    "procedure `{}` declares statement `{name}` twice",
+                    def.name
+                )));
+            }
+            statement_order.push(name.clone());
+        }
+        Ok(PreparedProc {
+            name: def.name,
+            statements,
+            statement_order,
+            body: def.body,
+        })
+    }
+
+    pub fn plan(&self, statement: &str) -> Result<&Arc<Plan>> {
+        self.statements
+            .get(statement)
+            .ok_or_else(|| Error::UndeclaredStatement {
+                procedure: self.name.clone(),
+                statement: statement.to_string(),
+            })
+    }
+}
+
+/// An application: a schema and its procedures.
+#[derive(Clone, Default)]
+pub struct Application {
+    pub name: String,
+    pub ddl: String,
+    pub procedures: Vec<ProcedureDef>,
+}

@@ -1,0 +1,67 @@
+//! Cluster-wide counters, kept as relaxed atomics so no hot path takes a lock
+//! to count.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use brine_core::AbortCause;
+
+#[derive(Debug, Default)]
+pub struct ClusterCounters {
+    pub commits: AtomicU64,
+    pub retries: AtomicU64,
+    pub user_aborts: AtomicU64,
+    pub aborts_wait_die: AtomicU64,
+    pub aborts_deadlock: AtomicU64,
+    pub aborts_timeout: AtomicU64,
+    pub aborts_cascade: AtomicU64,
+}
+
+impl ClusterCounters {
+    pub fn count_abort(&self, cause: AbortCause) {
+        let c = match cause {
+            AbortCause::WaitDie => &self.aborts_wait_die,
+            AbortCause::Deadlock => &self.aborts_deadlock,
+            AbortCause::LockTimeout => &self.aborts_timeout,
+            AbortCause::Cascade => &self.aborts_cascade,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A point-in-time copy of the counters, with partition-level lock figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub commits: u64,
+    pub retries: u64,
+    pub user_aborts: u64,
+    /// Concurrency-control aborts by cause.
+    pub aborts_wait_die: u64,
+    pub aborts_deadlock: u64,
+    pub aborts_timeout: u64,
+    pub aborts_cascade: u64,
+    pub statements: u64,
+    pub lock_waits: u64,
+    pub lock_wait_us_total: u64,
+}
+
+impl StatsSnapshot {
+    pub fn cc_aborts(&self) -> u64 {
+        self.aborts_wait_die + self.aborts_deadlock + self.aborts_timeout + self.aborts_cascade
+    }
+
+    /// The difference `self - earlier`, for measuring an interval.
+    pub fn since(&self, earlier: &StatsSnapshot) -> StatsSnapshot {
+        StatsSnapshot {
+            commits: self.commits - earlier.commits,
+            retries: self.retries - earlier.retries,
+            user_aborts: self.user_aborts - earlier.user_aborts,
+            aborts_wait_die: self.aborts_wait_die - earlier.aborts_wait_die,
+            aborts_deadlock: self.aborts_deadlock - earlier.aborts_deadlock,
+            aborts_timeout: self.aborts_timeout - earlier.aborts_timeout,
+            aborts_cascade: self.aborts_cascade - earlier.aborts_cascade,
+            statements: self.statements - earlier.statements,
+            lock_waits: self.lock_waits - earlier.lock_waits,
+            lock_wait_us_total: self.lock_wait_us_total - earlier.lock_wait_us_total,
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! The one error type users see. Every variant carries enough context to act
+//! on; none of them is a panic in disguise.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why the concurrency control aborted a transaction. Aborts of these kinds
+/// are retried by the coordinator (bounded), and counted by cause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AbortCause {
+    /// Wait-die: a younger transaction asked for a lock an older one holds.
+    WaitDie,
+    /// The wait-for graph of a partition had a cycle and this was the victim.
+    Deadlock,
+    /// The lock wait exceeded the timeout (cross-partition backstop).
+    LockTimeout,
+    /// Aborted because another participant of its 2PC voted no.
+    Cascade,
+}
+
+impl AbortCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AbortCause::WaitDie => "wait_die",
+            AbortCause::Deadlock => "deadlock",
+            AbortCause::LockTimeout => "lock_timeout",
+            AbortCause::Cascade => "cascade",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Error, PartialEq, Serialize, Deserialize)]
+pub enum Error {
+    #[error("SQL error: {0}")]
+    Sql(String),
+    #[error("schema error: {0}")]
+    Schema(String),
+    #[error("unknown table `{0}`")]
+    UnknownTable(String),
+    #[error("unknown column `{column}` in table `{table}`")]
+    UnknownColumn { table: String, column: String },
+    #[error("unknown procedure `{0}`")]
+    UnknownProcedure(String),
+    #[error("procedure `{procedure}` has no declared statement `{statement}`")]
+    UndeclaredStatement { procedure: String, statement: String },
+    #[error("wrong number of arguments for {what}: expected {expected}, got {got}")]
+    Arity {
+        what: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("type mismatch for {what}: expected {expected}, got {got}")]
+    Type {
+        what: String,
+        expected: String,
+        got: String,
+    },
+    #[error("duplicate key in table `{table}`: {key}")]
+    DuplicateKey { table: String, key: String },
+    #[error("constraint violated: {0}")]
+    Constraint(String),
+    #[error("transaction aborted by the user: {0}")]
+    UserAbort(String),
+    #[error("transaction aborted by concurrency control ({})", .0.as_str())]
+    Aborted(AbortCause),
+    #[error("gave up after {attempts} attempts; last abort: {}", .last.as_str())]
+    RetriesExhausted { attempts: u32, last: AbortCause },
+    #[error("a bound was exceeded: {0}")]
+    Bound(String),
+    #[error("transaction is no longer active: {0}")]
+    TxnState(String),
+    #[error("transport error: {0}")]
+    Transport(String),
+    #[error("configuration error: {0}")]
+    Config(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Concurrency-control aborts: the transaction did nothing wrong and may be
+    /// retried.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Aborted(_))
+    }
+
+    pub fn type_mismatch(what: impl Into<String>, expected: impl ToString, got: impl ToString) -> Self {
+        Error::Type {
+            what: what.into(),
+            expected: expected.to_string(),
+            got: got.to_string(),
+        }
+    }
+}
