@@ -1,14 +1,29 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! brine's benchmark driver and workloads.
+//!
+//! ```text
+//!  brine bench <workload> ──► BenchSpec + [Workload variants]
+//!        │
+//!        ▼ driver::run_bench: per point a fresh embedded cluster, loaded
+//!  closed-loop clients (tokio tasks) ── Client::call ──► cluster
+//!        │ per-client Recorder (HDR histograms per procedure)
+//!        ▼
+//!  report::BenchReport ──► table (stdout) and JSON (DESIGN section 7)
+//! ```
+//!
+//! What it guarantees: protocols and client counts are compared on freshly
+//! loaded data with identical seeded request streams, in one process; every
+//! result carries the topology and the measured link delay; a workload's
+//! invariant can be checked after each point (`--check`).
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+pub mod driver;
+pub mod error;
+pub mod list;
+pub mod recorder;
+pub mod report;
+pub mod workload;
+pub mod workloads;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use driver::{run_bench, run_point, BenchSpec};
+pub use error::{BenchError, Result};
+pub use report::{render_point, BenchReport, PointResult};
+pub use workload::{ClientGen, TxnRequest, Workload};

@@ -74,6 +74,7 @@ impl Default for ClusterConfig {
                 policy: DeadlockPolicy::WaitDie,
                 wait_timeout: Duration::from_millis(500),
                 max_waiters_per_key: 4096,
+                max_deps_per_txn: 4096,
             },
             retry: RetryPolicy::default(),
         }
@@ -87,7 +88,9 @@ impl ClusterConfig {
 
     pub fn validate(&self) -> Result<()> {
         if self.nodes == 0 || self.partitions_per_node == 0 {
-            return Err(Error::Config("a cluster needs at least one node and one partition per node".into()));
+            return Err(Error::Config(
+                "a cluster needs at least one node and one partition per node".into(),
+            ));
         }
         if self.total_partitions() > 4096 {
             return Err(Error::Config("at most 4096 partitions".into()));
@@ -145,8 +148,13 @@ impl Cluster {
         for def in app.procedures {
             let name = def.name.clone();
             let prepared = PreparedProc::prepare(&catalog, def)?;
-            if procedures.insert(name.clone(), Arc::new(prepared)).is_some() {
-                return Err(Error::Schema(format!("procedure `{name}` is defined twice")));
+            if procedures
+                .insert(name.clone(), Arc::new(prepared))
+                .is_some()
+            {
+                return Err(Error::Schema(format!(
+                    "procedure `{name}` is defined twice"
+                )));
             }
         }
         let link = Link::new(config.link, config.seed);
@@ -155,7 +163,12 @@ impl Cluster {
         for p in 0..config.total_partitions() {
             let (tx, rx) = mpsc::unbounded_channel();
             let counters = Arc::new(PartitionCounters::default());
-            let part = Partition::new(PartitionId(p), catalog.clone(), config.lock.clone(), counters.clone());
+            let part = Partition::new(
+                PartitionId(p),
+                catalog.clone(),
+                config.lock.clone(),
+                counters.clone(),
+            );
             tokio::spawn(part.run(rx));
             partitions.push(PartitionRef {
                 id: PartitionId(p),
@@ -173,6 +186,7 @@ impl Cluster {
             retry: config.retry,
             counters: ClusterCounters::default(),
             next_txn: Default::default(),
+            seed: config.seed,
         });
         Ok(Cluster {
             shared,
@@ -233,10 +247,18 @@ impl Cluster {
             per[partition_of(v, n as u32) as usize].push(row);
         }
         let node = NodeId(self.config.nodes);
-        let futs = per.into_iter().enumerate().filter(|(_, r)| !r.is_empty()).map(|(p, rows)| {
-            self.shared
-                .request(node, p, move |reply| PartitionMsg::Load { table: table_id, rows, reply })
-        });
+        let futs = per
+            .into_iter()
+            .enumerate()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(p, rows)| {
+                self.shared
+                    .request(node, p, move |reply| PartitionMsg::Load {
+                        table: table_id,
+                        rows,
+                        reply,
+                    })
+            });
         for r in futures::future::join_all(futs).await {
             r??;
         }
@@ -246,8 +268,10 @@ impl Cluster {
     /// Status of every partition.
     pub async fn status(&self) -> Result<Vec<PartitionStatus>> {
         let node = NodeId(self.config.nodes);
-        let futs = (0..self.shared.partitions.len())
-            .map(|p| self.shared.request(node, p, |reply| PartitionMsg::Status { reply }));
+        let futs = (0..self.shared.partitions.len()).map(|p| {
+            self.shared
+                .request(node, p, |reply| PartitionMsg::Status { reply })
+        });
         futures::future::join_all(futs).await.into_iter().collect()
     }
 
@@ -359,7 +383,11 @@ impl Txn {
 
     pub async fn abort(self) {
         coordinator::abort(&self.cluster.shared, self.node, &self.state).await;
-        self.cluster.shared.counters.user_aborts.fetch_add(1, Ordering::Relaxed);
+        self.cluster
+            .shared
+            .counters
+            .user_aborts
+            .fetch_add(1, Ordering::Relaxed);
     }
 }
 

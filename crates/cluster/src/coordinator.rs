@@ -27,7 +27,8 @@ use brine_core::schema::partition_of;
 use brine_core::{AbortCause, Catalog, Error, NodeId, PartitionId, Result, TxnId, Value};
 use brine_sql::{Plan, QueryResult, Route};
 use parking_lot::Mutex;
-use rand::Rng;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
@@ -47,6 +48,8 @@ pub struct Shared {
     pub retry: RetryPolicy,
     pub counters: ClusterCounters,
     pub next_txn: AtomicU64,
+    /// Seeds retry backoff, so a run on a single-threaded runtime replays.
+    pub seed: u64,
 }
 
 /// Where a partition lives and how to send it a message.
@@ -96,9 +99,8 @@ impl Shared {
     ) -> Result<T> {
         let (reply, rx) = Reply::channel(&self.link, self.partitions[p].node, from);
         self.send(from, p, make(reply));
-        rx.await.map_err(|_| {
-            Error::Transport(format!("partition {} did not answer (shut down?)", p))
-        })
+        rx.await
+            .map_err(|_| Error::Transport(format!("partition {} did not answer (shut down?)", p)))
     }
 
     fn partition_for(&self, v: &Value) -> usize {
@@ -107,7 +109,10 @@ impl Shared {
 
     pub fn new_txn(&self, ts: Option<u64>) -> TxnId {
         let id = self.next_txn.fetch_add(1, Ordering::Relaxed) + 1;
-        TxnId { ts: ts.unwrap_or(id), id }
+        TxnId {
+            ts: ts.unwrap_or(id),
+            id,
+        }
     }
 }
 
@@ -189,7 +194,11 @@ impl ProcCtx {
         Error::UserAbort(reason.into())
     }
 
-    pub(crate) async fn exec_plan(&mut self, plan: Arc<Plan>, args: Vec<Value>) -> Result<QueryResult> {
+    pub(crate) async fn exec_plan(
+        &mut self,
+        plan: Arc<Plan>,
+        args: Vec<Value>,
+    ) -> Result<QueryResult> {
         let txn = {
             let st = self.state.lock();
             if let Some(cause) = st.doomed {
@@ -229,13 +238,14 @@ impl ProcCtx {
                 let futs = (0..n).map(|p| {
                     let plan2 = plan.clone();
                     let params = params.clone();
-                    self.shared.request(self.node, p, move |reply| PartitionMsg::Execute {
-                        txn,
-                        plan: plan2,
-                        params,
-                        lock,
-                        reply,
-                    })
+                    self.shared
+                        .request(self.node, p, move |reply| PartitionMsg::Execute {
+                            txn,
+                            plan: plan2,
+                            params,
+                            lock,
+                            reply,
+                        })
                 });
                 let mut parts = Vec::with_capacity(n);
                 let mut first_err = None;
@@ -279,7 +289,10 @@ pub async fn commit(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> R
         0 => Ok(()),
         1 => {
             shared
-                .request(node, participants[0], |reply| PartitionMsg::Commit { txn, reply })
+                .request(node, participants[0], |reply| PartitionMsg::Commit {
+                    txn,
+                    reply,
+                })
                 .await
         }
         _ => {
@@ -328,9 +341,11 @@ pub async fn abort(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) {
         st.finished = true;
         (st.txn, st.participants.clone())
     };
-    let acks = futures::future::join_all(participants.iter().map(|&p| {
-        shared.request(node, p, move |reply| PartitionMsg::Abort { txn, reply })
-    }))
+    let acks = futures::future::join_all(
+        participants
+            .iter()
+            .map(|&p| shared.request(node, p, move |reply| PartitionMsg::Abort { txn, reply })),
+    )
     .await;
     for a in acks {
         if let Err(e) = a {
@@ -387,11 +402,11 @@ pub async fn run_procedure(
             });
         }
         shared.counters.retries.fetch_add(1, Ordering::Relaxed);
-        backoff(&shared.retry, attempt).await;
+        backoff(&shared.retry, attempt, shared.seed ^ txn.id).await;
     }
 }
 
-async fn backoff(policy: &RetryPolicy, attempt: u32) {
+async fn backoff(policy: &RetryPolicy, attempt: u32, seed: u64) {
     if attempt <= 1 {
         tokio::task::yield_now().await;
         return;
@@ -400,7 +415,7 @@ async fn backoff(policy: &RetryPolicy, attempt: u32) {
         .backoff_base
         .saturating_mul(1u32 << (attempt - 2).min(16))
         .min(policy.backoff_max);
-    let wait = rand::thread_rng().gen_range(Duration::ZERO..=exp);
+    let wait = SmallRng::seed_from_u64(seed).gen_range(Duration::ZERO..=exp);
     tokio::time::sleep(wait).await;
 }
 

@@ -173,22 +173,23 @@ fn run_link(
     let mut last_due: HashMap<(NodeId, NodeId), Instant> = HashMap::new();
     let mut seq = 0u64;
     let delay = Duration::from_micros(config.delay_us);
-    let mut enqueue = |heap: &mut BinaryHeap<_>,
-                       (from, to, sent, deliver): (NodeId, NodeId, Instant, Delivery)| {
-        let jitter = if config.jitter_us > 0 {
-            Duration::from_micros(rng.gen_range(0..=config.jitter_us))
-        } else {
-            Duration::ZERO
+    let mut enqueue =
+        |heap: &mut BinaryHeap<_>,
+         (from, to, sent, deliver): (NodeId, NodeId, Instant, Delivery)| {
+            let jitter = if config.jitter_us > 0 {
+                Duration::from_micros(rng.gen_range(0..=config.jitter_us))
+            } else {
+                Duration::ZERO
+            };
+            let mut due = sent + delay + jitter;
+            let last = last_due.entry((from, to)).or_insert(due);
+            if *last > due {
+                due = *last;
+            }
+            *last = due;
+            seq += 1;
+            heap.push(Reverse((Scheduled { due, seq, deliver }, sent)));
         };
-        let mut due = sent + delay + jitter;
-        let last = last_due.entry((from, to)).or_insert(due);
-        if *last > due {
-            due = *last;
-        }
-        *last = due;
-        seq += 1;
-        heap.push(Reverse((Scheduled { due, seq, deliver }, sent)));
-    };
     loop {
         // Drain new messages without blocking.
         while let Ok(m) = rx.try_recv() {
@@ -254,7 +255,11 @@ mod tests {
             link.send(NodeId(0), NodeId(1), move || t.send(i).unwrap());
         }
         let got: Vec<usize> = (0..200).map(|_| rx.recv().unwrap()).collect();
-        assert_eq!(got, (0..200).collect::<Vec<_>>(), "jitter must not reorder a link");
+        assert_eq!(
+            got,
+            (0..200).collect::<Vec<_>>(),
+            "jitter must not reorder a link"
+        );
         assert_eq!(link.stats.messages.load(Ordering::Relaxed), 200);
     }
 }

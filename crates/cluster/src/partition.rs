@@ -197,8 +197,22 @@ impl Partition {
     }
 
     /// Acquires every lock the statement needs, then runs it; parks it if a
-    /// lock must be waited for.
+    /// lock must be waited for. Afterwards acts on whatever the lock table
+    /// reported meanwhile (victims chosen by the detector, grants).
     fn run_statement(
+        &mut self,
+        txn: TxnId,
+        plan: Arc<Plan>,
+        params: Vec<Value>,
+        lock: LockSpec,
+        reply: Reply<Result<QueryResult>>,
+        short: Vec<LockNeed>,
+    ) {
+        self.try_statement(txn, plan, params, lock, reply, short);
+        self.process_wakeups();
+    }
+
+    fn try_statement(
         &mut self,
         txn: TxnId,
         plan: Arc<Plan>,
@@ -208,10 +222,7 @@ impl Partition {
         mut short: Vec<LockNeed>,
     ) {
         self.needs.clear();
-        if let Err(e) = self
-            .store
-            .lock_needs(&plan, &params, lock.serializable, &mut self.needs)
-        {
+        if let Err(e) = self.store.lock_needs(&plan, &params, &mut self.needs) {
             self.release_short(txn, &mut short);
             reply.send(Err(e));
             return;
@@ -223,7 +234,10 @@ impl Partition {
                 class: lock.class,
                 access: need.access,
             };
-            match self.locks.acquire(txn, &need.target, mode, now) {
+            match self
+                .locks
+                .acquire(txn, &need.target, mode, now, &mut self.wakeups)
+            {
                 Ok(Acquire::Granted { newly }) => {
                     if newly && lock.short_reads && need.access != Access::Write {
                         short.push(need.clone());

@@ -49,7 +49,11 @@ impl ProcedureDef {
             statements: Vec::new(),
             body: Arc::new(move |_, _| {
                 let missing = missing.clone();
-                Box::pin(async move { Err(Error::Internal(format!("procedure `{missing}` has no body"))) })
+                Box::pin(async move {
+                    Err(Error::Internal(format!(
+                        "procedure `{missing}` has no body"
+                    )))
+                })
             }),
         }
     }
@@ -83,10 +87,7 @@ impl PreparedProc {
         let mut statement_order = Vec::new();
         for (name, sql) in &def.statements {
             let plan = brine_sql::prepare(catalog, sql).map_err(|e| {
-                Error::Sql(format!(
-                    "procedure `{}`, statement `{name}`: {e}",
-                    def.name
-                ))
+                Error::Sql(format!("procedure `{}`, statement `{name}`: {e}", def.name))
             })?;
             if statements.insert(name.clone(), Arc::new(plan)).is_some() {
                 return Err(Error::Schema(format!(

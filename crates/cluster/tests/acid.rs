@@ -39,8 +39,15 @@ async fn a_duplicate_key_is_typed_and_rolls_back_the_transaction() {
         .call("open", vec![Value::Int(3), Value::str("x"), money(1)])
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::DuplicateKey { ref table, .. } if table == "account"), "{err:?}");
-    assert_eq!(balance(&c, 1).await, money(100), "the credit before the failed insert was undone");
+    assert!(
+        matches!(err, Error::DuplicateKey { ref table, .. } if table == "account"),
+        "{err:?}"
+    );
+    assert_eq!(
+        balance(&c, 1).await,
+        money(100),
+        "the credit before the failed insert was undone"
+    );
     c.client()
         .call("open", vec![Value::Int(9), Value::str("x"), money(1)])
         .await
@@ -61,7 +68,10 @@ async fn interactive_transactions_see_their_own_writes_and_abort_cleanly() {
     .await
     .unwrap();
     let r = t
-        .execute("SELECT COUNT(*) FROM item WHERE grp = $g", vec![Value::Int(1)])
+        .execute(
+            "SELECT COUNT(*) FROM item WHERE grp = $g",
+            vec![Value::Int(1)],
+        )
         .await
         .unwrap();
     assert_eq!(r.rows[0][0], Value::Int(1));
@@ -69,7 +79,10 @@ async fn interactive_transactions_see_their_own_writes_and_abort_cleanly() {
 
     let mut t = client.begin();
     let r = t
-        .execute("SELECT COUNT(*) FROM item WHERE grp = $g", vec![Value::Int(1)])
+        .execute(
+            "SELECT COUNT(*) FROM item WHERE grp = $g",
+            vec![Value::Int(1)],
+        )
         .await
         .unwrap();
     assert_eq!(r.rows[0][0], Value::Int(0), "the aborted insert is gone");
@@ -84,14 +97,20 @@ async fn insert_into_scanned_range(isolation: Isolation) -> bool {
     let reader = c.client();
     let mut t = reader.begin();
     let r = t
-        .execute("SELECT COUNT(*) FROM item WHERE grp = $g", vec![Value::Int(5)])
+        .execute(
+            "SELECT COUNT(*) FROM item WHERE grp = $g",
+            vec![Value::Int(5)],
+        )
         .await
         .unwrap();
     assert_eq!(r.rows[0][0], Value::Int(0));
     let writer = c.client();
     let insert = tokio::spawn(async move {
         writer
-            .call("add_item", vec![Value::Int(5), Value::Int(7), Value::str("new")])
+            .call(
+                "add_item",
+                vec![Value::Int(5), Value::Int(7), Value::str("new")],
+            )
             .await
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -99,13 +118,19 @@ async fn insert_into_scanned_range(isolation: Isolation) -> bool {
     if isolation == Isolation::Serializable {
         // Repeatable: the reader still sees no row.
         let r = t
-            .execute("SELECT COUNT(*) FROM item WHERE grp = $g", vec![Value::Int(5)])
+            .execute(
+                "SELECT COUNT(*) FROM item WHERE grp = $g",
+                vec![Value::Int(5)],
+            )
             .await
             .unwrap();
         assert_eq!(r.rows[0][0], Value::Int(0), "phantom");
     }
     t.commit().await.unwrap();
-    insert.await.unwrap().expect("insert commits once the reader is gone");
+    insert
+        .await
+        .unwrap()
+        .expect("insert commits once the reader is gone");
     finished_while_reader_open
 }
 
@@ -157,7 +182,14 @@ async fn deadlock_detection_or_timeout_breaks_the_cycle() {
     let (r1, r2) = opposite_order(DeadlockPolicy::Detect).await;
     let aborted = [&r1, &r2]
         .iter()
-        .filter(|r| matches!(r, Err(Error::Aborted(AbortCause::LockTimeout | AbortCause::Deadlock))))
+        .filter(|r| {
+            matches!(
+                r,
+                Err(Error::Aborted(
+                    AbortCause::LockTimeout | AbortCause::Deadlock
+                ))
+            )
+        })
         .count();
     assert_eq!(aborted, 1, "exactly one victim: {r1:?} {r2:?}");
     assert!(r1.is_ok() || r2.is_ok());

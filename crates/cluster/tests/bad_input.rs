@@ -29,7 +29,17 @@ async fn wrong_argument_types_and_arity_change_nothing() {
         .unwrap_err();
     assert!(matches!(err, Error::Type { .. }), "{err:?}");
     let err = client.call("deposit", vec![money(1)]).await.unwrap_err();
-    assert!(matches!(err, Error::Arity { expected: 2, got: 1, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::Arity {
+                expected: 2,
+                got: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(balance(&c, 1).await, money(100));
     assert_eq!(total(&c).await, money(800));
 }
@@ -38,9 +48,12 @@ async fn wrong_argument_types_and_arity_change_nothing() {
 async fn malformed_sql_and_unknown_table_in_interactive_transactions() {
     let c = fixture().await;
     let mut t = c.client().begin();
-    t.execute("UPDATE account SET balance = balance + $a WHERE id = $id", vec![money(7), Value::Int(2)])
-        .await
-        .expect("valid update");
+    t.execute(
+        "UPDATE account SET balance = balance + $a WHERE id = $id",
+        vec![money(7), Value::Int(2)],
+    )
+    .await
+    .expect("valid update");
     let err = t.execute("SELEC balance FROM", vec![]).await.unwrap_err();
     assert!(matches!(err, Error::Sql(_)), "{err:?}");
     let err = t
@@ -49,12 +62,19 @@ async fn malformed_sql_and_unknown_table_in_interactive_transactions() {
         .unwrap_err();
     assert_eq!(err, Error::UnknownTable("nowhere".into()));
     let err = t
-        .execute("SELECT nope FROM account WHERE id = $id", vec![Value::Int(1)])
+        .execute(
+            "SELECT nope FROM account WHERE id = $id",
+            vec![Value::Int(1)],
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::UnknownColumn { .. }), "{err:?}");
     t.abort().await;
-    assert_eq!(balance(&c, 2).await, money(100), "the aborted update left no trace");
+    assert_eq!(
+        balance(&c, 2).await,
+        money(100),
+        "the aborted update left no trace"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,27 +84,44 @@ async fn malformed_sql_in_a_procedure_declaration_fails_at_start() {
         ddl: DDL.into(),
         procedures: vec![ProcedureDef::new("p").statement("s", "UPDATE account SET WHERE")],
     };
-    let err = Cluster::start(config(Isolation::Serializable, DeadlockPolicy::WaitDie), app)
-        .err()
-        .expect("must fail");
-    assert!(matches!(err, Error::Sql(ref m) if m.contains("procedure `p`")), "{err:?}");
+    let err = Cluster::start(
+        config(Isolation::Serializable, DeadlockPolicy::WaitDie),
+        app,
+    )
+    .err()
+    .expect("must fail");
+    assert!(
+        matches!(err, Error::Sql(ref m) if m.contains("procedure `p`")),
+        "{err:?}"
+    );
 
     let app = Application {
         name: "broken".into(),
         ddl: DDL.into(),
-        procedures: vec![ProcedureDef::new("p").statement("s", "SELECT a FROM ghost WHERE id = $id")],
+        procedures: vec![
+            ProcedureDef::new("p").statement("s", "SELECT a FROM ghost WHERE id = $id")
+        ],
     };
-    let err = Cluster::start(config(Isolation::Serializable, DeadlockPolicy::WaitDie), app)
-        .err()
-        .expect("must fail");
-    assert!(matches!(err, Error::Sql(ref m) if m.contains("ghost")), "{err:?}");
+    let err = Cluster::start(
+        config(Isolation::Serializable, DeadlockPolicy::WaitDie),
+        app,
+    )
+    .err()
+    .expect("must fail");
+    assert!(
+        matches!(err, Error::Sql(ref m) if m.contains("ghost")),
+        "{err:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undeclared_statement_aborts_and_undoes_earlier_writes() {
     let c = fixture().await;
     let err = c.client().call("sneaky", vec![]).await.unwrap_err();
-    assert!(matches!(err, Error::UndeclaredStatement { ref statement, .. } if statement == "not_declared"), "{err:?}");
+    assert!(
+        matches!(err, Error::UndeclaredStatement { ref statement, .. } if statement == "not_declared"),
+        "{err:?}"
+    );
     assert_eq!(balance(&c, 1).await, money(100));
 }
 
@@ -92,7 +129,10 @@ async fn undeclared_statement_aborts_and_undoes_earlier_writes() {
 async fn bad_rows_are_refused_at_load() {
     let c = fixture().await;
     let err = c
-        .load("account", vec![vec![Value::Int(100), Value::Int(3), money(1)]])
+        .load(
+            "account",
+            vec![vec![Value::Int(100), Value::Int(3), money(1)]],
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Type { .. }), "{err:?}");

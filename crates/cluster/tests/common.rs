@@ -31,7 +31,10 @@ pub fn money(units: i64) -> Value {
 pub fn procedures() -> Vec<ProcedureDef> {
     vec![
         ProcedureDef::new("deposit")
-            .statement("bump", "UPDATE account SET balance = balance + $amount WHERE id = $id")
+            .statement(
+                "bump",
+                "UPDATE account SET balance = balance + $amount WHERE id = $id",
+            )
             .body(|mut ctx, args| async move {
                 let r = ctx.exec("bump", args).await?;
                 if r.affected == 0 {
@@ -41,7 +44,10 @@ pub fn procedures() -> Vec<ProcedureDef> {
             }),
         ProcedureDef::new("transfer")
             .statement("get", "SELECT balance FROM account WHERE id = $id")
-            .statement("add", "UPDATE account SET balance = balance + $amount WHERE id = $id")
+            .statement(
+                "add",
+                "UPDATE account SET balance = balance + $amount WHERE id = $id",
+            )
             .body(|mut ctx, args| async move {
                 let (from, to, amount) = (args[0].clone(), args[1].clone(), args[2].clone());
                 let neg = match amount.as_decimal() {
@@ -62,8 +68,14 @@ pub fn procedures() -> Vec<ProcedureDef> {
                 Ok(vec![])
             }),
         ProcedureDef::new("open")
-            .statement("ins", "INSERT INTO account (id, owner, balance) VALUES ($id, $owner, $balance)")
-            .statement("bump", "UPDATE account SET balance = balance + $amount WHERE id = $id")
+            .statement(
+                "ins",
+                "INSERT INTO account (id, owner, balance) VALUES ($id, $owner, $balance)",
+            )
+            .statement(
+                "bump",
+                "UPDATE account SET balance = balance + $amount WHERE id = $id",
+            )
             .body(|mut ctx, args| async move {
                 // Credits account 1 first, so a failing insert must undo it.
                 ctx.exec("bump", vec![money(1), Value::Int(1)]).await?;
@@ -71,7 +83,10 @@ pub fn procedures() -> Vec<ProcedureDef> {
                 Ok(vec![])
             }),
         ProcedureDef::new("sneaky")
-            .statement("bump", "UPDATE account SET balance = balance + $amount WHERE id = $id")
+            .statement(
+                "bump",
+                "UPDATE account SET balance = balance + $amount WHERE id = $id",
+            )
             .body(|mut ctx, _args| async move {
                 ctx.exec("bump", vec![money(5), Value::Int(1)]).await?;
                 ctx.exec("not_declared", vec![]).await?;
@@ -84,7 +99,10 @@ pub fn procedures() -> Vec<ProcedureDef> {
                 Ok(r.rows.into_iter().next().unwrap_or_default())
             }),
         ProcedureDef::new("add_item")
-            .statement("ins", "INSERT INTO item (grp, n, label) VALUES ($grp, $n, $label)")
+            .statement(
+                "ins",
+                "INSERT INTO item (grp, n, label) VALUES ($grp, $n, $label)",
+            )
             .body(|mut ctx, args| async move {
                 ctx.exec("ins", args).await?;
                 Ok(vec![])
@@ -104,7 +122,9 @@ pub fn config(isolation: Isolation, policy: DeadlockPolicy) -> ClusterConfig {
         ..ClusterConfig::default()
     };
     c.lock.policy = policy;
-    c.lock.wait_timeout = Duration::from_secs(2);
+    // Short, so cross-partition deadlocks (invisible to each partition's
+    // detector) are broken quickly by the backstop.
+    c.lock.wait_timeout = Duration::from_millis(300);
     c
 }
 
@@ -117,7 +137,13 @@ pub async fn bank(n: i64, isolation: Isolation, policy: DeadlockPolicy) -> Clust
     };
     let cluster = Cluster::start(config(isolation, policy), app).expect("cluster starts");
     let rows = (1..=n)
-        .map(|i| vec![Value::Int(i), Value::str(&format!("owner{}", i % 7)), money(100)])
+        .map(|i| {
+            vec![
+                Value::Int(i),
+                Value::str(&format!("owner{}", i % 7)),
+                money(100),
+            ]
+        })
         .collect();
     cluster.load("account", rows).await.expect("load");
     cluster
@@ -126,7 +152,10 @@ pub async fn bank(n: i64, isolation: Isolation, policy: DeadlockPolicy) -> Clust
 pub async fn balance(cluster: &Cluster, id: i64) -> Value {
     let mut t = cluster.client().begin();
     let r = t
-        .execute("SELECT balance FROM account WHERE id = $id", vec![Value::Int(id)])
+        .execute(
+            "SELECT balance FROM account WHERE id = $id",
+            vec![Value::Int(id)],
+        )
         .await
         .expect("read balance");
     t.commit().await.expect("commit read");

@@ -44,7 +44,10 @@ pub enum Error {
     #[error("unknown procedure `{0}`")]
     UnknownProcedure(String),
     #[error("procedure `{procedure}` has no declared statement `{statement}`")]
-    UndeclaredStatement { procedure: String, statement: String },
+    UndeclaredStatement {
+        procedure: String,
+        statement: String,
+    },
     #[error("wrong number of arguments for {what}: expected {expected}, got {got}")]
     Arity {
         what: String,
@@ -86,7 +89,11 @@ impl Error {
         matches!(self, Error::Aborted(_))
     }
 
-    pub fn type_mismatch(what: impl Into<String>, expected: impl ToString, got: impl ToString) -> Self {
+    pub fn type_mismatch(
+        what: impl Into<String>,
+        expected: impl ToString,
+        got: impl ToString,
+    ) -> Self {
         Error::Type {
             what: what.into(),
             expected: expected.to_string(),

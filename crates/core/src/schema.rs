@@ -26,9 +26,14 @@ impl IndexId {
 pub enum DataType {
     Int,
     /// Fixed-point, `scale` digits after the point.
-    Decimal { precision: u8, scale: u8 },
+    Decimal {
+        precision: u8,
+        scale: u8,
+    },
     /// Variable-length string with an optional maximum length in characters.
-    Str { max_len: Option<u32> },
+    Str {
+        max_len: Option<u32>,
+    },
     Timestamp,
 }
 
@@ -224,10 +229,16 @@ impl Catalog {
     pub fn add_table(&mut self, mut def: TableDef) -> Result<TableId> {
         let lname = def.name.to_ascii_lowercase();
         if self.by_name.contains_key(&lname) {
-            return Err(Error::Schema(format!("table `{}` already exists", def.name)));
+            return Err(Error::Schema(format!(
+                "table `{}` already exists",
+                def.name
+            )));
         }
         if def.primary_key.is_empty() {
-            return Err(Error::Schema(format!("table `{}` has no primary key", def.name)));
+            return Err(Error::Schema(format!(
+                "table `{}` has no primary key",
+                def.name
+            )));
         }
         let Partitioning::Column(pc) = def.partitioning;
         if !def.primary_key.contains(&pc) {

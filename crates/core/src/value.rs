@@ -54,7 +54,8 @@ impl Decimal {
     /// Units at a larger (or equal) scale, or `None` on overflow.
     pub fn units_at(self, scale: u8) -> Option<i64> {
         if scale >= self.scale {
-            self.units.checked_mul(*POW10.get((scale - self.scale) as usize)?)
+            self.units
+                .checked_mul(*POW10.get((scale - self.scale) as usize)?)
         } else {
             // Rounds toward zero; callers that narrow a scale decide whether
             // that is acceptable (casting a parameter to a column's scale).
@@ -119,7 +120,10 @@ impl Decimal {
         for b in int.bytes().chain(frac.bytes()) {
             units = units.checked_mul(10)?.checked_add((b - b'0') as i64)?;
         }
-        Some(Decimal::new(if neg { -units } else { units }, frac.len() as u8))
+        Some(Decimal::new(
+            if neg { -units } else { units },
+            frac.len() as u8,
+        ))
     }
 }
 
@@ -374,7 +378,11 @@ impl Key {
     /// The smallest key above every key that starts with `prefix`, for use
     /// as an inclusive upper bound: `prefix` followed by `Value::Max`.
     pub fn prefix_upper(prefix: &[Value]) -> Key {
-        Key(prefix.iter().cloned().chain(std::iter::once(Value::Max)).collect())
+        Key(prefix
+            .iter()
+            .cloned()
+            .chain(std::iter::once(Value::Max))
+            .collect())
     }
 
     /// True if `prefix` is a prefix of this key.
@@ -428,7 +436,10 @@ mod tests {
         let k = Key::new([Value::Int(1), Value::Int(2), Value::str("z")]);
         assert!(k < Key::prefix_upper(&[Value::Int(1), Value::Int(2)]));
         assert!(k > Key::new([Value::Int(1), Value::Int(2)]));
-        assert!(Key::new([Value::Int(1), Value::Int(3)]) > Key::prefix_upper(&[Value::Int(1), Value::Int(2)]));
+        assert!(
+            Key::new([Value::Int(1), Value::Int(3)])
+                > Key::prefix_upper(&[Value::Int(1), Value::Int(2)])
+        );
     }
 
     #[test]
@@ -437,8 +448,13 @@ mod tests {
         let b = Decimal::parse("0.1").unwrap();
         assert_eq!(a.checked_add(b).unwrap().to_string(), "10.15");
         assert_eq!(a.checked_sub(b).unwrap().to_string(), "9.95");
-        assert_eq!(a.checked_mul(Decimal::new(2, 0)).unwrap().to_string(), "20.10");
-        assert!(Decimal::new(i64::MAX, 0).checked_add(Decimal::new(1, 0)).is_none());
+        assert_eq!(
+            a.checked_mul(Decimal::new(2, 0)).unwrap().to_string(),
+            "20.10"
+        );
+        assert!(Decimal::new(i64::MAX, 0)
+            .checked_add(Decimal::new(1, 0))
+            .is_none());
     }
 
     #[test]

@@ -1,14 +1,86 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! brine's lock table: one per partition, shared by every lock-based
+//! protocol (ACID 2PL, Salt, Callas).
+//!
+//! # What it guarantees
+//!
+//! - **Safety.** A lock is granted to a transaction only if its mode is
+//!   compatible (per the pluggable [`Compatibility`]) with every lock another
+//!   transaction holds on an overlapping target. Targets overlap when they
+//!   are in the same (table, index) and: two points have equal keys; a point
+//!   lies in a range; two ranges intersect. Range locks therefore give
+//!   phantom protection to serializable range scans. A transaction's own
+//!   locks never conflict with each other; it may hold several modes on one
+//!   target (e.g. ACID read then write), and the table keeps them exactly.
+//! - **Fairness (FIFO).** A fresh request is granted only if it is also
+//!   compatible with every request queued ahead of it on an overlapping
+//!   target. A stream of compatible readers, or of BASE requests, therefore
+//!   cannot overtake a waiting writer or a waiting ACID request. The one
+//!   exception is an *upgrade*: a request of a transaction that already
+//!   holds a lock on an overlapping target queues ahead of fresh requests
+//!   (behind earlier upgrades), since making it wait behind requests that
+//!   wait for it would be a certain deadlock.
+//! - **Liveness.** Whenever a lock goes away (release, downgrade, a waiter
+//!   cancelled or aborted), every waiter on an overlapping target that is no
+//!   longer blocked is granted, in queue order, and reported as a [`Wakeup`].
+//!   Deadlocks are resolved by the configured [`DeadlockPolicy`] (wait-die,
+//!   or a wait-for-graph detector that aborts the youngest transaction of the
+//!   cycle), and by [`LockTable::expire`], the wait timeout that is the
+//!   backstop for cycles spanning partitions. Every victim is counted by
+//!   cause in [`LockStats`].
+//! - **Bounds.** Queues per target and release-order dependencies per
+//!   transaction are bounded; hitting a bound is an `Error::Bound`, never a
+//!   hang.
+//!
+//! # When locks outlive requests
+//!
+//! A lock lives until its transaction releases it ([`LockTable::release`]
+//! for one short lock, [`LockTable::release_all`] at the transaction's end),
+//! and possibly longer: a *release-order dependency*
+//! ([`LockTable::add_release_dependency`]) says "this lock cannot be released
+//! before that transaction releases that lock" (Salt's saline rules, Callas'
+//! nexus release order). A release held back by a dependency is performed
+//! when the dependency is released; `release_all` then answers
+//! [`ReleaseOutcome::Deferred`] and a later [`Wakeup::Released`] says the
+//! transaction holds nothing any more. A downgrade (alkaline to saline) keeps
+//! the lock but changes its class, which may admit waiters.
+//!
+//! # Request flow
+//!
+//! ```text
+//!   acquire(txn, target, mode)
+//!        |
+//!        v
+//!   covered by a lock txn already holds? --yes--> Granted{newly: false}
+//!        | no
+//!        v
+//!   conflicting holder, or conflicting ---no---> Granted{newly: true}
+//!   request queued ahead?
+//!        | yes
+//!        v
+//!   policy: wait-die and an older blocker? --yes--> Abort(WaitDie)
+//!        | no
+//!        v
+//!   queue full? --yes--> Err(Bound)
+//!        | no
+//!        v
+//!   enqueue (upgrades before fresh requests) -> Waiting(ticket)
+//!        |                       |
+//!        |  detect: cycle?       |  later: release / release_all /
+//!        |  youngest dies        |  downgrade / cancel / expire
+//!        v                       v
+//!   Abort(Deadlock) or      regrant overlapping waiters in queue order
+//!   Wakeup::Aborted{victim} ---> Wakeup::Granted{txn, ticket}
+//! ```
+//!
+//! The table is a plain `&mut self` structure with no synchronization and no
+//! async: the partition that owns it is a single-threaded actor. It never
+//! blocks; operations that affect other transactions append [`Wakeup`]s to a
+//! caller-provided vector, which the partition turns into messages.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod compat;
+mod table;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use compat::{Compatibility, LockClass, Mode, StandardCompat};
+pub use table::{
+    Acquire, DeadlockPolicy, LockConfig, LockStats, LockTable, ReleaseOutcome, Ticket, Wakeup,
+};

@@ -1,14 +1,895 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
+//! A partition's data: every table's rows for one partition, their indexes,
+//! and per-transaction undo.
+//!
+//! ```text
+//!  partition actor (single thread)
+//!     |  lock_needs(plan, params)  -> [LockNeed]  (no locks taken here)
+//!     |  ... lock table grants all (re-ask lock_needs after any wait) ...
+//!     |  execute(txn, plan, params) -> QueryResult   (records undo)
+//!     |  commit(txn) | abort(txn)                    (drop | apply undo)
+//!     v
+//!  PartitionStore
+//!     table t: primary   BTreeMap<pk, Row>        (pk order)
+//!              index i:  BTreeSet<index cols ++ pk>
+//!     undo:    txn -> [Insert | Update(old values) | Delete(old row)]
+//! ```
+//!
+//! # What it guarantees
+//!
+//! * **Index consistency.** After every `load`, `execute`, `commit` and
+//!   `abort`, each secondary index holds exactly
+//!   `TableDef::secondary_key_of(i, row)` for every stored row
+//!   (`check_consistency` verifies it).
+//! * **Statement atomicity.** A statement that fails (duplicate key, unique
+//!   violation, type error, arithmetic overflow) changes nothing: rows it
+//!   already changed are restored before the error is returned.
+//! * **Exact undo.** `abort` restores every row and index entry the
+//!   transaction touched to its state before the transaction's first write.
+//! * **Type safety.** Every stored value passed `check_value` for its
+//!   column; `Value::Max` and wrong types never reach the maps.
+//! * **No locking inside.** The store is single-threaded (`&mut self`). It
+//!   computes the locks a statement needs (`lock_needs`) but never waits;
+//!   the caller acquires them and calls `execute` once all are granted.
+//!
+//! # Locks a statement needs
+//!
+//! Needs, in acquisition order:
+//!
+//! | statement                  | needs, in acquisition order                        |
+//! |----------------------------|----------------------------------------------------|
+//! | point SELECT               | Read Point(PRIMARY, pk)                            |
+//! | range SELECT, primary      | RangeRead Range(PRIMARY, scanned interval)         |
+//! | range SELECT, secondary i  | RangeRead Range(i, interval), Read Point(PRIMARY, pk) per returned row |
+//! | full scan                  | RangeRead Range(PRIMARY, unbounded)                |
+//! | INSERT                     | Write Point(PRIMARY, pk), Write Point(i, sec key) per index |
+//! | point UPDATE               | Write PK; per index whose columns change: Write old and new sec key |
+//! | range UPDATE / DELETE      | RangeRead interval, then per matching row as the point form |
+//! | point DELETE               | Write PK, Write each sec key of the row            |
+//!
+//! With LIMIT, the range lock covers the interval actually scanned: from the
+//! start of the scan up to and including the last key returned (or the whole
+//! interval when fewer rows than the limit exist).
+//!
+//! The needs are the same at every isolation level; what differs is how
+//! long the caller holds them. At read committed (S = {R, W}) the partition
+//! releases read and range-read locks as soon as the statement ran, so a scan
+//! still never sees uncommitted inserts or misses uncommitted deletes, yet one
+//! short interval lock costs far less than a lock per returned row.
+//!
+//! Needs that depend on data (rows returned, old secondary keys) are
+//! computed against the current state; the partition re-asks after waiting.
+
+use brine_core::schema::coerce_value;
+use brine_core::{
+    Access, Catalog, Error, IndexId, Key, LockNeed, LockTarget, Result, Row, TableDef, TableId,
+    TxnId, Value,
+};
+use brine_sql::{
+    arith, interval_is_nonempty, limit_value, AggFunc, Assignment, InsertPlan, Plan, Predicate,
+    Projection, QueryResult, SetExpr, Statement,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// One table's rows on this partition.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct TableData {
+    rows: BTreeMap<Key, Row>,
+    /// `secondary[i]` is index `IndexId(i + 1)`.
+    secondary: Vec<BTreeSet<Key>>,
+}
+
+/// How to undo one row change.
+#[derive(Clone, Debug)]
+enum Undo {
+    Insert {
+        table: TableId,
+        pk: Key,
+    },
+    /// The old values of the columns the update changed.
+    Update {
+        table: TableId,
+        pk: Key,
+        old: Vec<(usize, Value)>,
+    },
+    Delete {
+        table: TableId,
+        pk: Key,
+        row: Row,
+    },
+}
+
+impl Undo {
+    fn target(&self) -> (TableId, &Key) {
+        match self {
+            Undo::Insert { table, pk }
+            | Undo::Update { table, pk, .. }
+            | Undo::Delete { table, pk, .. } => (*table, pk),
+        }
+    }
+}
+
+/// The rows of every table for one partition. See the crate docs.
+#[derive(Debug)]
+pub struct PartitionStore {
+    catalog: Arc<Catalog>,
+    tables: Vec<TableData>,
+    undo: HashMap<TxnId, Vec<Undo>>,
+}
+
+/// One change of a transaction for the log: the row's after-image, `None`
+/// when deleted.
+pub type WriteSetEntry = (TableId, Key, Option<Row>);
+
+impl PartitionStore {
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        let tables = catalog
+            .tables()
+            .iter()
+            .map(|t| TableData {
+                rows: BTreeMap::new(),
+                secondary: vec![BTreeSet::new(); t.indexes.len()],
+            })
+            .collect();
+        PartitionStore {
+            catalog,
+            tables,
+            undo: HashMap::new(),
+        }
+    }
+
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    fn check_table(&self, table: TableId) -> Result<()> {
+        if (table.0 as usize) < self.tables.len() {
+            Ok(())
+        } else {
+            Err(Error::Internal(format!(
+                "table id {} is not in this partition's catalog",
+                table.0
+            )))
+        }
+    }
+
+    /// Bulk-loads a row: type-checked, no undo. A duplicate primary key or
+    /// unique-index value is `Error::DuplicateKey`.
+    pub fn load(&mut self, table: TableId, row: Row) -> Result<()> {
+        self.check_table(table)?;
+        let def = self.catalog.table(table);
+        let data = &mut self.tables[table.0 as usize];
+        insert_row(def, data, row).map(|_| ())
+    }
+
+    /// Number of rows of `table` on this partition.
+    pub fn len(&self, table: TableId) -> usize {
+        self.tables
+            .get(table.0 as usize)
+            .map_or(0, |t| t.rows.len())
+    }
+
+    pub fn is_empty(&self, table: TableId) -> bool {
+        self.len(table) == 0
+    }
+
+    /// The row with primary key `pk`.
+    pub fn get(&self, table: TableId, pk: &Key) -> Option<&Row> {
+        self.tables.get(table.0 as usize)?.rows.get(pk)
+    }
+
+    /// Rows whose key in `index` lies in `[lo, hi]`, in index order.
+    pub fn scan(
+        &self,
+        table: TableId,
+        index: IndexId,
+        lo: Bound<Key>,
+        hi: Bound<Key>,
+    ) -> Box<dyn Iterator<Item = &Row> + '_> {
+        let Some(data) = self.tables.get(table.0 as usize) else {
+            return Box::new(std::iter::empty());
+        };
+        if !interval_is_nonempty(&lo, &hi) {
+            return Box::new(std::iter::empty());
+        }
+        if index == IndexId::PRIMARY {
+            return Box::new(data.rows.range((lo, hi)).map(|(_, r)| r));
+        }
+        let def = self.catalog.table(table);
+        let Some(set) = data.secondary.get(index.0 as usize - 1) else {
+            return Box::new(std::iter::empty());
+        };
+        let n = def.index_columns(index).len();
+        Box::new(
+            set.range((lo, hi))
+                .filter_map(move |sk| data.rows.get(&Key::new(sk.0[n..].iter().cloned()))),
+        )
+    }
+
+    /// True if `txn` changed anything here (read-only participants skip the
+    /// second phase of 2PC).
+    pub fn has_writes(&self, txn: TxnId) -> bool {
+        self.undo.get(&txn).is_some_and(|u| !u.is_empty())
+    }
+
+    /// The rows `txn` changed, each once, in order of first change, with
+    /// their current after-image (`None` if deleted).
+    pub fn write_set(&self, txn: TxnId) -> Vec<WriteSetEntry> {
+        let Some(log) = self.undo.get(&txn) else {
+            return Vec::new();
+        };
+        let mut seen: HashSet<(TableId, &Key)> = HashSet::with_capacity(log.len());
+        let mut out = Vec::new();
+        for u in log {
+            let (t, pk) = u.target();
+            if seen.insert((t, pk)) {
+                out.push((t, pk.clone(), self.get(t, pk).cloned()));
+            }
+        }
+        out
+    }
+
+    /// Number of transactions with uncommitted writes on this partition.
+    pub fn active_txns(&self) -> usize {
+        self.undo.len()
+    }
+
+    /// Makes `txn`'s changes permanent (drops its undo).
+    pub fn commit(&mut self, txn: TxnId) {
+        self.undo.remove(&txn);
+    }
+
+    /// Undoes every change of `txn`, newest first.
+    pub fn abort(&mut self, txn: TxnId) {
+        if let Some(log) = self.undo.remove(&txn) {
+            for u in log.into_iter().rev() {
+                self.apply_undo(u);
+            }
+        }
+    }
+
+    fn rollback_to(&mut self, txn: TxnId, mark: usize) {
+        let Some(log) = self.undo.get_mut(&txn) else {
+            return;
+        };
+        let tail: Vec<Undo> = log.drain(mark.min(log.len())..).collect();
+        if log.is_empty() {
+            self.undo.remove(&txn);
+        }
+        for u in tail.into_iter().rev() {
+            self.apply_undo(u);
+        }
+    }
+
+    fn apply_undo(&mut self, u: Undo) {
+        let (table, _) = u.target();
+        let def = self.catalog.table(table);
+        let data = &mut self.tables[table.0 as usize];
+        match u {
+            Undo::Insert { pk, .. } => {
+                if let Some(row) = data.rows.remove(&pk) {
+                    for (i, set) in data.secondary.iter_mut().enumerate() {
+                        set.remove(&def.secondary_key_of(IndexId(i as u32 + 1), &row));
+                    }
+                }
+            }
+            Undo::Delete { pk, row, .. } => {
+                for (i, set) in data.secondary.iter_mut().enumerate() {
+                    set.insert(def.secondary_key_of(IndexId(i as u32 + 1), &row));
+                }
+                data.rows.insert(pk, row);
+            }
+            Undo::Update { pk, old, .. } => {
+                let Some(row) = data.rows.get_mut(&pk) else {
+                    debug_assert!(false, "undo of an update to a missing row");
+                    return;
+                };
+                // Indexes whose columns the update changed: move their
+                // entries from the current values back to the old ones.
+                let touched: Vec<usize> = (0..def.indexes.len())
+                    .filter(|&i| old.iter().any(|(c, _)| def.indexes[i].columns.contains(c)))
+                    .collect();
+                for &i in &touched {
+                    data.secondary[i].remove(&def.secondary_key_of(IndexId(i as u32 + 1), row));
+                }
+                for (c, v) in old {
+                    row[c] = v;
+                }
+                for &i in &touched {
+                    data.secondary[i].insert(def.secondary_key_of(IndexId(i as u32 + 1), row));
+                }
+            }
+        }
+    }
+
+    /// Verifies that every secondary index holds exactly the entries of the
+    /// stored rows, and every row passes the type check. For tests and
+    /// debug assertions.
+    pub fn check_consistency(&self) -> Result<()> {
+        for (def, data) in self.catalog.tables().iter().zip(&self.tables) {
+            for (i, set) in data.secondary.iter().enumerate() {
+                let id = IndexId(i as u32 + 1);
+                let expect: BTreeSet<Key> = data
+                    .rows
+                    .values()
+                    .map(|r| def.secondary_key_of(id, r))
+                    .collect();
+                if &expect != set {
+                    return Err(Error::Internal(format!(
+                        "index `{}` of `{}` is inconsistent",
+                        def.index_name(id),
+                        def.name
+                    )));
+                }
+            }
+            for (pk, row) in &data.rows {
+                def.check_row(row)?;
+                if &def.primary_key_of(row) != pk {
+                    return Err(Error::Internal(format!(
+                        "row under wrong key in `{}`",
+                        def.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The locks `plan` needs given the current data, in acquisition order.
+    /// See the crate docs for the rules. Appends to `out`.
+    pub fn lock_needs(&self, plan: &Plan, params: &[Value], out: &mut Vec<LockNeed>) -> Result<()> {
+        let table = plan.table();
+        self.check_table(table)?;
+        let def = self.catalog.table(table);
+        let data = &self.tables[table.0 as usize];
+        let point = |index: IndexId, key: Key, access: Access| LockNeed {
+            target: LockTarget::Point { table, index, key },
+            access,
+        };
+        match plan.statement() {
+            Statement::Insert(ins) => {
+                let row = build_row(def, ins, params)?;
+                out.push(point(
+                    IndexId::PRIMARY,
+                    def.primary_key_of(&row),
+                    Access::Write,
+                ));
+                for i in 0..def.indexes.len() {
+                    let id = IndexId(i as u32 + 1);
+                    out.push(point(id, def.secondary_key_of(id, &row), Access::Write));
+                }
+            }
+            Statement::Select(sel) => {
+                let pred = &sel.pred;
+                if pred.point {
+                    out.push(point(IndexId::PRIMARY, pred.eq_key(params)?, Access::Read));
+                    return Ok(());
+                }
+                let (lo, hi) = pred.bounds(params)?;
+                let limit = match (&sel.limit, &sel.projection) {
+                    (Some(l), Projection::Columns(_)) => Some(limit_value(l, params)?),
+                    _ => None,
+                };
+                if limit == Some(0) {
+                    return Ok(());
+                }
+                let secondary = pred.index != IndexId::PRIMARY;
+                let mut returned: Vec<Key> = Vec::new();
+                let mut last_entry: Option<Key> = None;
+                let mut n = 0usize;
+                if secondary || limit.is_some() {
+                    visit(def, data, pred, params, sel.desc, |entry, pk, _| {
+                        if secondary {
+                            returned.push(pk.clone());
+                        }
+                        n += 1;
+                        let more = limit.is_none_or(|l| n < l);
+                        if !more {
+                            last_entry = Some(entry.clone());
+                        }
+                        Ok(more)
+                    })?;
+                }
+                {
+                    let (lo, hi) = match last_entry {
+                        Some(k) if sel.desc => (Bound::Included(k), hi),
+                        Some(k) => (lo, Bound::Included(k)),
+                        None => (lo, hi),
+                    };
+                    out.push(LockNeed {
+                        target: LockTarget::Range {
+                            table,
+                            index: pred.index,
+                            lo,
+                            hi,
+                        },
+                        access: Access::RangeRead,
+                    });
+                }
+                out.extend(
+                    returned
+                        .into_iter()
+                        .map(|pk| point(IndexId::PRIMARY, pk, Access::Read)),
+                );
+            }
+            Statement::Update(upd) => {
+                self.write_needs(def, data, &upd.pred, Some(&upd.sets), params, out)?
+            }
+            Statement::Delete(del) => self.write_needs(def, data, &del.pred, None, params, out)?,
+        }
+        Ok(())
+    }
+
+    /// Needs of UPDATE (`sets` given) and DELETE.
+    #[allow(clippy::too_many_arguments)]
+    fn write_needs(
+        &self,
+        def: &TableDef,
+        data: &TableData,
+        pred: &Predicate,
+        sets: Option<&[Assignment]>,
+        params: &[Value],
+        out: &mut Vec<LockNeed>,
+    ) -> Result<()> {
+        let table = def.id;
+        let row_needs = |pk: &Key, row: Option<&Row>, out: &mut Vec<LockNeed>| {
+            out.push(LockNeed {
+                target: LockTarget::Point {
+                    table,
+                    index: IndexId::PRIMARY,
+                    key: pk.clone(),
+                },
+                access: Access::Write,
+            });
+            let Some(row) = row else { return };
+            for (i, idx) in def.indexes.iter().enumerate() {
+                let id = IndexId(i as u32 + 1);
+                let mut push = |key: Key| {
+                    out.push(LockNeed {
+                        target: LockTarget::Point {
+                            table,
+                            index: id,
+                            key,
+                        },
+                        access: Access::Write,
+                    })
+                };
+                match sets {
+                    None => push(def.secondary_key_of(id, row)),
+                    Some(sets) => {
+                        if !sets.iter().any(|s| idx.columns.contains(&s.column)) {
+                            continue;
+                        }
+                        let old = def.secondary_key_of(id, row);
+                        // An expression that fails here fails in execute too;
+                        // lock what can be computed.
+                        let new = new_values(def, row, sets, params)
+                            .ok()
+                            .map(|nv| secondary_key_with(def, id, row, &nv));
+                        let changed = new.as_ref().is_some_and(|n| *n != old);
+                        push(old);
+                        if let (true, Some(n)) = (changed, new) {
+                            push(n);
+                        }
+                    }
+                }
+            }
+        };
+        if pred.point {
+            let pk = pred.eq_key(params)?;
+            let row = data.rows.get(&pk);
+            let row = match row {
+                Some(r) if filters_match(pred, r, params)? => Some(r),
+                _ => None,
+            };
+            row_needs(&pk, row, out);
+            return Ok(());
+        }
+        {
+            let (lo, hi) = pred.bounds(params)?;
+            out.push(LockNeed {
+                target: LockTarget::Range {
+                    table,
+                    index: pred.index,
+                    lo,
+                    hi,
+                },
+                access: Access::RangeRead,
+            });
+        }
+        visit(def, data, pred, params, false, |_, pk, row| {
+            row_needs(pk, Some(row), out);
+            Ok(true)
+        })
+    }
+
+    /// Runs `plan` for `txn`, recording undo. A failed statement changes
+    /// nothing. `params` must come from `plan.bind`.
+    pub fn execute(&mut self, txn: TxnId, plan: &Plan, params: &[Value]) -> Result<QueryResult> {
+        let table = plan.table();
+        self.check_table(table)?;
+        let mark = self.undo.get(&txn).map_or(0, Vec::len);
+        let result = self.execute_inner(txn, plan, params);
+        if result.is_err() {
+            self.rollback_to(txn, mark);
+        }
+        result
+    }
+
+    fn execute_inner(&mut self, txn: TxnId, plan: &Plan, params: &[Value]) -> Result<QueryResult> {
+        let table = plan.table();
+        let def = self.catalog.table(table);
+        let data = &mut self.tables[table.0 as usize];
+        match plan.statement() {
+            Statement::Select(sel) => {
+                let mut out = QueryResult {
+                    columns: plan.columns().clone(),
+                    rows: Vec::new(),
+                    affected: 0,
+                };
+                match &sel.projection {
+                    Projection::Columns(cols) => {
+                        let limit = match &sel.limit {
+                            Some(l) => limit_value(l, params)?,
+                            None => usize::MAX,
+                        };
+                        if limit == 0 {
+                            return Ok(out);
+                        }
+                        visit(def, data, &sel.pred, params, sel.desc, |_, _, row| {
+                            out.rows
+                                .push(cols.iter().map(|&c| row[c].clone()).collect());
+                            Ok(out.rows.len() < limit)
+                        })?;
+                    }
+                    Projection::Aggregates(aggs) => {
+                        let mut acc: Row = aggs
+                            .iter()
+                            .map(|a| match a.func {
+                                AggFunc::Count => Value::Int(0),
+                                _ => Value::Null,
+                            })
+                            .collect();
+                        visit(def, data, &sel.pred, params, sel.desc, |_, _, row| {
+                            for (slot, a) in acc.iter_mut().zip(aggs) {
+                                let v = a.column.map(|c| &row[c]);
+                                match (a.func, v) {
+                                    (AggFunc::Count, None) => *slot = count_plus_one(slot)?,
+                                    (_, None) | (_, Some(Value::Null)) => {}
+                                    (AggFunc::Count, Some(_)) => *slot = count_plus_one(slot)?,
+                                    (AggFunc::Sum, Some(v)) => {
+                                        *slot = if slot.is_null() {
+                                            v.clone()
+                                        } else {
+                                            arith(brine_sql::ArithOp::Add, slot, v)?
+                                        }
+                                    }
+                                    (AggFunc::Min, Some(v)) => {
+                                        if slot.is_null() || v < slot {
+                                            *slot = v.clone()
+                                        }
+                                    }
+                                    (AggFunc::Max, Some(v)) => {
+                                        if slot.is_null() || v > slot {
+                                            *slot = v.clone()
+                                        }
+                                    }
+                                }
+                            }
+                            Ok(true)
+                        })?;
+                        out.rows.push(acc);
+                    }
+                }
+                Ok(out)
+            }
+            Statement::Insert(ins) => {
+                let row = build_row(def, ins, params)?;
+                let pk = insert_row(def, data, row)?;
+                self.undo
+                    .entry(txn)
+                    .or_default()
+                    .push(Undo::Insert { table, pk });
+                Ok(affected(plan, 1))
+            }
+            Statement::Update(upd) => {
+                let pred = &upd.pred;
+                let pks = matching_keys(def, data, pred, params)?;
+                if pks.is_empty() {
+                    return Ok(affected(plan, 0));
+                }
+                let n = pks.len() as u64;
+                let log = self.undo.entry(txn).or_default();
+                for pk in pks {
+                    let old = update_row(def, data, &pk, &upd.sets, params)?;
+                    log.push(Undo::Update { table, pk, old });
+                }
+                Ok(affected(plan, n))
+            }
+            Statement::Delete(del) => {
+                let pks = matching_keys(def, data, &del.pred, params)?;
+                if pks.is_empty() {
+                    return Ok(affected(plan, 0));
+                }
+                let n = pks.len() as u64;
+                let log = self.undo.entry(txn).or_default();
+                for pk in pks {
+                    if let Some(row) = data.rows.remove(&pk) {
+                        for (i, set) in data.secondary.iter_mut().enumerate() {
+                            set.remove(&def.secondary_key_of(IndexId(i as u32 + 1), &row));
+                        }
+                        log.push(Undo::Delete { table, pk, row });
+                    }
+                }
+                Ok(affected(plan, n))
+            }
+        }
+    }
+}
+
+/// A write's result; reuses the plan's (empty) column list instead of
+/// allocating one.
+fn affected(plan: &Plan, n: u64) -> QueryResult {
+    QueryResult {
+        columns: plan.columns().clone(),
+        rows: Vec::new(),
+        affected: n,
+    }
+}
+
+fn count_plus_one(v: &Value) -> Result<Value> {
+    match v {
+        Value::Int(n) => Ok(Value::Int(n + 1)),
+        other => Err(Error::Internal(format!("COUNT accumulator is {other:?}"))),
+    }
+}
+
+fn filters_match(pred: &Predicate, row: &Row, params: &[Value]) -> Result<bool> {
+    for f in &pred.filters {
+        if !f.matches(row, params)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Calls `f(entry key, primary key, row)` for every row the predicate
+/// selects, in index order (reversed if `desc`), until `f` returns false.
+fn visit(
+    def: &TableDef,
+    data: &TableData,
+    pred: &Predicate,
+    params: &[Value],
+    desc: bool,
+    mut f: impl FnMut(&Key, &Key, &Row) -> Result<bool>,
+) -> Result<()> {
+    if pred.point {
+        let pk = pred.eq_key(params)?;
+        if let Some(row) = data.rows.get(&pk) {
+            if filters_match(pred, row, params)? {
+                f(&pk, &pk, row)?;
+            }
+        }
+        return Ok(());
+    }
+    let (lo, hi) = pred.bounds(params)?;
+    if !interval_is_nonempty(&lo, &hi) {
+        return Ok(());
+    }
+    if pred.index == IndexId::PRIMARY {
+        let mut step = |(pk, row): (&Key, &Row)| -> Result<bool> {
+            if !filters_match(pred, row, params)? {
+                return Ok(true);
+            }
+            f(pk, pk, row)
+        };
+        let range = data.rows.range((lo, hi));
+        if desc {
+            for e in range.rev() {
+                if !step(e)? {
+                    break;
+                }
+            }
+        } else {
+            for e in range {
+                if !step(e)? {
+                    break;
+                }
+            }
+        }
+        return Ok(());
+    }
+    let set = data
+        .secondary
+        .get(pred.index.0 as usize - 1)
+        .ok_or_else(|| Error::Internal(format!("no index {:?} on `{}`", pred.index, def.name)))?;
+    let n = def.index_columns(pred.index).len();
+    let mut step = |sk: &Key| -> Result<bool> {
+        let pk = Key::new(sk.0[n..].iter().cloned());
+        let row = data.rows.get(&pk).ok_or_else(|| {
+            Error::Internal(format!("index entry {sk} of `{}` has no row", def.name))
+        })?;
+        if !filters_match(pred, row, params)? {
+            return Ok(true);
+        }
+        f(sk, &pk, row)
+    };
+    let range = set.range((lo, hi));
+    if desc {
+        for sk in range.rev() {
+            if !step(sk)? {
+                break;
+            }
+        }
+    } else {
+        for sk in range {
+            if !step(sk)? {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Primary keys of the rows an UPDATE/DELETE predicate selects.
+fn matching_keys(
+    def: &TableDef,
+    data: &TableData,
+    pred: &Predicate,
+    params: &[Value],
+) -> Result<Vec<Key>> {
+    let mut pks = Vec::new();
+    visit(def, data, pred, params, false, |_, pk, _| {
+        pks.push(pk.clone());
+        Ok(true)
+    })?;
+    Ok(pks)
+}
+
+fn build_row(def: &TableDef, ins: &InsertPlan, params: &[Value]) -> Result<Row> {
+    ins.values
+        .iter()
+        .map(|op| match op {
+            Some(op) => op.value(params).cloned(),
+            None => Ok(Value::Null),
+        })
+        .collect::<Result<Row>>()
+        .and_then(|row| {
+            if row.len() == def.columns.len() {
+                Ok(row)
+            } else {
+                Err(Error::Internal(format!(
+                    "plan does not match table `{}`",
+                    def.name
+                )))
+            }
+        })
+}
+
+/// The index-column prefix of `row` in index `id` and whether a unique
+/// index already holds it. NULLs never conflict.
+fn unique_conflict(def: &TableDef, set: &BTreeSet<Key>, id: IndexId, sec_key: &Key) -> bool {
+    let n = def.index_columns(id).len();
+    let prefix = &sec_key.0[..n];
+    if prefix.iter().any(Value::is_null) {
+        return false;
+    }
+    let lo = Key::new(prefix.iter().cloned());
+    let hi = Key::prefix_upper(prefix);
+    set.range(lo..=hi).next().is_some()
+}
+
+/// Type-checks and inserts a row with its index entries; returns its pk.
+fn insert_row(def: &TableDef, data: &mut TableData, row: Row) -> Result<Key> {
+    def.check_row(&row)?;
+    let pk = def.primary_key_of(&row);
+    if data.rows.contains_key(&pk) {
+        return Err(Error::DuplicateKey {
+            table: def.name.clone(),
+            key: pk.to_string(),
+        });
+    }
+    let mut keys = Vec::with_capacity(def.indexes.len());
+    for (i, idx) in def.indexes.iter().enumerate() {
+        let id = IndexId(i as u32 + 1);
+        let sk = def.secondary_key_of(id, &row);
+        if idx.unique && unique_conflict(def, &data.secondary[i], id, &sk) {
+            return Err(Error::DuplicateKey {
+                table: def.name.clone(),
+                key: format!("{} in unique index `{}`", sk, idx.name),
+            });
+        }
+        keys.push(sk);
+    }
+    for (set, sk) in data.secondary.iter_mut().zip(keys) {
+        set.insert(sk);
+    }
+    data.rows.insert(pk.clone(), row);
+    Ok(pk)
+}
+
+/// The values an UPDATE's SETs give `row`, all computed from the old row,
+/// coerced and checked against their columns.
+fn new_values(
+    def: &TableDef,
+    row: &Row,
+    sets: &[Assignment],
+    params: &[Value],
+) -> Result<Vec<(usize, Value)>> {
+    sets.iter()
+        .map(|s| {
+            let v = match &s.expr {
+                SetExpr::Value(op) => op.value(params)?.clone(),
+                SetExpr::Arith {
+                    source,
+                    op,
+                    operand,
+                } => arith(*op, &row[*source], operand.value(params)?)?,
+            };
+            Ok((
+                s.column,
+                coerce_value(&def.name, &def.columns[s.column], v)?,
+            ))
+        })
+        .collect()
+}
+
+fn secondary_key_with(def: &TableDef, id: IndexId, row: &Row, new: &[(usize, Value)]) -> Key {
+    let cols = def.index_columns(id);
+    Key::new(cols.iter().chain(def.primary_key.iter()).map(|&c| {
+        new.iter()
+            .find(|(nc, _)| *nc == c)
+            .map_or_else(|| row[c].clone(), |(_, v)| v.clone())
+    }))
+}
+
+/// Updates one row in place; returns the old values of the changed
+/// columns. On error nothing changed.
+fn update_row(
+    def: &TableDef,
+    data: &mut TableData,
+    pk: &Key,
+    sets: &[Assignment],
+    params: &[Value],
+) -> Result<Vec<(usize, Value)>> {
+    let row = data
+        .rows
+        .get(pk)
+        .ok_or_else(|| Error::Internal(format!("row {pk} of `{}` vanished", def.name)))?;
+    let new = new_values(def, row, sets, params)?;
+    let mut moves: Vec<(usize, Key, Key)> = Vec::new();
+    for (i, idx) in def.indexes.iter().enumerate() {
+        if !new.iter().any(|(c, _)| idx.columns.contains(c)) {
+            continue;
+        }
+        let id = IndexId(i as u32 + 1);
+        let old_key = def.secondary_key_of(id, row);
+        let new_key = secondary_key_with(def, id, row, &new);
+        if old_key == new_key {
+            continue;
+        }
+        if idx.unique && unique_conflict(def, &data.secondary[i], id, &new_key) {
+            return Err(Error::DuplicateKey {
+                table: def.name.clone(),
+                key: format!("{} in unique index `{}`", new_key, idx.name),
+            });
+        }
+        moves.push((i, old_key, new_key));
+    }
+    for (i, old_key, new_key) in moves {
+        data.secondary[i].remove(&old_key);
+        data.secondary[i].insert(new_key);
+    }
+    let row = data
+        .rows
+        .get_mut(pk)
+        .ok_or_else(|| Error::Internal(format!("row {pk} of `{}` vanished", def.name)))?;
+    Ok(new
+        .into_iter()
+        .map(|(c, v)| (c, std::mem::replace(&mut row[c], v)))
+        .collect())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+mod tests;

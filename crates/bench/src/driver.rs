@@ -1,0 +1,555 @@
+//! The closed-loop driver: runs a workload against freshly started embedded
+//! clusters, one measured point per (workload variant, protocol, client
+//! count), and collects the report.
+//!
+//! ```text
+//!  for variant (e.g. --rows 10,1000)      each point: fresh cluster + data
+//!    for protocol (--compare acid,...)     |<- warm-up ->|<--- measured --->| drain
+//!      for clients (--clients 1,8,64)      clients loop: next() -> call() -> record
+//!                                          stats snapshot ^                  ^
+//! ```
+//!
+//! Guarantees: every point starts from the same initial data and the same
+//! request streams (client RNGs are seeded from the cluster seed, the
+//! variant, the client count and the client index, not the protocol), so
+//! protocols are compared on identical work. A call completing inside the
+//! measured interval is recorded; the cluster's counters (aborts by cause,
+//! retries, statements, lock waits) and the link's measured delay are
+//! sampled at the interval's edges. A call failing for any reason other
+//! than contention (user abort, retries exhausted) stops the run: it is a
+//! bug to fix, not a number to report.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use brine_cluster::protocol::protocol_by_name;
+use brine_cluster::{Client, Cluster, ClusterConfig, StatsSnapshot};
+use brine_core::Error;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use serde_json::{json, Map, Value as Json};
+use tokio::task::JoinSet;
+
+use crate::error::{BenchError, Result};
+use crate::recorder::{round2, Recorder};
+use crate::report::{BenchReport, PointResult};
+use crate::workload::{ClientGen, Workload};
+
+/// Upper bound on closed-loop clients per point: each is a tokio task with
+/// its own histograms; beyond this the driver, not the cluster, is measured.
+pub const MAX_CLIENTS: u64 = 100_000;
+
+/// How long clients may take to finish their last call after the measured
+/// interval before the run is declared stuck.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What to run, apart from the workload.
+#[derive(Clone, Debug)]
+pub struct BenchSpec {
+    /// The cluster of every point; `protocol` is replaced by each entry of
+    /// `protocols` in turn.
+    pub cluster: ClusterConfig,
+    /// Protocols to run; the first is the baseline of the ratios.
+    pub protocols: Vec<String>,
+    /// Client counts to sweep, in order.
+    pub clients: Vec<u32>,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Run the workload's invariant check after every point.
+    pub check: bool,
+}
+
+impl BenchSpec {
+    /// Rejects what cannot run, before anything is started.
+    pub fn validate(&self) -> Result<()> {
+        if self.protocols.is_empty() {
+            return Err(BenchError::Config("no protocol to run".into()));
+        }
+        for p in &self.protocols {
+            protocol_by_name(p).map_err(|e| BenchError::Config(e.to_string()))?;
+        }
+        if self.clients.is_empty() {
+            return Err(BenchError::Config(
+                "no client count to run (--clients)".into(),
+            ));
+        }
+        if let Some(c) = self
+            .clients
+            .iter()
+            .find(|&&c| c == 0 || u64::from(c) > MAX_CLIENTS)
+        {
+            return Err(BenchError::Config(format!(
+                "--clients: {c} is out of range (1..={MAX_CLIENTS})"
+            )));
+        }
+        if self.duration.is_zero() {
+            return Err(BenchError::Config("--duration must be positive".into()));
+        }
+        self.cluster
+            .validate()
+            .map_err(|e| BenchError::Config(e.to_string()))
+    }
+
+    /// The report's `config` object.
+    pub fn config_json(&self, workloads: &[Arc<dyn Workload>]) -> Map<String, Json> {
+        let c = &self.cluster;
+        let mut m = Map::new();
+        m.insert("nodes".into(), json!(c.nodes));
+        m.insert("partitions_per_node".into(), json!(c.partitions_per_node));
+        m.insert(
+            "placement".into(),
+            json!(format!("{:?}", c.placement).to_lowercase()),
+        );
+        m.insert("link_delay_us".into(), json!(c.link.delay_us));
+        m.insert("link_jitter_us".into(), json!(c.link.jitter_us));
+        m.insert("seed".into(), json!(c.seed));
+        m.insert("isolation".into(), json!(c.isolation.to_string()));
+        m.insert("deadlock".into(), json!(deadlock_name(&c.lock.policy)));
+        m.insert(
+            "lock_timeout_ms".into(),
+            json!(c.lock.wait_timeout.as_millis() as u64),
+        );
+        m.insert("max_attempts".into(), json!(c.retry.max_attempts));
+        m.insert("protocols".into(), json!(self.protocols));
+        m.insert("baseline".into(), json!(self.protocols.first()));
+        m.insert("clients".into(), json!(self.clients));
+        m.insert("warmup_s".into(), json!(self.warmup.as_secs_f64()));
+        m.insert("duration_s".into(), json!(self.duration.as_secs_f64()));
+        m.insert("check".into(), json!(self.check));
+        let mut shown = c.clone();
+        if let Some(p) = self.protocols.first() {
+            shown.protocol = p.clone();
+        }
+        m.insert("topology".into(), json!(shown.to_string()));
+        // Workload parameters: a scalar when every variant shares it, the
+        // list of values when the run sweeps it.
+        let mut params: BTreeMap<String, Vec<Json>> = BTreeMap::new();
+        for w in workloads {
+            for (k, v) in w.params() {
+                params.entry(k).or_default().push(v);
+            }
+        }
+        for (k, vs) in params {
+            let first = vs.first().cloned().unwrap_or(Json::Null);
+            if vs.iter().all(|v| *v == first) {
+                m.insert(k, first);
+            } else {
+                m.insert(k, Json::Array(vs));
+            }
+        }
+        if let Some(w) = workloads.first() {
+            let mix: Map<String, Json> = w
+                .mix()
+                .into_iter()
+                .map(|(n, share)| (n.to_string(), json!(share)))
+                .collect();
+            m.insert("mix".into(), Json::Object(mix));
+        }
+        m
+    }
+}
+
+/// The command-line name of a deadlock policy.
+pub fn deadlock_name(policy: &impl std::fmt::Debug) -> String {
+    match format!("{policy:?}").as_str() {
+        "WaitDie" => "wait-die".into(),
+        "Detect" => "detect".into(),
+        "TimeoutOnly" => "timeout".into(),
+        other => other.to_lowercase(),
+    }
+}
+
+/// Runs every point and builds the report. `on_point` sees each result as
+/// soon as it is measured (to print it).
+pub async fn run_bench(
+    spec: &BenchSpec,
+    workloads: &[Arc<dyn Workload>],
+    mut on_point: impl FnMut(&PointResult),
+) -> Result<BenchReport> {
+    spec.validate()?;
+    let name = match workloads.first() {
+        Some(w) => w.name(),
+        None => return Err(BenchError::Config("no workload to run".into())),
+    };
+    let mut results = Vec::new();
+    for (variant, workload) in workloads.iter().enumerate() {
+        for protocol_index in 0..spec.protocols.len() {
+            for &clients in &spec.clients {
+                let (r, failed_check) =
+                    measure_point(spec, workload.as_ref(), variant, protocol_index, clients)
+                        .await?;
+                // The table of a point whose check failed is still shown: it
+                // is the evidence.
+                on_point(&r);
+                if let Some(e) = failed_check {
+                    return Err(e);
+                }
+                results.push(r);
+            }
+        }
+    }
+    Ok(BenchReport::new(name, spec.config_json(workloads), results))
+}
+
+/// One measured point on a freshly started and loaded cluster. With
+/// `spec.check`, a failed invariant check is an error.
+pub async fn run_point(
+    spec: &BenchSpec,
+    workload: &dyn Workload,
+    variant: usize,
+    protocol_index: usize,
+    clients: u32,
+) -> Result<PointResult> {
+    match measure_point(spec, workload, variant, protocol_index, clients).await? {
+        (_, Some(e)) => Err(e),
+        (r, None) => Ok(r),
+    }
+}
+
+/// Measures one point; the second element is the failed check, if any.
+async fn measure_point(
+    spec: &BenchSpec,
+    workload: &dyn Workload,
+    variant: usize,
+    protocol_index: usize,
+    clients: u32,
+) -> Result<(PointResult, Option<BenchError>)> {
+    let protocol = spec
+        .protocols
+        .get(protocol_index)
+        .ok_or_else(|| BenchError::Internal(format!("no protocol #{protocol_index}")))?
+        .clone();
+    let mut config = spec.cluster.clone();
+    config.protocol = protocol.clone();
+    let topology = config.to_string();
+    let isolation = config.isolation.to_string();
+    let cluster = Cluster::start(config, workload.application())
+        .map_err(BenchError::cluster("starting the embedded cluster"))?;
+    let load_started = Instant::now();
+    workload.load(&cluster).await?;
+    tracing::info!(
+        workload = workload.name(),
+        %protocol,
+        clients,
+        load_ms = load_started.elapsed().as_millis() as u64,
+        "loaded"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let measure_start = start + spec.warmup;
+    let measure_end = measure_start + spec.duration;
+    let mut set = JoinSet::new();
+    for i in 0..clients {
+        let rng = SmallRng::seed_from_u64(client_seed(spec.cluster.seed, variant, clients, i));
+        let gen = workload.client(i, rng);
+        set.spawn(client_loop(
+            cluster.client(),
+            gen,
+            measure_start,
+            measure_end,
+            stop.clone(),
+        ));
+    }
+
+    let mut done = Vec::new();
+    let outcome = async {
+        wait_until(&mut set, measure_start, &mut done).await?;
+        let s0 = cluster.stats();
+        let l0 = link_snapshot(&cluster);
+        let t0 = Instant::now();
+        wait_until(&mut set, measure_end, &mut done).await?;
+        let s1 = cluster.stats();
+        let l1 = link_snapshot(&cluster);
+        let stats_s = t0.elapsed().as_secs_f64();
+        Ok::<_, BenchError>((s1.since(&s0), (l1.0 - l0.0, l1.1 - l0.1), stats_s))
+    }
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let (delta, link, stats_s) = match outcome {
+        Ok(x) => x,
+        Err(e) => {
+            set.abort_all();
+            return Err(e);
+        }
+    };
+    drain(&mut set, &mut done).await?;
+
+    let mut merged = Recorder::new()?;
+    for r in &done {
+        merged.merge(r)?;
+    }
+    let measured_s = spec.duration.as_secs_f64();
+    let names: Vec<&'static str> = workload.mix().into_iter().map(|(n, _)| n).collect();
+    let (all, per_procedure) = merged.summarize(&names, measured_s)?;
+
+    let (check, failed_check) = if spec.check {
+        match workload.check(&cluster).await {
+            Ok(()) => ("passed".to_string(), None),
+            Err(e) => (format!("FAILED: {e}"), Some(e)),
+        }
+    } else {
+        ("not run".to_string(), None)
+    };
+
+    let result = point_result(PointInputs {
+        protocol,
+        protocol_index,
+        variant,
+        clients,
+        params: workload.params(),
+        all,
+        per_procedure,
+        delta,
+        link,
+        stats_s,
+        measured_s,
+        warmup_s: spec.warmup.as_secs_f64(),
+        isolation,
+        topology,
+        workload_metrics: workload.metrics(),
+        check,
+    });
+    Ok((result, failed_check))
+}
+
+struct PointInputs {
+    protocol: String,
+    protocol_index: usize,
+    variant: usize,
+    clients: u32,
+    params: Map<String, Json>,
+    all: crate::recorder::ProcSummary,
+    per_procedure: BTreeMap<String, crate::recorder::ProcSummary>,
+    delta: StatsSnapshot,
+    /// (messages, total delay ns) crossing the link in the interval.
+    link: (u64, u64),
+    stats_s: f64,
+    measured_s: f64,
+    warmup_s: f64,
+    isolation: String,
+    topology: String,
+    workload_metrics: Map<String, Json>,
+    check: String,
+}
+
+fn point_result(p: PointInputs) -> PointResult {
+    let d = &p.delta;
+    let mut aborts_by_cause = BTreeMap::new();
+    aborts_by_cause.insert("wait_die".to_string(), d.aborts_wait_die);
+    aborts_by_cause.insert("deadlock".to_string(), d.aborts_deadlock);
+    aborts_by_cause.insert("lock_timeout".to_string(), d.aborts_timeout);
+    aborts_by_cause.insert("cascade".to_string(), d.aborts_cascade);
+    aborts_by_cause.insert("user".to_string(), d.user_aborts);
+    let per_s = |n: u64| {
+        if p.stats_s > 0.0 {
+            round2(n as f64 / p.stats_s)
+        } else {
+            0.0
+        }
+    };
+    PointResult {
+        protocol: p.protocol,
+        clients: p.clients,
+        throughput_tps: round2(p.all.throughput_tps),
+        latency_us_p50: p.all.latency_us_p50,
+        latency_us_p99: p.all.latency_us_p99,
+        aborts: d.cc_aborts() + d.user_aborts,
+        retries: d.retries,
+        per_procedure: p
+            .per_procedure
+            .into_iter()
+            .map(|(k, mut v)| {
+                v.throughput_tps = round2(v.throughput_tps);
+                (k, v)
+            })
+            .collect(),
+        params: p.params,
+        latency_us_p95: p.all.latency_us_p95,
+        latency_us_max: p.all.latency_us_max,
+        latency_us_mean: p.all.latency_us_mean,
+        commits: p.all.commits,
+        cc_aborts: d.cc_aborts(),
+        user_aborts: d.user_aborts,
+        gave_up: p.all.gave_up,
+        aborts_by_cause,
+        statements_per_s: per_s(d.statements),
+        lock_waits: d.lock_waits,
+        lock_wait_us_mean: if d.lock_waits > 0 {
+            round2(d.lock_wait_us_total as f64 / d.lock_waits as f64)
+        } else {
+            0.0
+        },
+        link_delay_us_measured: if p.link.0 > 0 {
+            round2(p.link.1 as f64 / p.link.0 as f64 / 1000.0)
+        } else {
+            0.0
+        },
+        link_messages: p.link.0,
+        measured_s: p.measured_s,
+        warmup_s: p.warmup_s,
+        isolation: p.isolation,
+        topology: p.topology,
+        peak: false,
+        throughput_ratio_vs_baseline: None,
+        workload_metrics: p.workload_metrics,
+        check: p.check,
+        variant: p.variant,
+        protocol_index: p.protocol_index,
+    }
+}
+
+fn link_snapshot(cluster: &Cluster) -> (u64, u64) {
+    let s = cluster.link_stats();
+    (
+        s.messages.load(Ordering::Relaxed),
+        s.total_delay_ns.load(Ordering::Relaxed),
+    )
+}
+
+/// Client `i`'s RNG seed: independent of the protocol, so compared
+/// protocols get identical request streams.
+fn client_seed(seed: u64, variant: usize, clients: u32, i: u32) -> u64 {
+    fn mix(mut x: u64) -> u64 {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^ (x >> 31)
+    }
+    mix(mix(mix(mix(seed) ^ variant as u64) ^ u64::from(clients)) ^ u64::from(i))
+}
+
+/// One closed-loop client: issue, wait, record, repeat until the end of the
+/// measured interval (or until another client failed).
+async fn client_loop(
+    client: Client,
+    mut gen: Box<dyn ClientGen>,
+    measure_start: Instant,
+    measure_end: Instant,
+    stop: Arc<AtomicBool>,
+) -> Result<Recorder> {
+    let mut rec = Recorder::new()?;
+    while !stop.load(Ordering::Relaxed) && Instant::now() < measure_end {
+        let req = gen.next();
+        let procedure = req.procedure;
+        let t0 = Instant::now();
+        let outcome = client.call(procedure, req.args).await;
+        let t1 = Instant::now();
+        gen.observe(procedure, &outcome);
+        let measured = t1 >= measure_start && t1 < measure_end;
+        match outcome {
+            Ok(o) if measured => {
+                let us = u64::try_from(t1.duration_since(t0).as_micros()).unwrap_or(u64::MAX);
+                rec.commit(procedure, us, o.attempts)?;
+            }
+            Ok(_) => {}
+            Err(Error::UserAbort(_)) => {
+                if measured {
+                    rec.user_abort(procedure)?;
+                }
+            }
+            Err(Error::RetriesExhausted { attempts, .. }) => {
+                if measured {
+                    rec.gave_up(procedure, attempts)?;
+                }
+            }
+            Err(source) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err(BenchError::Call {
+                    procedure: procedure.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(rec)
+}
+
+/// Waits until `deadline`, collecting clients that end early; a client that
+/// ends with an error (or panics) ends the wait with that error.
+async fn wait_until(
+    set: &mut JoinSet<Result<Recorder>>,
+    deadline: Instant,
+    done: &mut Vec<Recorder>,
+) -> Result<()> {
+    let sleep = tokio::time::sleep_until(deadline.into());
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            _ = &mut sleep => return Ok(()),
+            joined = set.join_next(), if !set.is_empty() => {
+                if let Some(j) = joined {
+                    done.push(joined_client(j)?);
+                }
+            }
+        }
+    }
+}
+
+/// Waits for every client to finish its last call.
+async fn drain(set: &mut JoinSet<Result<Recorder>>, done: &mut Vec<Recorder>) -> Result<()> {
+    let all = async {
+        while let Some(j) = set.join_next().await {
+            done.push(joined_client(j)?);
+        }
+        Ok::<_, BenchError>(())
+    };
+    match tokio::time::timeout(DRAIN_TIMEOUT, all).await {
+        Ok(r) => r,
+        Err(_) => {
+            set.abort_all();
+            Err(BenchError::Internal(format!(
+                "clients did not finish their last call within {} s of the end of the measured interval (is a transaction stuck?)",
+                DRAIN_TIMEOUT.as_secs()
+            )))
+        }
+    }
+}
+
+fn joined_client(
+    j: std::result::Result<Result<Recorder>, tokio::task::JoinError>,
+) -> Result<Recorder> {
+    match j {
+        Ok(r) => r,
+        Err(e) => Err(BenchError::Internal(format!("a client task failed: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_differ_by_client_not_protocol() {
+        assert_ne!(client_seed(1, 0, 8, 0), client_seed(1, 0, 8, 1));
+        assert_ne!(client_seed(1, 0, 8, 0), client_seed(1, 1, 8, 0));
+        assert_eq!(client_seed(7, 2, 8, 3), client_seed(7, 2, 8, 3));
+    }
+
+    #[test]
+    fn unknown_protocol_is_a_clear_error() {
+        let spec = BenchSpec {
+            cluster: ClusterConfig::default(),
+            protocols: vec!["acid".into(), "nope".into()],
+            clients: vec![1],
+            warmup: Duration::ZERO,
+            duration: Duration::from_secs(1),
+            check: false,
+        };
+        let e = spec.validate().unwrap_err().to_string();
+        assert!(e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn deadlock_names() {
+        #[derive(Debug)]
+        enum P {
+            WaitDie,
+            TimeoutOnly,
+        }
+        assert_eq!(deadlock_name(&P::WaitDie), "wait-die");
+        assert_eq!(deadlock_name(&P::TimeoutOnly), "timeout");
+    }
+}

@@ -1,0 +1,79 @@
+//! Parsing of sweep lists given on the command line (`--clients 1,8,64`,
+//! `--rows 10,100,1000`, `--compare acid,salt`).
+
+/// Parses a comma-separated list of positive integers, in the order given.
+/// `what` names the option in error messages. Accepts `_` as a digit
+/// separator (`1_000_000`) and surrounding whitespace; rejects empty items,
+/// zero and values above `max`.
+pub fn parse_counts(s: &str, what: &str, max: u64) -> Result<Vec<u64>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',') {
+        let t = item.trim().replace('_', "");
+        if t.is_empty() {
+            return Err(format!(
+                "{what}: empty item in `{s}` (expected a comma-separated list like 1,8,64)"
+            ));
+        }
+        let v: u64 = t
+            .parse()
+            .map_err(|_| format!("{what}: `{}` is not a positive integer", item.trim()))?;
+        if v == 0 {
+            return Err(format!("{what}: values must be at least 1"));
+        }
+        if v > max {
+            return Err(format!("{what}: {v} is above the limit of {max}"));
+        }
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// Parses a comma-separated list of names (protocols), trimmed, non-empty.
+pub fn parse_names(s: &str, what: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',') {
+        let t = item.trim();
+        if t.is_empty() {
+            return Err(format!(
+                "{what}: empty item in `{s}` (expected a comma-separated list like acid,salt)"
+            ));
+        }
+        out.push(t.to_string());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_parse_in_order() {
+        assert_eq!(parse_counts("1,8,64", "--clients", 100), Ok(vec![1, 8, 64]));
+        assert_eq!(
+            parse_counts(" 10 , 1_000 ", "--rows", 10_000),
+            Ok(vec![10, 1000])
+        );
+        assert_eq!(parse_counts("5", "--rows", 10), Ok(vec![5]));
+    }
+
+    #[test]
+    fn counts_reject_bad_items() {
+        assert!(parse_counts("", "--clients", 10).is_err());
+        assert!(parse_counts("1,,2", "--clients", 10).is_err());
+        assert!(parse_counts("0", "--clients", 10).is_err());
+        assert!(parse_counts("-3", "--clients", 10).is_err());
+        assert!(parse_counts("abc", "--clients", 10).is_err());
+        let e = parse_counts("11", "--clients", 10).unwrap_err();
+        assert!(e.contains("limit"), "{e}");
+    }
+
+    #[test]
+    fn names_parse() {
+        assert_eq!(
+            parse_names("acid, salt", "--compare"),
+            Ok(vec!["acid".to_string(), "salt".to_string()])
+        );
+        assert!(parse_names("acid,", "--compare").is_err());
+    }
+}

@@ -1,0 +1,500 @@
+//! Benchmark results: the JSON report (DESIGN section 7 contract) and the
+//! human-readable tables.
+//!
+//! The JSON shape is a contract other tools read:
+//!
+//! ```text
+//! {"workload": "micro",
+//!  "config": {...},
+//!  "results": [{"protocol", "clients", "throughput_tps", "latency_us_p50",
+//!               "latency_us_p99", "aborts", "retries",
+//!               "per_procedure": {name: {...}}, ...added keys}, ...],
+//!  "ratios": {"<protocol>/<baseline>": x, ...},
+//!  ...added keys}
+//! ```
+//!
+//! Keys may be added, never renamed. `aborts` counts every aborted attempt
+//! in the measured interval: concurrency-control victims (by cause in
+//! `aborts_by_cause`) plus user aborts.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::{Map, Value as Json};
+
+use crate::recorder::ProcSummary;
+
+/// One measured point: one protocol, one client count, one workload variant.
+#[derive(Clone, Debug, Serialize)]
+pub struct PointResult {
+    pub protocol: String,
+    pub clients: u32,
+    pub throughput_tps: f64,
+    pub latency_us_p50: u64,
+    pub latency_us_p99: u64,
+    pub aborts: u64,
+    pub retries: u64,
+    pub per_procedure: BTreeMap<String, ProcSummary>,
+    /// Workload parameters of this point (`rows`, `accounts`), flattened so
+    /// a sweep over them reads like a sweep over clients.
+    #[serde(flatten)]
+    pub params: Map<String, Json>,
+    pub latency_us_p95: u64,
+    pub latency_us_max: u64,
+    pub latency_us_mean: f64,
+    pub commits: u64,
+    pub cc_aborts: u64,
+    pub user_aborts: u64,
+    /// Calls given up after the cluster's retry bound.
+    pub gave_up: u64,
+    pub aborts_by_cause: BTreeMap<String, u64>,
+    pub statements_per_s: f64,
+    pub lock_waits: u64,
+    pub lock_wait_us_mean: f64,
+    /// Mean one-way delay of the messages that crossed the simulated link
+    /// during the measured interval (0 when none did).
+    pub link_delay_us_measured: f64,
+    pub link_messages: u64,
+    pub measured_s: f64,
+    pub warmup_s: f64,
+    pub isolation: String,
+    /// The cluster's topology line (`ClusterConfig`'s Display).
+    pub topology: String,
+    /// True for the point of highest throughput among the points of the same
+    /// protocol and workload variant (the client sweep's peak).
+    pub peak: bool,
+    /// This point's throughput over the baseline protocol's at the same
+    /// client count and variant (absent without `--compare`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throughput_ratio_vs_baseline: Option<f64>,
+    /// Workload-specific counters (e.g. the bank's `total_violations`).
+    pub workload_metrics: Map<String, Json>,
+    /// `passed` when `--check` ran the workload's invariant check and it
+    /// held, `FAILED: <why>` when it did not (the run then ends with that
+    /// error after printing this point), `not run` without `--check`.
+    pub check: String,
+    /// Index of the workload variant (sweep over workload parameters).
+    #[serde(skip)]
+    pub variant: usize,
+    /// Index of the protocol in the compared list (0 = baseline).
+    #[serde(skip)]
+    pub protocol_index: usize,
+}
+
+/// The peak of one protocol on one workload variant.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Peak {
+    pub protocol: String,
+    pub clients: u32,
+    pub throughput_tps: f64,
+    #[serde(flatten)]
+    pub params: Map<String, Json>,
+}
+
+/// A whole `brine bench` invocation.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    pub workload: String,
+    pub config: Map<String, Json>,
+    pub results: Vec<PointResult>,
+    /// `"<protocol>/<baseline>"`: peak throughput of the protocol over the
+    /// peak of the baseline (the first compared protocol), over all points.
+    /// With a sweep over workload parameters, also one key per variant:
+    /// `"<protocol>/<baseline>@rows=10"`.
+    pub ratios: BTreeMap<String, f64>,
+    pub peak: Vec<Peak>,
+}
+
+impl BenchReport {
+    /// Builds the report: marks peaks and computes ratios.
+    pub fn new(workload: &str, config: Map<String, Json>, mut results: Vec<PointResult>) -> Self {
+        let mut groups: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+        for (i, r) in results.iter().enumerate() {
+            let key = (r.variant, r.protocol_index);
+            let better = match groups.get(&key) {
+                Some(&j) => r.throughput_tps > results[j].throughput_tps,
+                None => true,
+            };
+            if better {
+                groups.insert(key, i);
+            }
+        }
+        for r in results.iter_mut() {
+            r.peak = false;
+        }
+        let mut peak = Vec::new();
+        for &i in groups.values() {
+            results[i].peak = true;
+            peak.push(Peak {
+                protocol: results[i].protocol.clone(),
+                clients: results[i].clients,
+                throughput_tps: results[i].throughput_tps,
+                params: results[i].params.clone(),
+            });
+        }
+
+        // Per-point ratios against the baseline at the same variant/clients.
+        let base: BTreeMap<(usize, u32), f64> = results
+            .iter()
+            .filter(|r| r.protocol_index == 0)
+            .map(|r| ((r.variant, r.clients), r.throughput_tps))
+            .collect();
+        let compared = results.iter().any(|r| r.protocol_index > 0);
+        for r in results.iter_mut() {
+            r.throughput_ratio_vs_baseline = if compared {
+                base.get(&(r.variant, r.clients))
+                    .filter(|b| **b > 0.0)
+                    .map(|b| ratio(r.throughput_tps, *b))
+            } else {
+                None
+            };
+        }
+
+        let mut ratios = BTreeMap::new();
+        let variants: Vec<usize> = {
+            let mut v: Vec<usize> = results.iter().map(|r| r.variant).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let max_tps = |pi: usize, variant: Option<usize>| {
+            results
+                .iter()
+                .filter(|r| {
+                    r.protocol_index == pi && (variant.is_none() || variant == Some(r.variant))
+                })
+                .map(|r| r.throughput_tps)
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+        };
+        let mut protocols: BTreeMap<usize, String> = BTreeMap::new();
+        for r in &results {
+            protocols.insert(r.protocol_index, r.protocol.clone());
+        }
+        if let Some(base_name) = protocols.get(&0).cloned() {
+            for (&pi, name) in protocols.iter().filter(|(&pi, _)| pi > 0) {
+                let key = format!("{name}/{base_name}");
+                if let (Some(p), Some(b)) = (max_tps(pi, None), max_tps(0, None)) {
+                    if b > 0.0 {
+                        ratios.insert(key.clone(), ratio(p, b));
+                    }
+                }
+                if variants.len() > 1 {
+                    for &v in &variants {
+                        let label = results
+                            .iter()
+                            .find(|r| r.variant == v)
+                            .map(|r| params_label(&r.params))
+                            .unwrap_or_default();
+                        if let (Some(p), Some(b)) = (max_tps(pi, Some(v)), max_tps(0, Some(v))) {
+                            if b > 0.0 {
+                                ratios.insert(format!("{key}@{label}"), ratio(p, b));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        BenchReport {
+            workload: workload.to_string(),
+            config,
+            results,
+            ratios,
+            peak,
+        }
+    }
+
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
+    }
+
+    /// The closing table: one row per point, then peaks and ratios.
+    pub fn render_summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "== summary: {} ==", self.workload);
+        let param_keys: Vec<String> = self
+            .results
+            .first()
+            .map(|r| r.params.keys().cloned().collect())
+            .unwrap_or_default();
+        let mut header = String::new();
+        for k in &param_keys {
+            let _ = write!(header, "{k:>9} ");
+        }
+        let _ = writeln!(
+            s,
+            "{header}{:<10} {:>7} {:>11} {:>8} {:>8} {:>9} {:>9} {:>8}",
+            "protocol", "clients", "tps", "p50 us", "p99 us", "aborts", "retries", "ratio"
+        );
+        for r in &self.results {
+            let mut row = String::new();
+            for k in &param_keys {
+                let v = r.params.get(k).map(json_short).unwrap_or_default();
+                let _ = write!(row, "{v:>9} ");
+            }
+            let ratio = r
+                .throughput_ratio_vs_baseline
+                .map(|x| format!("{x:.2}x"))
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                s,
+                "{row}{:<10} {:>7} {:>11.1} {:>8} {:>8} {:>9} {:>9} {:>8}{}",
+                r.protocol,
+                r.clients,
+                r.throughput_tps,
+                r.latency_us_p50,
+                r.latency_us_p99,
+                r.aborts,
+                r.retries,
+                ratio,
+                if r.peak { "  <- peak" } else { "" }
+            );
+        }
+        for (k, v) in &self.ratios {
+            let _ = writeln!(s, "ratio {k} (peak throughput) = {v:.2}x");
+        }
+        s
+    }
+}
+
+/// The per-point table printed as soon as a point finishes.
+pub fn render_point(workload: &str, r: &PointResult) -> String {
+    let mut s = String::new();
+    let label = params_label(&r.params);
+    let _ = writeln!(
+        s,
+        "== {workload}{}{} | protocol {} | {} clients ==",
+        if label.is_empty() { "" } else { " " },
+        label,
+        r.protocol,
+        r.clients
+    );
+    let _ = writeln!(s, "topology: {}", r.topology);
+    let _ = writeln!(
+        s,
+        "measured {:.2} s after {:.2} s warm-up; link delay measured {:.1} us mean one-way over {} messages",
+        r.measured_s, r.warmup_s, r.link_delay_us_measured, r.link_messages
+    );
+    let _ = writeln!(
+        s,
+        "{:<16} {:>9} {:>11} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>11}",
+        "procedure",
+        "commits",
+        "tps",
+        "p50 us",
+        "p95 us",
+        "p99 us",
+        "max us",
+        "retries",
+        "cc aborts",
+        "user aborts"
+    );
+    // The (all) row adds up the per-procedure rows (calls completed in the
+    // interval); the cluster's own counters are on the `aborts` line below.
+    let sum = |f: fn(&ProcSummary) -> u64| r.per_procedure.values().map(f).sum::<u64>();
+    let all = ProcSummary {
+        commits: r.commits,
+        throughput_tps: r.throughput_tps,
+        latency_us_p50: r.latency_us_p50,
+        latency_us_p95: r.latency_us_p95,
+        latency_us_p99: r.latency_us_p99,
+        latency_us_max: r.latency_us_max,
+        latency_us_mean: r.latency_us_mean,
+        retries: sum(|p| p.retries),
+        cc_aborts: sum(|p| p.cc_aborts),
+        user_aborts: sum(|p| p.user_aborts),
+        gave_up: r.gave_up,
+    };
+    let rows = r
+        .per_procedure
+        .iter()
+        .map(|(n, p)| (n.as_str(), p))
+        .chain(std::iter::once(("(all)", &all)));
+    for (name, p) in rows {
+        let _ = writeln!(
+            s,
+            "{:<16} {:>9} {:>11.1} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>11}",
+            name,
+            p.commits,
+            p.throughput_tps,
+            p.latency_us_p50,
+            p.latency_us_p95,
+            p.latency_us_p99,
+            p.latency_us_max,
+            p.retries,
+            p.cc_aborts,
+            p.user_aborts
+        );
+    }
+    let causes: Vec<String> = r
+        .aborts_by_cause
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "cluster: aborts {} ({}), retries {}; gave up {}; statements {:.0}/s; lock waits {} (mean {:.1} us)",
+        r.aborts,
+        causes.join(", "),
+        r.retries,
+        r.gave_up,
+        r.statements_per_s,
+        r.lock_waits,
+        r.lock_wait_us_mean
+    );
+    if !r.workload_metrics.is_empty() {
+        let m: Vec<String> = r
+            .workload_metrics
+            .iter()
+            .map(|(k, v)| format!("{k}={}", json_short(v)))
+            .collect();
+        let _ = writeln!(s, "workload: {}", m.join(", "));
+    }
+    let _ = writeln!(s, "check: {}", r.check);
+    s
+}
+
+/// `rows=10,accounts=5` from a parameter map.
+pub fn params_label(params: &Map<String, Json>) -> String {
+    params
+        .iter()
+        .map(|(k, v)| format!("{k}={}", json_short(v)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn json_short(v: &Json) -> String {
+    match v {
+        Json::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    (a / b * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn point(protocol: &str, pi: usize, variant: usize, clients: u32, tps: f64) -> PointResult {
+        let mut params = Map::new();
+        params.insert("rows".into(), json!(10 * (variant + 1)));
+        PointResult {
+            protocol: protocol.into(),
+            clients,
+            throughput_tps: tps,
+            latency_us_p50: 10,
+            latency_us_p99: 20,
+            aborts: 1,
+            retries: 1,
+            per_procedure: BTreeMap::new(),
+            params,
+            latency_us_p95: 15,
+            latency_us_max: 30,
+            latency_us_mean: 11.0,
+            commits: 100,
+            cc_aborts: 1,
+            user_aborts: 0,
+            gave_up: 0,
+            aborts_by_cause: BTreeMap::new(),
+            statements_per_s: 5.0,
+            lock_waits: 0,
+            lock_wait_us_mean: 0.0,
+            link_delay_us_measured: 100.0,
+            link_messages: 10,
+            measured_s: 1.0,
+            warmup_s: 0.0,
+            isolation: "serializable".into(),
+            topology: "t".into(),
+            peak: false,
+            throughput_ratio_vs_baseline: None,
+            workload_metrics: Map::new(),
+            check: "not run".into(),
+            variant,
+            protocol_index: pi,
+        }
+    }
+
+    #[test]
+    fn peaks_and_ratios() {
+        let results = vec![
+            point("acid", 0, 0, 1, 100.0),
+            point("acid", 0, 0, 8, 400.0),
+            point("acid", 0, 0, 64, 300.0),
+            point("fast", 1, 0, 1, 100.0),
+            point("fast", 1, 0, 8, 800.0),
+            point("fast", 1, 0, 64, 1200.0),
+        ];
+        let rep = BenchReport::new("micro", Map::new(), results);
+        let peaks: Vec<(String, u32)> = rep
+            .peak
+            .iter()
+            .map(|p| (p.protocol.clone(), p.clients))
+            .collect();
+        assert_eq!(peaks, vec![("acid".into(), 8), ("fast".into(), 64)]);
+        assert_eq!(rep.ratios.get("fast/acid"), Some(&3.0));
+        assert_eq!(rep.ratios.len(), 1);
+        assert_eq!(rep.results[5].throughput_ratio_vs_baseline, Some(4.0));
+        assert!(rep.results[1].peak && !rep.results[0].peak);
+    }
+
+    #[test]
+    fn variant_ratios_and_no_compare() {
+        let rep = BenchReport::new(
+            "micro",
+            Map::new(),
+            vec![
+                point("acid", 0, 0, 4, 100.0),
+                point("acid", 0, 1, 4, 200.0),
+                point("x", 1, 0, 4, 300.0),
+                point("x", 1, 1, 4, 200.0),
+            ],
+        );
+        assert_eq!(rep.ratios.get("x/acid"), Some(&1.5));
+        assert_eq!(rep.ratios.get("x/acid@rows=10"), Some(&3.0));
+        assert_eq!(rep.ratios.get("x/acid@rows=20"), Some(&1.0));
+
+        let single = BenchReport::new("micro", Map::new(), vec![point("acid", 0, 0, 4, 100.0)]);
+        assert!(single.ratios.is_empty());
+        assert_eq!(single.results[0].throughput_ratio_vs_baseline, None);
+    }
+
+    #[test]
+    fn json_has_contract_keys() -> Result<(), serde_json::Error> {
+        let rep = BenchReport::new("micro", Map::new(), vec![point("acid", 0, 0, 4, 100.0)]);
+        let v: Json = serde_json::from_str(&rep.to_json()?)?;
+        for k in ["workload", "config", "results", "ratios"] {
+            assert!(v.get(k).is_some(), "missing {k}");
+        }
+        let r = &v["results"][0];
+        for k in [
+            "protocol",
+            "clients",
+            "throughput_tps",
+            "latency_us_p50",
+            "latency_us_p99",
+            "aborts",
+            "retries",
+            "per_procedure",
+            "rows",
+        ] {
+            assert!(r.get(k).is_some(), "missing result key {k}");
+        }
+        assert!(r.get("variant").is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn tables_render() {
+        let rep = BenchReport::new("micro", Map::new(), vec![point("acid", 0, 0, 4, 100.0)]);
+        let t = render_point("micro", &rep.results[0]);
+        assert!(t.contains("topology: t"));
+        assert!(t.contains("(all)"));
+        let s = rep.render_summary();
+        assert!(s.contains("<- peak"), "{s}");
+    }
+}

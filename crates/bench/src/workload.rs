@@ -1,0 +1,80 @@
+//! The contract between the driver and a workload.
+//!
+//! ```text
+//!  driver, per measured point (fresh cluster, fresh data):
+//!    Cluster::start(config, workload.application())
+//!    workload.load(&cluster)            -- initial data; resets run counters
+//!    for each client i: workload.client(i, seeded rng) -> ClientGen
+//!        loop { req = gen.next(); outcome = call(req); gen.observe(..) }
+//!    workload.check(&cluster)           -- with --check: invariants hold?
+//!    workload.metrics()                 -- workload-specific counters
+//! ```
+//!
+//! A workload never times anything and never decides when to stop: the
+//! driver owns the clock. It owns what is called, with which arguments, and
+//! what a correct outcome is.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use brine_cluster::{Application, CallOutcome, Cluster};
+use brine_core::Value;
+use rand::rngs::SmallRng;
+use serde_json::{Map, Value as Json};
+
+use crate::error::Result;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One transaction a client is about to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TxnRequest {
+    pub procedure: &'static str,
+    pub args: Vec<Value>,
+}
+
+/// A closed-loop client's source of transactions. Owned by one client task;
+/// its randomness comes only from the RNG it was created with, so a run's
+/// request streams are reproducible from the seed.
+pub trait ClientGen: Send {
+    /// The next transaction to run.
+    fn next(&mut self) -> TxnRequest;
+
+    /// Sees the outcome of the call just made (every call, warm-up
+    /// included), e.g. to check a read against an invariant.
+    fn observe(&mut self, _procedure: &'static str, _outcome: &brine_core::Result<CallOutcome>) {}
+}
+
+/// A benchmark workload: schema, procedures, data and request mix.
+pub trait Workload: Send + Sync {
+    /// The name used on the command line and in reports (`micro`, `bank`).
+    fn name(&self) -> &'static str;
+
+    /// Parameters of this workload instance (`{"rows": 1000}`), copied into
+    /// the report's `config` and into every result row.
+    fn params(&self) -> Map<String, Json>;
+
+    /// Procedure names and the share of the mix each gets, for the report.
+    fn mix(&self) -> Vec<(&'static str, f64)>;
+
+    /// The schema and procedures.
+    fn application(&self) -> Application;
+
+    /// Loads the initial data into a freshly started cluster. Called once
+    /// per measured point; also starts a new run, so run counters reset here.
+    fn load<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>>;
+
+    /// The transaction source of client `index`.
+    fn client(&self, index: u32, rng: SmallRng) -> Box<dyn ClientGen>;
+
+    /// Checks the workload's invariants after the run, once every client
+    /// has stopped. The default checks nothing.
+    fn check<'a>(&'a self, _cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Workload-specific counters of the current run, for the report.
+    fn metrics(&self) -> Map<String, Json> {
+        Map::new()
+    }
+}

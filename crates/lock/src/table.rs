@@ -1,0 +1,1693 @@
+//! The lock table of one partition: holders and FIFO wait queues per target,
+//! deadlock handling, downgrades and release-order dependencies.
+
+use crate::compat::{Compatibility, LockClass, Mode};
+use brine_core::access::key_in_range;
+use brine_core::{AbortCause, Access, Error, IndexId, Key, LockTarget, TableId, TxnId};
+use smallvec::SmallVec;
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How conflicts that could deadlock are resolved at request time.
+/// [`LockTable::expire`] (the lock-wait timeout) applies under every policy;
+/// it is the only backstop for cycles that span partitions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadlockPolicy {
+    /// A requester younger (larger `TxnId`) than any transaction it would
+    /// wait for dies; older ones wait. No cycles can form.
+    WaitDie,
+    /// Wait-for graph of this table, checked on every new wait; the
+    /// youngest transaction of a cycle is the victim.
+    Detect,
+    /// Waits are ended only by the timeout.
+    TimeoutOnly,
+}
+
+/// Tunables and bounds of one lock table.
+#[derive(Clone, Debug)]
+pub struct LockConfig {
+    pub policy: DeadlockPolicy,
+    /// A wait older than this is aborted by [`LockTable::expire`].
+    pub wait_timeout: Duration,
+    /// Bound on the wait queue of one target; a request beyond it gets
+    /// `Error::Bound` (the caller aborts or retries), never a hang.
+    pub max_waiters_per_key: usize,
+    /// Bound on the release-order dependencies one transaction carries.
+    pub max_deps_per_txn: usize,
+}
+
+impl Default for LockConfig {
+    fn default() -> Self {
+        LockConfig {
+            policy: DeadlockPolicy::Detect,
+            wait_timeout: Duration::from_secs(1),
+            max_waiters_per_key: 1024,
+            max_deps_per_txn: 4096,
+        }
+    }
+}
+
+/// Names one waiting request. Tickets are handed out in arrival order, so
+/// they also are the FIFO order of fresh requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(pub u64);
+
+impl fmt::Display for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// The immediate answer to [`LockTable::acquire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// The lock is held. `newly` is false if a lock the transaction already
+    /// held on this target (same class, same or stronger access) covers it.
+    Granted { newly: bool },
+    /// The request waits; a later [`Wakeup`] with this ticket ends the wait.
+    Waiting(Ticket),
+    /// The requester must abort (wait-die victim, or victim of the deadlock
+    /// its wait would have closed). Nothing of the request stays in the table;
+    /// the transaction's other locks stay held until `release_all`.
+    Abort(AbortCause),
+}
+
+/// Events produced by table operations for the partition to act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wakeup {
+    /// The waiting request `ticket` of `txn` now holds its lock.
+    Granted { txn: TxnId, ticket: Ticket },
+    /// The waiting request `ticket` of `txn` was removed; `txn` must abort.
+    Aborted {
+        txn: TxnId,
+        ticket: Ticket,
+        cause: AbortCause,
+    },
+    /// A deferred `release_all` of `txn` has completed: it holds nothing.
+    Released { txn: TxnId },
+}
+
+/// The answer to [`LockTable::release_all`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// Every lock of the transaction is released.
+    Done,
+    /// Some locks wait for release-order dependencies; a
+    /// [`Wakeup::Released`] follows when the last one is released.
+    Deferred,
+}
+
+/// Counters, for status output and tests. Every abort victim is counted
+/// once per aborted request, by cause.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockStats {
+    pub acquires: u64,
+    pub granted_immediately: u64,
+    pub already_held: u64,
+    pub waits: u64,
+    pub granted_after_wait: u64,
+    pub aborts_wait_die: u64,
+    pub aborts_deadlock: u64,
+    pub aborts_lock_timeout: u64,
+    pub bound_errors: u64,
+    pub deferred_releases: u64,
+}
+
+impl LockStats {
+    /// Victims of the given cause (`Cascade` is never produced here).
+    pub fn aborts(&self, cause: AbortCause) -> u64 {
+        match cause {
+            AbortCause::WaitDie => self.aborts_wait_die,
+            AbortCause::Deadlock => self.aborts_deadlock,
+            AbortCause::LockTimeout => self.aborts_lock_timeout,
+            AbortCause::Cascade => 0,
+        }
+    }
+
+    fn count_abort(&mut self, cause: AbortCause) {
+        match cause {
+            AbortCause::WaitDie => self.aborts_wait_die += 1,
+            AbortCause::Deadlock => self.aborts_deadlock += 1,
+            AbortCause::LockTimeout => self.aborts_lock_timeout += 1,
+            AbortCause::Cascade => {}
+        }
+    }
+}
+
+impl fmt::Display for LockStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "acquires={} granted_immediately={} already_held={} waits={} granted_after_wait={} \
+             aborts_wait_die={} aborts_deadlock={} aborts_lock_timeout={} bound_errors={} \
+             deferred_releases={}",
+            self.acquires,
+            self.granted_immediately,
+            self.already_held,
+            self.waits,
+            self.granted_after_wait,
+            self.aborts_wait_die,
+            self.aborts_deadlock,
+            self.aborts_lock_timeout,
+            self.bound_errors,
+            self.deferred_releases
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Internal structure.
+
+type SpaceKey = (TableId, IndexId);
+
+/// The multiply-rotate hash of rustc (FxHash). SipHash dominated the
+/// uncontended path; lock keys are hashed several times per operation and
+/// the table is private to one partition, so speed wins over DoS
+/// resistance here (a pathological key set degrades one partition's lock
+/// table, it cannot corrupt it).
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
+
+type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
+type Map<K, V> = HashMap<K, V, FxBuild>;
+
+/// A target inside its (table, index) space, borrowed from a `LockTarget`.
+#[derive(Clone, Copy)]
+enum Local<'a> {
+    Point(&'a Key),
+    Range(&'a Bound<Key>, &'a Bound<Key>),
+}
+
+fn split(t: &LockTarget) -> (SpaceKey, Local<'_>) {
+    match t {
+        LockTarget::Point { table, index, key } => ((*table, *index), Local::Point(key)),
+        LockTarget::Range {
+            table,
+            index,
+            lo,
+            hi,
+        } => ((*table, *index), Local::Range(lo, hi)),
+    }
+}
+
+/// Queue position: upgrades (0) before fresh requests (1), then arrival.
+type Order = (u8, u64);
+
+fn order(upgrade: bool, ticket: Ticket) -> Order {
+    (u8::from(!upgrade), ticket.0)
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Holder {
+    txn: TxnId,
+    mode: Mode,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Queued {
+    ticket: Ticket,
+    txn: TxnId,
+    mode: Mode,
+    upgrade: bool,
+}
+
+impl Queued {
+    fn order(&self) -> Order {
+        order(self.upgrade, self.ticket)
+    }
+}
+
+/// Granted holders and the wait queue of one exact target. A transaction may
+/// appear several times among the holders with different modes, never twice
+/// with the same mode. The queue is sorted by `Order`.
+#[derive(Default)]
+struct Entry {
+    holders: SmallVec<[Holder; 2]>,
+    queue: SmallVec<[Queued; 1]>,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.holders.is_empty() && self.queue.is_empty()
+    }
+}
+
+struct RangeEntry {
+    lo: Bound<Key>,
+    hi: Bound<Key>,
+    entry: Entry,
+}
+
+/// All locks of one (table, index). Points are found by hash; `ordered`
+/// indexes the point keys for range requests. It is built the first time a
+/// range is requested in this space and maintained from then on, so spaces
+/// that only ever see point locks never pay for it. Range entries are few
+/// (one per distinct interval), so a list is enough.
+#[derive(Default)]
+struct Space {
+    points: Map<Key, Entry>,
+    ordered: Option<BTreeSet<Key>>,
+    ranges: Vec<RangeEntry>,
+}
+
+impl Space {
+    fn entry(&self, t: Local<'_>) -> Option<&Entry> {
+        match t {
+            Local::Point(k) => self.points.get(k),
+            Local::Range(lo, hi) => self
+                .ranges
+                .iter()
+                .find(|r| &r.lo == lo && &r.hi == hi)
+                .map(|r| &r.entry),
+        }
+    }
+
+    fn entry_mut(&mut self, t: Local<'_>) -> Option<&mut Entry> {
+        match t {
+            Local::Point(k) => self.points.get_mut(k),
+            Local::Range(lo, hi) => self
+                .ranges
+                .iter_mut()
+                .find(|r| &r.lo == lo && &r.hi == hi)
+                .map(|r| &mut r.entry),
+        }
+    }
+
+    fn entry_or_insert(&mut self, t: Local<'_>) -> &mut Entry {
+        match t {
+            Local::Point(k) => match self.points.entry(k.clone()) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    if let Some(ordered) = &mut self.ordered {
+                        ordered.insert(k.clone());
+                    }
+                    v.insert(Entry::default())
+                }
+            },
+            Local::Range(lo, hi) => {
+                let pos = match self.ranges.iter().position(|r| &r.lo == lo && &r.hi == hi) {
+                    Some(pos) => pos,
+                    None => {
+                        self.ranges.push(RangeEntry {
+                            lo: lo.clone(),
+                            hi: hi.clone(),
+                            entry: Entry::default(),
+                        });
+                        self.ranges.len() - 1
+                    }
+                };
+                &mut self.ranges[pos].entry
+            }
+        }
+    }
+
+    /// Drops the entry of `t` if nothing holds or waits on it.
+    fn prune(&mut self, t: Local<'_>) {
+        match t {
+            Local::Point(k) => {
+                if self.points.get(k).is_some_and(Entry::is_empty) {
+                    self.points.remove(k);
+                    if let Some(ordered) = &mut self.ordered {
+                        ordered.remove(k);
+                    }
+                }
+            }
+            Local::Range(lo, hi) => {
+                if let Some(pos) = self
+                    .ranges
+                    .iter()
+                    .position(|r| &r.lo == lo && &r.hi == hi && r.entry.is_empty())
+                {
+                    self.ranges.remove(pos);
+                }
+            }
+        }
+    }
+
+    fn ensure_ordered(&mut self) {
+        if self.ordered.is_none() {
+            self.ordered = Some(self.points.keys().cloned().collect());
+        }
+    }
+
+    /// Calls `f` on every entry whose target overlaps `t` (including the entry
+    /// of `t` itself). Point vs point: equal keys; point vs range: key in
+    /// interval; range vs range: intervals intersect.
+    fn for_each_overlapping<'s>(&'s self, t: Local<'_>, mut f: impl FnMut(&'s Entry)) {
+        self.for_each_overlapping_exact(t, |e, _| f(e));
+    }
+
+    /// As `for_each_overlapping`, also telling whether the entry is the one
+    /// of exactly `t`.
+    fn for_each_overlapping_exact<'s>(&'s self, t: Local<'_>, mut f: impl FnMut(&'s Entry, bool)) {
+        match t {
+            Local::Point(k) => {
+                if let Some(e) = self.points.get(k) {
+                    f(e, true);
+                }
+                for r in &self.ranges {
+                    if key_in_range(k, &r.lo, &r.hi) {
+                        f(&r.entry, false);
+                    }
+                }
+            }
+            Local::Range(lo, hi) => {
+                debug_assert!(
+                    self.ordered.is_some(),
+                    "range request in a space without a key index"
+                );
+                if let Some(ordered) = &self.ordered {
+                    if interval_nonempty(lo, hi) {
+                        for k in ordered.range::<Key, _>((lo.as_ref(), hi.as_ref())) {
+                            if let Some(e) = self.points.get(k) {
+                                f(e, false);
+                            }
+                        }
+                    }
+                }
+                for r in &self.ranges {
+                    if intervals_overlap(lo, hi, &r.lo, &r.hi) {
+                        f(&r.entry, &r.lo == lo && &r.hi == hi);
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.points.is_empty() && self.ranges.is_empty()
+    }
+}
+
+/// False for intervals that contain no key (and that `BTreeSet::range` would
+/// panic on).
+fn interval_nonempty(lo: &Bound<Key>, hi: &Bound<Key>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(l), Bound::Included(h)) => l <= h,
+        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => l < h,
+        _ => true,
+    }
+}
+
+/// True if the lower bound `lo` is not above the upper bound `hi`, i.e. some
+/// key could satisfy both. Conservative for exclusive bounds on adjacent keys.
+fn lower_not_above_upper(lo: &Bound<Key>, hi: &Bound<Key>) -> bool {
+    match (lo, hi) {
+        (Bound::Unbounded, _) | (_, Bound::Unbounded) => true,
+        (Bound::Included(l), Bound::Included(h)) => l <= h,
+        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => l < h,
+    }
+}
+
+fn intervals_overlap(
+    lo1: &Bound<Key>,
+    hi1: &Bound<Key>,
+    lo2: &Bound<Key>,
+    hi2: &Bound<Key>,
+) -> bool {
+    interval_nonempty(lo1, hi1)
+        && interval_nonempty(lo2, hi2)
+        && lower_not_above_upper(lo1, hi2)
+        && lower_not_above_upper(lo2, hi1)
+}
+
+/// Other transactions that a request `(txn, t, mode)` at queue position
+/// `before` must wait for: conflicting holders, and conflicting waiters
+/// queued ahead of it on overlapping targets.
+fn collect_blockers(
+    space: &Space,
+    compat: &dyn Compatibility,
+    txn: TxnId,
+    t: Local<'_>,
+    mode: Mode,
+    before: Order,
+    out: &mut SmallVec<[TxnId; 4]>,
+) {
+    space.for_each_overlapping(t, |e| {
+        for h in &e.holders {
+            if h.txn != txn && !compat.compatible(h.mode, mode) && !out.contains(&h.txn) {
+                out.push(h.txn);
+            }
+        }
+        for q in &e.queue {
+            if q.order() >= before {
+                break;
+            }
+            if q.txn != txn && !compat.compatible(q.mode, mode) && !out.contains(&q.txn) {
+                out.push(q.txn);
+            }
+        }
+    });
+}
+
+/// What `remove_holders` did.
+struct Removed {
+    any: bool,
+    still_holds: bool,
+    /// Some waiter may have been waiting for what was removed.
+    may_unblock: bool,
+}
+
+/// A waiting request, found by ticket.
+struct Wait {
+    txn: TxnId,
+    target: LockTarget,
+    mode: Mode,
+    upgrade: bool,
+    since: Instant,
+}
+
+/// "`target` (or every lock, if None) of the owning txn cannot be released
+/// before `on` has released `on_target` (or every lock, if None)". Only
+/// unsatisfied dependencies are stored: they are dropped as soon as `on`
+/// releases the lock they name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Dep {
+    target: Option<LockTarget>,
+    on: TxnId,
+    on_target: Option<LockTarget>,
+}
+
+#[derive(Default)]
+struct TxnState {
+    /// Exact targets on which the txn holds at least one mode, in grant order.
+    held: Vec<LockTarget>,
+    waiting: SmallVec<[Ticket; 1]>,
+    deps: Vec<Dep>,
+    /// Transactions with a dependency on this one (may hold stale names).
+    dependants: Vec<TxnId>,
+    /// Single releases (`release`) held back by dependencies.
+    pending: Vec<(LockTarget, Access)>,
+    /// `release_all` was called; the txn can take no new locks.
+    releasing: bool,
+    /// `release_all` answered `Deferred`: completion emits `Released`.
+    deferred: bool,
+}
+
+impl TxnState {
+    fn is_blocked(&self, target: &LockTarget) -> bool {
+        self.deps.iter().any(|d| match &d.target {
+            None => true,
+            Some(t) => t == target,
+        })
+    }
+
+    fn is_idle(&self) -> bool {
+        self.held.is_empty()
+            && self.waiting.is_empty()
+            && self.pending.is_empty()
+            && self.deps.is_empty()
+            && !self.releasing
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+/// The lock table of one partition. See the crate documentation for the
+/// guarantees; every method runs to completion without blocking.
+pub struct LockTable {
+    config: LockConfig,
+    compat: Arc<dyn Compatibility>,
+    spaces: Map<SpaceKey, Space>,
+    waits: Map<Ticket, Wait>,
+    txns: Map<TxnId, TxnState>,
+    next_ticket: u64,
+    /// Transactions whose held-back releases may have become possible.
+    worklist: Vec<TxnId>,
+    stats: LockStats,
+}
+
+impl LockTable {
+    pub fn new(config: LockConfig, compat: Arc<dyn Compatibility>) -> Self {
+        LockTable {
+            config,
+            compat,
+            spaces: Map::default(),
+            waits: Map::default(),
+            txns: Map::default(),
+            next_ticket: 1,
+            worklist: Vec::new(),
+            stats: LockStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &LockConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &LockStats {
+        &self.stats
+    }
+
+    /// Requests `mode` on `target` for `txn`.
+    ///
+    /// Granted at once if compatible with every other transaction's granted
+    /// lock on an overlapping target and with every conflicting request
+    /// queued ahead. A transaction that already holds a lock on an
+    /// overlapping target makes an *upgrade*: it queues ahead of fresh
+    /// requests (behind earlier upgrades), so it only waits for holders.
+    /// Wakeups of other transactions (deadlock victims, wait-die victims of a
+    /// queue-jumping upgrade, grants that follow) are appended to `wakeups`.
+    pub fn acquire(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        mode: Mode,
+        now: Instant,
+        wakeups: &mut Vec<Wakeup>,
+    ) -> Result<Acquire, Error> {
+        self.stats.acquires += 1;
+        if self.txns.get(&txn).is_some_and(|s| s.releasing) {
+            return Err(Error::TxnState(format!(
+                "{txn} is releasing its locks at this partition and cannot acquire {mode} on {}",
+                describe(target)
+            )));
+        }
+        let (sk, local) = split(target);
+        let space = self.spaces.entry(sk).or_default();
+        if matches!(local, Local::Range(..)) {
+            space.ensure_ordered();
+        }
+        // One pass over the overlapping entries: is it covered, is it an
+        // upgrade, which holders conflict, which queued requests conflict.
+        let compat = &*self.compat;
+        let mut covered = false;
+        let mut upgrade = false;
+        let mut blockers: SmallVec<[TxnId; 4]> = SmallVec::new();
+        let mut queued: SmallVec<[(Order, TxnId); 4]> = SmallVec::new();
+        space.for_each_overlapping_exact(local, |e, exact| {
+            for h in &e.holders {
+                if h.txn == txn {
+                    upgrade = true;
+                    covered |= exact && h.mode.covers(mode);
+                } else if !compat.compatible(h.mode, mode) && !blockers.contains(&h.txn) {
+                    blockers.push(h.txn);
+                }
+            }
+            for q in &e.queue {
+                if q.txn != txn && !compat.compatible(q.mode, mode) {
+                    queued.push((q.order(), q.txn));
+                }
+            }
+        });
+        if covered {
+            self.stats.already_held += 1;
+            return Ok(Acquire::Granted { newly: false });
+        }
+        let ticket = Ticket(self.next_ticket);
+        let ord = order(upgrade, ticket);
+        for (o, t) in queued {
+            if o < ord && !blockers.contains(&t) {
+                blockers.push(t);
+            }
+        }
+
+        if blockers.is_empty() {
+            self.add_holder(txn, target, mode);
+            self.stats.granted_immediately += 1;
+            if upgrade && self.config.policy == DeadlockPolicy::WaitDie {
+                self.kill_younger_bypassed(txn, target, mode, ord, wakeups);
+            }
+            return Ok(Acquire::Granted { newly: true });
+        }
+
+        if self.config.policy == DeadlockPolicy::WaitDie && blockers.iter().any(|&b| b < txn) {
+            self.stats.aborts_wait_die += 1;
+            return Ok(Acquire::Abort(AbortCause::WaitDie));
+        }
+        let queue_len = space.entry(local).map_or(0, |e| e.queue.len());
+        if queue_len >= self.config.max_waiters_per_key {
+            self.stats.bound_errors += 1;
+            return Err(Error::Bound(format!(
+                "{queue_len} requests already wait on {} (max_waiters_per_key); {txn} cannot queue",
+                describe(target)
+            )));
+        }
+
+        self.next_ticket += 1;
+        let entry = space.entry_or_insert(local);
+        let pos = entry
+            .queue
+            .iter()
+            .position(|q| q.order() > ord)
+            .unwrap_or(entry.queue.len());
+        entry.queue.insert(
+            pos,
+            Queued {
+                ticket,
+                txn,
+                mode,
+                upgrade,
+            },
+        );
+        self.waits.insert(
+            ticket,
+            Wait {
+                txn,
+                target: target.clone(),
+                mode,
+                upgrade,
+                since: now,
+            },
+        );
+        self.txns.entry(txn).or_default().waiting.push(ticket);
+        self.stats.waits += 1;
+
+        match self.config.policy {
+            DeadlockPolicy::WaitDie => {
+                if upgrade {
+                    self.kill_younger_bypassed(txn, target, mode, ord, wakeups);
+                }
+                Ok(Acquire::Waiting(ticket))
+            }
+            DeadlockPolicy::Detect => Ok(self.resolve_deadlocks(txn, ticket, wakeups)),
+            DeadlockPolicy::TimeoutOnly => Ok(Acquire::Waiting(ticket)),
+        }
+    }
+
+    /// Releases the locks of `txn` on exactly `target` with access `access`
+    /// (every class), e.g. a short read lock. If a release-order dependency
+    /// holds the lock back, the release happens when the dependency is
+    /// released. Releasing something not held is a no-op.
+    pub fn release(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        access: Access,
+        wakeups: &mut Vec<Wakeup>,
+    ) {
+        let Some(st) = self.txns.get_mut(&txn) else {
+            return;
+        };
+        if st.is_blocked(target) {
+            if !st.pending.iter().any(|(t, a)| t == target && *a == access) {
+                st.pending.push((target.clone(), access));
+                self.stats.deferred_releases += 1;
+            }
+            return;
+        }
+        self.release_single_now(txn, target, access, wakeups);
+        self.drain_worklist(wakeups);
+        self.maybe_drop_txn(txn);
+    }
+
+    /// Ends `txn` at this partition: cancels its waits and releases every
+    /// lock it holds. Locks held back by release-order dependencies stay held
+    /// until those dependencies are released; then the answer is `Deferred`
+    /// and a `Wakeup::Released { txn }` follows. Calling it again while
+    /// deferred is a no-op answering `Deferred`.
+    pub fn release_all(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) -> ReleaseOutcome {
+        let Some(st) = self.txns.get_mut(&txn) else {
+            return ReleaseOutcome::Done;
+        };
+        if st.releasing {
+            return ReleaseOutcome::Deferred;
+        }
+        st.releasing = true;
+        st.pending.clear();
+        let waiting = std::mem::take(&mut st.waiting);
+        for ticket in waiting {
+            if let Some(w) = self.remove_wait(ticket) {
+                self.regrant(&w.target, wakeups);
+            }
+        }
+        self.try_complete(txn, wakeups);
+        self.drain_worklist(wakeups);
+        match self.txns.get_mut(&txn) {
+            Some(st) => {
+                st.deferred = true;
+                self.stats.deferred_releases += 1;
+                ReleaseOutcome::Deferred
+            }
+            None => ReleaseOutcome::Done,
+        }
+    }
+
+    /// Changes the class of every lock `txn` holds in class `from` to `to`
+    /// (Salt: alkaline to saline when the subtransaction commits). Waiters
+    /// the new modes admit are granted.
+    pub fn downgrade_all(
+        &mut self,
+        txn: TxnId,
+        from: LockClass,
+        to: LockClass,
+        wakeups: &mut Vec<Wakeup>,
+    ) {
+        let Some(st) = self.txns.get(&txn) else {
+            return;
+        };
+        let held = st.held.clone();
+        for target in &held {
+            self.downgrade(txn, target, from, to, wakeups);
+        }
+    }
+
+    /// Single-target variant of [`LockTable::downgrade_all`].
+    pub fn downgrade(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        from: LockClass,
+        to: LockClass,
+        wakeups: &mut Vec<Wakeup>,
+    ) {
+        let (sk, local) = split(target);
+        let Some(e) = self.spaces.get_mut(&sk).and_then(|s| s.entry_mut(local)) else {
+            return;
+        };
+        let mut changed = false;
+        for h in e.holders.iter_mut() {
+            if h.txn == txn && h.mode.class == from {
+                h.mode.class = to;
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+        let mut seen: SmallVec<[Mode; 4]> = SmallVec::new();
+        e.holders.retain(|h| {
+            if h.txn != txn {
+                return true;
+            }
+            if seen.contains(&h.mode) {
+                return false;
+            }
+            seen.push(h.mode);
+            true
+        });
+        for mode in seen {
+            debug_assert!(
+                !self.conflicts_with_holders(txn, target, mode),
+                "downgrade of {txn} on {target:?} to {mode} conflicts with another holder"
+            );
+        }
+        self.regrant(target, wakeups);
+    }
+
+    /// Records that `txn`'s lock on `target` (every lock of `txn`, if None)
+    /// cannot be released before `on` releases its lock on `on_target`
+    /// (every lock it holds here, if None). A dependency that is already
+    /// satisfied (`on` does not hold what it names) is not recorded.
+    /// Dependencies must not form cycles: the caller derives them from
+    /// real-time order (Salt's read-after-write and write-after-read rules,
+    /// Callas' group order), which cannot.
+    pub fn add_release_dependency(
+        &mut self,
+        txn: TxnId,
+        target: Option<&LockTarget>,
+        on: TxnId,
+        on_target: Option<&LockTarget>,
+    ) -> Result<(), Error> {
+        if txn == on {
+            match (target, on_target) {
+                (Some(a), Some(b)) if a != b => {}
+                _ => {
+                    return Err(Error::Internal(format!(
+                        "{txn}: a release dependency of a transaction on itself must name two different targets"
+                    )))
+                }
+            }
+        }
+        let satisfied = match self.txns.get(&on) {
+            None => true,
+            Some(s) => match on_target {
+                Some(t) => !s.held.contains(t),
+                None => s.held.is_empty(),
+            },
+        };
+        if satisfied {
+            return Ok(());
+        }
+        let dep = Dep {
+            target: target.cloned(),
+            on,
+            on_target: on_target.cloned(),
+        };
+        let st = self.txns.entry(txn).or_default();
+        if st.deps.contains(&dep) {
+            return Ok(());
+        }
+        if st.deps.len() >= self.config.max_deps_per_txn {
+            self.stats.bound_errors += 1;
+            return Err(Error::Bound(format!(
+                "{txn} already has {} release dependencies (max_deps_per_txn)",
+                st.deps.len()
+            )));
+        }
+        st.deps.push(dep);
+        if let Some(on_state) = self.txns.get_mut(&on) {
+            if !on_state.dependants.contains(&txn) {
+                on_state.dependants.push(txn);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every waiting request of `txn` without counting an abort (the
+    /// coordinator aborted it elsewhere). Its held locks stay held.
+    pub fn cancel_waits(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) {
+        let Some(st) = self.txns.get_mut(&txn) else {
+            return;
+        };
+        let waiting = std::mem::take(&mut st.waiting);
+        for ticket in waiting {
+            if let Some(w) = self.remove_wait(ticket) {
+                self.regrant(&w.target, wakeups);
+            }
+        }
+        self.maybe_drop_txn(txn);
+    }
+
+    /// Aborts (`LockTimeout`) every request that has waited longer than
+    /// `wait_timeout` at `now`, then grants what their removal admits.
+    /// Expired requests are removed before any grant, so none of them is
+    /// granted by this call.
+    pub fn expire(&mut self, now: Instant, wakeups: &mut Vec<Wakeup>) {
+        let timeout = self.config.wait_timeout;
+        let mut expired: Vec<Ticket> = self
+            .waits
+            .iter()
+            .filter(|(_, w)| now.saturating_duration_since(w.since) > timeout)
+            .map(|(t, _)| *t)
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
+        expired.sort_unstable();
+        let mut targets = Vec::with_capacity(expired.len());
+        for ticket in expired {
+            if let Some(w) = self.remove_wait(ticket) {
+                self.stats.count_abort(AbortCause::LockTimeout);
+                wakeups.push(Wakeup::Aborted {
+                    txn: w.txn,
+                    ticket,
+                    cause: AbortCause::LockTimeout,
+                });
+                self.maybe_drop_txn(w.txn);
+                targets.push(w.target);
+            }
+        }
+        for t in &targets {
+            self.regrant(t, wakeups);
+        }
+    }
+
+    // -- introspection -----------------------------------------------------
+
+    /// Granted locks on exactly `target`, in grant order.
+    pub fn holders(&self, target: &LockTarget) -> Vec<(TxnId, Mode)> {
+        let (sk, local) = split(target);
+        self.spaces
+            .get(&sk)
+            .and_then(|s| s.entry(local))
+            .map(|e| e.holders.iter().map(|h| (h.txn, h.mode)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Waiting requests on exactly `target`, in queue order.
+    pub fn waiters(&self, target: &LockTarget) -> Vec<(Ticket, TxnId, Mode)> {
+        let (sk, local) = split(target);
+        self.spaces
+            .get(&sk)
+            .and_then(|s| s.entry(local))
+            .map(|e| e.queue.iter().map(|q| (q.ticket, q.txn, q.mode)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Number of targets (point keys and ranges) with at least one waiter.
+    pub fn keys_with_waiters(&self) -> usize {
+        self.spaces
+            .values()
+            .map(|s| {
+                s.points.values().filter(|e| !e.queue.is_empty()).count()
+                    + s.ranges
+                        .iter()
+                        .filter(|r| !r.entry.queue.is_empty())
+                        .count()
+            })
+            .sum()
+    }
+
+    /// Number of waiting requests.
+    pub fn waiting_requests(&self) -> usize {
+        self.waits.len()
+    }
+
+    pub fn is_waiting(&self, ticket: Ticket) -> bool {
+        self.waits.contains_key(&ticket)
+    }
+
+    /// Transactions with any state here (locks, waits, dependencies).
+    pub fn txn_count(&self) -> usize {
+        self.txns.len()
+    }
+
+    /// Checks every structural invariant; for tests and debug assertions.
+    /// O(size of the table), so not for the hot path.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let compat = &*self.compat;
+        let mut queued = 0usize;
+        for (sk, space) in &self.spaces {
+            let mut check_entry = |t: Local<'_>, e: &Entry, what: String| -> Result<(), String> {
+                for w in e.queue.windows(2) {
+                    if w[0].order() >= w[1].order() {
+                        return Err(format!("{what}: queue out of order"));
+                    }
+                }
+                for h in &e.holders {
+                    let mut bad = None;
+                    space.for_each_overlapping(t, |other| {
+                        for o in &other.holders {
+                            if o.txn != h.txn && !compat.compatible(o.mode, h.mode) {
+                                bad = Some(o.txn);
+                            }
+                        }
+                    });
+                    if let Some(o) = bad {
+                        return Err(format!(
+                            "{what}: {} {} granted beside conflicting {o}",
+                            h.txn, h.mode
+                        ));
+                    }
+                    let held = self.txns.get(&h.txn).is_some_and(|s| {
+                        s.held.iter().any(|ht| {
+                            let (hsk, hl) = split(ht);
+                            hsk == *sk
+                                && match (hl, t) {
+                                    (Local::Point(a), Local::Point(b)) => a == b,
+                                    (Local::Range(a, b), Local::Range(c, d)) => a == c && b == d,
+                                    _ => false,
+                                }
+                        })
+                    });
+                    if !held {
+                        return Err(format!("{what}: {} missing from its held list", h.txn));
+                    }
+                }
+                for q in &e.queue {
+                    queued += 1;
+                    let mut blockers = SmallVec::new();
+                    collect_blockers(space, compat, q.txn, t, q.mode, q.order(), &mut blockers);
+                    if blockers.is_empty() {
+                        return Err(format!(
+                            "{what}: {} {} waits for nothing (lost wakeup)",
+                            q.ticket, q.txn
+                        ));
+                    }
+                    if !self.waits.contains_key(&q.ticket) {
+                        return Err(format!("{what}: {} not in the wait index", q.ticket));
+                    }
+                    if self.config.policy == DeadlockPolicy::WaitDie
+                        && blockers.iter().any(|&b| b < q.txn)
+                    {
+                        return Err(format!(
+                            "{what}: wait-die waiter {} waits for an older txn",
+                            q.txn
+                        ));
+                    }
+                }
+                if e.is_empty() {
+                    return Err(format!("{what}: empty entry not pruned"));
+                }
+                Ok(())
+            };
+            for (k, e) in &space.points {
+                check_entry(Local::Point(k), e, format!("{k:?}"))?;
+            }
+            for r in &space.ranges {
+                check_entry(
+                    Local::Range(&r.lo, &r.hi),
+                    &r.entry,
+                    fmt_range(&r.lo, &r.hi),
+                )?;
+            }
+            if let Some(ordered) = &space.ordered {
+                if ordered.len() != space.points.len()
+                    || !space.points.keys().all(|k| ordered.contains(k))
+                {
+                    return Err("ordered key index out of sync".into());
+                }
+            }
+        }
+        if queued != self.waits.len() {
+            return Err(format!(
+                "{queued} queued requests but {} in the wait index",
+                self.waits.len()
+            ));
+        }
+        for (txn, st) in &self.txns {
+            for t in &st.held {
+                if !self.holders(t).iter().any(|(h, _)| h == txn) {
+                    return Err(format!("{txn} lists {t:?} as held but holds nothing there"));
+                }
+            }
+            for tk in &st.waiting {
+                if self.waits.get(tk).map(|w| w.txn) != Some(*txn) {
+                    return Err(format!("{txn} lists {tk} as waiting but it is not"));
+                }
+            }
+            if st.is_idle() {
+                return Err(format!(
+                    "{txn} has idle state that should have been dropped"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    // -- internals -----------------------------------------------------------
+
+    fn conflicts_with_holders(&self, txn: TxnId, target: &LockTarget, mode: Mode) -> bool {
+        let (sk, local) = split(target);
+        let Some(space) = self.spaces.get(&sk) else {
+            return false;
+        };
+        let mut conflict = false;
+        space.for_each_overlapping(local, |e| {
+            conflict |= e
+                .holders
+                .iter()
+                .any(|h| h.txn != txn && !self.compat.compatible(h.mode, mode));
+        });
+        conflict
+    }
+
+    fn add_holder(&mut self, txn: TxnId, target: &LockTarget, mode: Mode) {
+        debug_assert!(
+            !self.conflicts_with_holders(txn, target, mode),
+            "granting {txn} {mode} on {target:?} beside a conflicting holder"
+        );
+        let (sk, local) = split(target);
+        let e = self.spaces.entry(sk).or_default().entry_or_insert(local);
+        let had = e.holders.iter().any(|h| h.txn == txn);
+        if !e.holders.iter().any(|h| h.txn == txn && h.mode == mode) {
+            e.holders.push(Holder { txn, mode });
+        }
+        if !had {
+            self.txns.entry(txn).or_default().held.push(target.clone());
+        }
+    }
+
+    /// Under wait-die, a waiter must only ever wait for younger transactions.
+    /// An upgrade that jumps ahead of fresh waiters would make younger ones
+    /// wait for it; those die instead.
+    fn kill_younger_bypassed(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        mode: Mode,
+        ord: Order,
+        wakeups: &mut Vec<Wakeup>,
+    ) {
+        let (sk, local) = split(target);
+        let Some(space) = self.spaces.get(&sk) else {
+            return;
+        };
+        let mut victims: SmallVec<[Ticket; 4]> = SmallVec::new();
+        space.for_each_overlapping(local, |e| {
+            for q in &e.queue {
+                if q.order() > ord
+                    && q.txn != txn
+                    && q.txn > txn
+                    && !self.compat.compatible(mode, q.mode)
+                {
+                    victims.push(q.ticket);
+                }
+            }
+        });
+        victims.sort_unstable();
+        victims.dedup();
+        for ticket in victims {
+            self.stats.count_abort(AbortCause::WaitDie);
+            self.abort_wait(ticket, AbortCause::WaitDie, wakeups);
+        }
+    }
+
+    /// Removes a waiting request and tells its transaction to abort. The
+    /// caller counts the victim (once per transaction, not per request).
+    fn abort_wait(&mut self, ticket: Ticket, cause: AbortCause, wakeups: &mut Vec<Wakeup>) {
+        if let Some(w) = self.remove_wait(ticket) {
+            wakeups.push(Wakeup::Aborted {
+                txn: w.txn,
+                ticket,
+                cause,
+            });
+            self.maybe_drop_txn(w.txn);
+            self.regrant(&w.target, wakeups);
+        }
+    }
+
+    /// Runs the detector for the new wait `ticket` of `txn` until no cycle
+    /// through `txn` remains. Every new wait-for edge starts or ends at the
+    /// new request, so every new cycle passes through `txn`.
+    fn resolve_deadlocks(
+        &mut self,
+        txn: TxnId,
+        ticket: Ticket,
+        wakeups: &mut Vec<Wakeup>,
+    ) -> Acquire {
+        loop {
+            if !self.waits.contains_key(&ticket) {
+                // A victim's removal let the request through: report it as
+                // the direct answer rather than as a wakeup.
+                wakeups.retain(|w| *w != Wakeup::Granted { txn, ticket });
+                return Acquire::Granted { newly: true };
+            }
+            let Some(cycle) = self.find_cycle(txn) else {
+                return Acquire::Waiting(ticket);
+            };
+            let Some(&victim) = cycle.iter().max() else {
+                return Acquire::Waiting(ticket);
+            };
+            if victim == txn {
+                if let Some(w) = self.remove_wait(ticket) {
+                    self.stats.count_abort(AbortCause::Deadlock);
+                    self.maybe_drop_txn(txn);
+                    self.regrant(&w.target, wakeups);
+                }
+                return Acquire::Abort(AbortCause::Deadlock);
+            }
+            let victim_waits: SmallVec<[Ticket; 1]> = self
+                .txns
+                .get(&victim)
+                .map(|s| s.waiting.clone())
+                .unwrap_or_default();
+            debug_assert!(
+                !victim_waits.is_empty(),
+                "deadlock victim {victim} is not waiting"
+            );
+            if victim_waits.is_empty() {
+                return Acquire::Waiting(ticket);
+            }
+            self.stats.count_abort(AbortCause::Deadlock);
+            for t in victim_waits {
+                self.abort_wait(t, AbortCause::Deadlock, wakeups);
+            }
+        }
+    }
+
+    /// Transactions `txn` waits for, over all its waiting requests.
+    fn wait_for_edges(&self, txn: TxnId) -> SmallVec<[TxnId; 4]> {
+        let mut out = SmallVec::new();
+        let Some(st) = self.txns.get(&txn) else {
+            return out;
+        };
+        for ticket in &st.waiting {
+            let Some(w) = self.waits.get(ticket) else {
+                continue;
+            };
+            let (sk, local) = split(&w.target);
+            if let Some(space) = self.spaces.get(&sk) {
+                collect_blockers(
+                    space,
+                    &*self.compat,
+                    txn,
+                    local,
+                    w.mode,
+                    order(w.upgrade, *ticket),
+                    &mut out,
+                );
+            }
+        }
+        out
+    }
+
+    /// A cycle of the wait-for graph through `start`, as the list of its
+    /// transactions, found by depth-first search.
+    fn find_cycle(&self, start: TxnId) -> Option<Vec<TxnId>> {
+        let mut visited: HashSet<TxnId> = HashSet::new();
+        visited.insert(start);
+        let mut stack: Vec<(TxnId, SmallVec<[TxnId; 4]>, usize)> =
+            vec![(start, self.wait_for_edges(start), 0)];
+        while let Some(top) = stack.last_mut() {
+            if top.2 < top.1.len() {
+                let next = top.1[top.2];
+                top.2 += 1;
+                if next == start {
+                    return Some(stack.iter().map(|f| f.0).collect());
+                }
+                if visited.insert(next) {
+                    let edges = self.wait_for_edges(next);
+                    stack.push((next, edges, 0));
+                }
+            } else {
+                stack.pop();
+            }
+        }
+        None
+    }
+
+    /// Removes a waiting request from its queue and the indexes. The caller
+    /// regrants its target (a removed waiter may have blocked others).
+    fn remove_wait(&mut self, ticket: Ticket) -> Option<Wait> {
+        let w = self.waits.remove(&ticket)?;
+        let (sk, local) = split(&w.target);
+        if let Some(space) = self.spaces.get_mut(&sk) {
+            if let Some(e) = space.entry_mut(local) {
+                e.queue.retain(|q| q.ticket != ticket);
+            }
+            space.prune(local);
+        }
+        if let Some(st) = self.txns.get_mut(&w.txn) {
+            st.waiting.retain(|t| *t != ticket);
+        }
+        Some(w)
+    }
+
+    /// Grants, in queue order, every waiter on a target overlapping `target`
+    /// that nothing blocks any more. Only such waiters can have been
+    /// unblocked by a change at `target`; granting only adds holders, so one
+    /// pass in order is complete.
+    fn regrant(&mut self, target: &LockTarget, wakeups: &mut Vec<Wakeup>) {
+        let (sk, local) = split(target);
+        let Some(space) = self.spaces.get(&sk) else {
+            return;
+        };
+        let mut candidates: SmallVec<[(Order, Ticket); 8]> = SmallVec::new();
+        space.for_each_overlapping(local, |e| {
+            candidates.extend(e.queue.iter().map(|q| (q.order(), q.ticket)));
+        });
+        if candidates.is_empty() {
+            return;
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        for (ord, ticket) in candidates {
+            let free = {
+                let Some(w) = self.waits.get(&ticket) else {
+                    continue;
+                };
+                let (wsk, wl) = split(&w.target);
+                let Some(space) = self.spaces.get(&wsk) else {
+                    continue;
+                };
+                let mut blockers = SmallVec::new();
+                collect_blockers(space, &*self.compat, w.txn, wl, w.mode, ord, &mut blockers);
+                blockers.is_empty()
+            };
+            if free {
+                self.grant_waiter(ticket, wakeups);
+            }
+        }
+    }
+
+    fn grant_waiter(&mut self, ticket: Ticket, wakeups: &mut Vec<Wakeup>) {
+        let Some(w) = self.waits.remove(&ticket) else {
+            return;
+        };
+        let (sk, local) = split(&w.target);
+        if let Some(e) = self.spaces.get_mut(&sk).and_then(|s| s.entry_mut(local)) {
+            e.queue.retain(|q| q.ticket != ticket);
+        }
+        self.add_holder(w.txn, &w.target, w.mode);
+        if let Some(st) = self.txns.get_mut(&w.txn) {
+            st.waiting.retain(|t| *t != ticket);
+        }
+        self.stats.granted_after_wait += 1;
+        wakeups.push(Wakeup::Granted { txn: w.txn, ticket });
+    }
+
+    /// Removes `txn`'s holders on exactly `target` whose access matches
+    /// `filter` (all, if None). Touches the space only; returns whether
+    /// anything was removed and whether the txn still holds a mode there.
+    fn remove_holders(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        filter: Option<Access>,
+    ) -> Removed {
+        let (sk, local) = split(target);
+        let none = Removed {
+            any: false,
+            still_holds: false,
+            may_unblock: false,
+        };
+        let Some(space) = self.spaces.get_mut(&sk) else {
+            return none;
+        };
+        let has_ranges = !space.ranges.is_empty();
+        let Some(e) = space.entry_mut(local) else {
+            return none;
+        };
+        let before = e.holders.len();
+        e.holders
+            .retain(|h| !(h.txn == txn && (filter.is_none() || filter == Some(h.mode.access))));
+        let out = Removed {
+            any: e.holders.len() != before,
+            still_holds: e.holders.iter().any(|h| h.txn == txn),
+            // Waiters elsewhere can only be affected through a range.
+            may_unblock: !e.queue.is_empty() || has_ranges || matches!(local, Local::Range(..)),
+        };
+        if e.is_empty() {
+            space.prune(local);
+        }
+        out
+    }
+
+    fn release_single_now(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        access: Access,
+        wakeups: &mut Vec<Wakeup>,
+    ) {
+        debug_assert!(
+            !self.txns.get(&txn).is_some_and(|s| s.is_blocked(target)),
+            "releasing {txn}'s lock on {target:?} with unreleased release dependencies"
+        );
+        let removed = self.remove_holders(txn, target, Some(access));
+        if !removed.any {
+            return;
+        }
+        if !removed.still_holds {
+            let mut now_empty = false;
+            if let Some(st) = self.txns.get_mut(&txn) {
+                if let Some(i) = st.held.iter().position(|t| t == target) {
+                    st.held.remove(i);
+                }
+                now_empty = st.held.is_empty();
+            }
+            self.on_released(txn, Some(target));
+            if now_empty {
+                self.on_released(txn, None);
+            }
+        }
+        if removed.may_unblock {
+            self.regrant(target, wakeups);
+        }
+    }
+
+    /// One pass of a `release_all` in progress: releases every held target
+    /// that no dependency holds back. Returns whether anything was released.
+    fn release_pass(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) -> bool {
+        let Some(st) = self.txns.get_mut(&txn) else {
+            return false;
+        };
+        let held = std::mem::take(&mut st.held);
+        let mut kept = Vec::new();
+        let mut progress = false;
+        for target in held {
+            if self.txns.get(&txn).is_some_and(|s| s.is_blocked(&target)) {
+                kept.push(target);
+                continue;
+            }
+            let removed = self.remove_holders(txn, &target, None);
+            self.on_released(txn, Some(&target));
+            if removed.may_unblock {
+                self.regrant(&target, wakeups);
+            }
+            progress = true;
+        }
+        let now_empty = kept.is_empty();
+        if let Some(st) = self.txns.get_mut(&txn) {
+            st.held = kept;
+        }
+        if progress && now_empty {
+            self.on_released(txn, None);
+        }
+        progress
+    }
+
+    /// `txn` released `target` (or, with None, now holds nothing): drop the
+    /// dependencies this satisfies and queue the dependants that may now
+    /// complete held-back releases.
+    fn on_released(&mut self, txn: TxnId, target: Option<&LockTarget>) {
+        let dependants = match self.txns.get_mut(&txn) {
+            Some(st) if !st.dependants.is_empty() => {
+                if target.is_none() {
+                    std::mem::take(&mut st.dependants)
+                } else {
+                    st.dependants.clone()
+                }
+            }
+            _ => return,
+        };
+        for d in dependants {
+            let Some(ds) = self.txns.get_mut(&d) else {
+                continue;
+            };
+            ds.deps.retain(|dep| {
+                !(dep.on == txn && (target.is_none() || dep.on_target.as_ref() == target))
+            });
+            if (ds.releasing || !ds.pending.is_empty()) && !self.worklist.contains(&d) {
+                self.worklist.push(d);
+            }
+            if d != txn {
+                self.maybe_drop_txn(d);
+            }
+        }
+    }
+
+    fn drain_worklist(&mut self, wakeups: &mut Vec<Wakeup>) {
+        while let Some(d) = self.worklist.pop() {
+            self.try_complete(d, wakeups);
+        }
+    }
+
+    /// Performs every held-back release of `txn` that its dependencies now
+    /// allow; finishes a `release_all` whose last lock went.
+    fn try_complete(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) {
+        loop {
+            let Some(st) = self.txns.get_mut(&txn) else {
+                return;
+            };
+            let releasing = st.releasing;
+            let pending = std::mem::take(&mut st.pending);
+            let mut progress = false;
+            let mut kept = Vec::new();
+            for (target, access) in pending {
+                if self.txns.get(&txn).is_some_and(|s| s.is_blocked(&target)) {
+                    kept.push((target, access));
+                } else {
+                    self.release_single_now(txn, &target, access, wakeups);
+                    progress = true;
+                }
+            }
+            if let Some(st) = self.txns.get_mut(&txn) {
+                st.pending.extend(kept);
+            }
+            if releasing && self.release_pass(txn, wakeups) {
+                progress = true;
+            }
+            // Without dependencies left, one pass released all it could.
+            let settled = match self.txns.get(&txn) {
+                None => true,
+                Some(s) => s.deps.is_empty() && s.pending.is_empty(),
+            };
+            if !progress || settled {
+                break;
+            }
+        }
+        let Some(st) = self.txns.get(&txn) else {
+            return;
+        };
+        if st.releasing {
+            if st.held.is_empty() {
+                debug_assert!(st.waiting.is_empty());
+                let deferred = st.deferred;
+                self.txns.remove(&txn);
+                if deferred {
+                    wakeups.push(Wakeup::Released { txn });
+                }
+            }
+        } else {
+            self.maybe_drop_txn(txn);
+        }
+    }
+
+    fn maybe_drop_txn(&mut self, txn: TxnId) {
+        if self.txns.get(&txn).is_some_and(TxnState::is_idle) {
+            self.txns.remove(&txn);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Deterministic dump.
+
+fn fmt_range(lo: &Bound<Key>, hi: &Bound<Key>) -> String {
+    let lo = match lo {
+        Bound::Included(k) => format!("[{k:?}"),
+        Bound::Excluded(k) => format!("({k:?}"),
+        Bound::Unbounded => "(-inf".to_string(),
+    };
+    let hi = match hi {
+        Bound::Included(k) => format!("{k:?}]"),
+        Bound::Excluded(k) => format!("{k:?})"),
+        Bound::Unbounded => "+inf)".to_string(),
+    };
+    format!("{lo}, {hi}")
+}
+
+/// A target for error messages: `table 1 index 0 key ("k")`.
+fn describe(t: &LockTarget) -> String {
+    let kind = if matches!(t, LockTarget::Point { .. }) {
+        "key"
+    } else {
+        "range"
+    };
+    format!(
+        "table {} index {} {kind} {}",
+        t.table().0,
+        t.index().0,
+        fmt_target(t)
+    )
+}
+
+fn fmt_target(t: &LockTarget) -> String {
+    match t {
+        LockTarget::Point { key, .. } => format!("{key:?}"),
+        LockTarget::Range { lo, hi, .. } => fmt_range(lo, hi),
+    }
+}
+
+fn cmp_lower(a: &Bound<Key>, b: &Bound<Key>) -> Ordering {
+    match (a, b) {
+        (Bound::Unbounded, Bound::Unbounded) => Ordering::Equal,
+        (Bound::Unbounded, _) => Ordering::Less,
+        (_, Bound::Unbounded) => Ordering::Greater,
+        (Bound::Included(x), Bound::Included(y)) | (Bound::Excluded(x), Bound::Excluded(y)) => {
+            x.cmp(y)
+        }
+        (Bound::Included(x), Bound::Excluded(y)) => x.cmp(y).then(Ordering::Less),
+        (Bound::Excluded(x), Bound::Included(y)) => x.cmp(y).then(Ordering::Greater),
+    }
+}
+
+fn cmp_upper(a: &Bound<Key>, b: &Bound<Key>) -> Ordering {
+    match (a, b) {
+        (Bound::Unbounded, Bound::Unbounded) => Ordering::Equal,
+        (Bound::Unbounded, _) => Ordering::Greater,
+        (_, Bound::Unbounded) => Ordering::Less,
+        (Bound::Included(x), Bound::Included(y)) | (Bound::Excluded(x), Bound::Excluded(y)) => {
+            x.cmp(y)
+        }
+        (Bound::Included(x), Bound::Excluded(y)) => x.cmp(y).then(Ordering::Greater),
+        (Bound::Excluded(x), Bound::Included(y)) => x.cmp(y).then(Ordering::Less),
+    }
+}
+
+fn fmt_entry(f: &mut fmt::Formatter<'_>, name: &str, e: &Entry) -> fmt::Result {
+    write!(f, "  {name}:")?;
+    if !e.holders.is_empty() {
+        write!(f, " held")?;
+        for (i, h) in e.holders.iter().enumerate() {
+            write!(f, "{} {} {}", if i > 0 { "," } else { "" }, h.txn, h.mode)?;
+        }
+    }
+    if !e.queue.is_empty() {
+        write!(
+            f,
+            "{}waiting",
+            if e.holders.is_empty() { " " } else { " | " }
+        )?;
+        for (i, q) in e.queue.iter().enumerate() {
+            let up = if q.upgrade { " (upgrade)" } else { "" };
+            write!(
+                f,
+                "{} {} {} {}{up}",
+                if i > 0 { "," } else { "" },
+                q.ticket,
+                q.txn,
+                q.mode
+            )?;
+        }
+    }
+    writeln!(f)
+}
+
+impl fmt::Display for LockTable {
+    /// One line per target with holders (grant order) and waiters (queue
+    /// order); spaces, keys and ranges sorted; then transactions with
+    /// release-order state, sorted. Identical histories print identically.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut spaces: Vec<_> = self.spaces.iter().filter(|(_, s)| !s.is_empty()).collect();
+        spaces.sort_by_key(|(k, _)| **k);
+        let mut any = false;
+        for ((table, index), space) in spaces {
+            any = true;
+            writeln!(f, "table {} index {}:", table.0, index.0)?;
+            let mut points: Vec<_> = space.points.iter().collect();
+            points.sort_by(|a, b| a.0.cmp(b.0));
+            for (k, e) in points {
+                fmt_entry(f, &format!("{k:?}"), e)?;
+            }
+            let mut ranges: Vec<_> = space.ranges.iter().collect();
+            ranges.sort_by(|a, b| cmp_lower(&a.lo, &b.lo).then_with(|| cmp_upper(&a.hi, &b.hi)));
+            for r in ranges {
+                fmt_entry(f, &fmt_range(&r.lo, &r.hi), &r.entry)?;
+            }
+        }
+        let mut txns: Vec<_> = self
+            .txns
+            .iter()
+            .filter(|(_, s)| !s.deps.is_empty() || !s.pending.is_empty() || s.releasing)
+            .collect();
+        txns.sort_by_key(|(t, _)| **t);
+        for (txn, st) in txns {
+            any = true;
+            write!(f, "txn {txn}:")?;
+            if st.releasing {
+                write!(f, " releasing")?;
+            }
+            for d in &st.deps {
+                let mine = d.target.as_ref().map_or("all".to_string(), fmt_target);
+                let theirs = d.on_target.as_ref().map_or("all".to_string(), fmt_target);
+                write!(f, " [{mine} after {} {theirs}]", d.on)?;
+            }
+            for (t, a) in &st.pending {
+                write!(f, " pending-release {} {a:?}", fmt_target(t))?;
+            }
+            writeln!(f)?;
+        }
+        if !any {
+            writeln!(f, "(empty)")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for LockTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}

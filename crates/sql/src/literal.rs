@@ -1,0 +1,70 @@
+//! Small conversions from sqlparser's AST: names and literal values.
+
+use brine_core::{Decimal, Error, Result, Value};
+use sqlparser::ast::{self, Expr, UnaryOperator};
+
+/// A one-part object name (`t`); qualified names are rejected.
+pub(crate) fn object_name(name: &ast::ObjectName) -> Result<String> {
+    match name.0.as_slice() {
+        [ast::ObjectNamePart::Identifier(id)] => Ok(id.value.clone()),
+        _ => Err(Error::Sql(format!(
+            "qualified or unusual names are not supported: `{name}`"
+        ))),
+    }
+}
+
+/// A literal expression as an untyped value, or `None` if `expr` is not a
+/// literal. Numbers without a point are `Int`, with a point `Decimal`.
+pub(crate) fn literal(expr: &Expr) -> Result<Option<Value>> {
+    match expr {
+        Expr::Value(v) => match &v.value {
+            ast::Value::Number(s, _) => number(s, false).map(Some),
+            ast::Value::SingleQuotedString(s) => Ok(Some(Value::str(s))),
+            ast::Value::Null => Ok(Some(Value::Null)),
+            ast::Value::Placeholder(_) => Ok(None),
+            other => Err(Error::Sql(format!("unsupported literal `{other}`"))),
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => match expr.as_ref() {
+            Expr::Value(v) => match &v.value {
+                ast::Value::Number(s, _) => number(s, true).map(Some),
+                _ => Err(Error::Sql(format!("cannot negate `{expr}`"))),
+            },
+            _ => Ok(None),
+        },
+        Expr::Nested(inner) => literal(inner),
+        _ => Ok(None),
+    }
+}
+
+fn number(s: &str, neg: bool) -> Result<Value> {
+    let bad = || Error::Sql(format!("invalid or out-of-range number `{s}`"));
+    if s.contains('.') {
+        let d = Decimal::parse(s).ok_or_else(bad)?;
+        Ok(Value::Decimal(Decimal::new(
+            if neg { -d.units } else { d.units },
+            d.scale,
+        )))
+    } else {
+        let digits = if neg { format!("-{s}") } else { s.to_string() };
+        digits.parse::<i64>().map(Value::Int).map_err(|_| bad())
+    }
+}
+
+/// A placeholder's name without its sigil: `$w_id` and `:w_id` -> `w_id`.
+pub(crate) fn placeholder(expr: &Expr) -> Option<&str> {
+    match expr {
+        Expr::Value(v) => match &v.value {
+            ast::Value::Placeholder(p) => Some(
+                p.strip_prefix('$')
+                    .or_else(|| p.strip_prefix(':'))
+                    .unwrap_or(p),
+            ),
+            _ => None,
+        },
+        Expr::Nested(inner) => placeholder(inner),
+        _ => None,
+    }
+}

@@ -1,0 +1,627 @@
+use super::*;
+use brine_core::{Catalog, DataType, Decimal, Error, IndexId, Key, Value};
+use std::ops::Bound;
+use std::sync::Arc;
+
+const SCHEMA: &str = "
+    CREATE TABLE district (
+        d_w_id INT, d_id INT, d_name VARCHAR(10), d_ytd DECIMAL(12,2) NOT NULL,
+        d_next_o_id INT NOT NULL,
+        PRIMARY KEY (d_w_id, d_id)
+    );
+    CREATE TABLE customer (
+        c_w_id INT, c_d_id INT, c_id INT, c_last VARCHAR(16) NOT NULL, c_first VARCHAR(16),
+        c_balance DECIMAL(12,2), c_since TIMESTAMP,
+        PRIMARY KEY (c_w_id, c_d_id, c_id)
+    ) PARTITION BY (c_w_id);
+    CREATE INDEX customer_by_name ON customer (c_w_id, c_d_id, c_last, c_first);
+    CREATE TABLE stock (
+        s_w_id INT, s_i_id INT, s_quantity INT NOT NULL, s_ytd INT,
+        PRIMARY KEY (s_w_id, s_i_id)
+    );
+    CREATE TABLE item (i_id INT PRIMARY KEY, i_name TEXT, i_price DECIMAL(5,2));
+    CREATE TABLE byname (k INT, b INT, v INT, PRIMARY KEY (k, b)) PARTITION BY (b);
+";
+
+fn cat() -> Catalog {
+    parse_schema(SCHEMA).unwrap()
+}
+
+fn select(p: &Plan) -> &SelectPlan {
+    match p.statement() {
+        Statement::Select(s) => s,
+        other => panic!("not a select: {other:?}"),
+    }
+}
+
+#[test]
+fn point_select_binds_full_pk() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "SELECT d_next_o_id, d_ytd FROM district WHERE d_w_id = $w AND d_id = $d",
+    )
+    .unwrap();
+    assert_eq!(p.kind(), StatementKind::Select);
+    assert_eq!(p.params().len(), 2);
+    assert_eq!(p.params()[0].name, "w");
+    assert_eq!(p.params()[1].name, "d");
+    assert_eq!(p.params()[0].ty, DataType::Int);
+    let s = select(&p);
+    assert!(s.pred.point);
+    assert_eq!(s.pred.index, IndexId::PRIMARY);
+    assert_eq!(s.projection, Projection::Columns(vec![4, 3]));
+    assert_eq!(
+        &p.columns()[..],
+        &["d_next_o_id".to_string(), "d_ytd".into()]
+    );
+    let a = p.access();
+    assert_eq!(a.columns_read, vec![3, 4]);
+    assert!(a.columns_written.is_empty());
+    assert_eq!(
+        a.key_params,
+        vec![(0, Operand::Param(0)), (1, Operand::Param(1))]
+    );
+    assert!(!a.range);
+    assert_eq!(
+        p.route(&[Value::Int(3), Value::Int(4)], &c),
+        Route::Partition(Value::Int(3))
+    );
+}
+
+#[test]
+fn params_reversed_comparison_and_colon_syntax() {
+    let c = cat();
+    let p = prepare(&c, "SELECT * FROM district WHERE :w = d_w_id AND d_id = 7").unwrap();
+    assert_eq!(p.params().len(), 1);
+    assert_eq!(p.params()[0].name, "w");
+    let s = select(&p);
+    assert!(s.pred.point);
+    assert_eq!(s.pred.eq[1], Operand::Literal(Value::Int(7)));
+    assert_eq!(p.columns().len(), 5);
+}
+
+#[test]
+fn secondary_index_chosen_for_longest_prefix_with_order_by() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "SELECT c_id, c_balance FROM customer WHERE c_w_id = $w AND c_d_id = $d \
+         AND c_last = $last ORDER BY c_first",
+    )
+    .unwrap();
+    let s = select(&p);
+    assert_eq!(s.pred.index, IndexId(1));
+    assert_eq!(s.pred.eq.len(), 3);
+    assert!(!s.desc);
+    assert_eq!(p.params()[2].ty, DataType::Str { max_len: Some(16) });
+    // Secondary predicate columns are mutable, so they count as read.
+    assert_eq!(p.access().columns_read, vec![0, 1, 2, 3, 5]);
+    assert!(p.access().range);
+    assert!(p.is_single_partition());
+}
+
+#[test]
+fn prefix_range_desc_limit() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "SELECT c_id FROM customer WHERE c_w_id = $w AND c_d_id = $d AND c_id BETWEEN $lo AND $hi \
+         ORDER BY c_id DESC LIMIT 3",
+    )
+    .unwrap();
+    let s = select(&p);
+    assert_eq!(s.pred.index, IndexId::PRIMARY);
+    assert!(!s.pred.point);
+    assert_eq!(s.pred.lo, Bound::Included(Operand::Param(2)));
+    assert_eq!(s.pred.hi, Bound::Included(Operand::Param(3)));
+    assert!(s.desc);
+    assert_eq!(s.limit, Some(Operand::Literal(Value::Int(3))));
+    assert_eq!(p.access().range_column, Some(2));
+    let params = [1, 2, 10, 20].map(Value::Int);
+    let (lo, hi) = s.pred.bounds(&params).unwrap();
+    assert_eq!(lo, Bound::Included(Key::new([1, 2, 10].map(Value::Int))));
+    assert_eq!(
+        hi,
+        Bound::Included(Key::new([
+            Value::Int(1),
+            Value::Int(2),
+            Value::Int(20),
+            Value::Max
+        ]))
+    );
+}
+
+#[test]
+fn prefix_bounds_and_strict_range_bounds() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "SELECT * FROM customer WHERE c_w_id = $w AND c_d_id = $d",
+    )
+    .unwrap();
+    let (lo, hi) = select(&p)
+        .pred
+        .bounds(&[Value::Int(1), Value::Int(2)])
+        .unwrap();
+    assert_eq!(
+        lo,
+        Bound::Included(Key::new([Value::Int(1), Value::Int(2)]))
+    );
+    assert_eq!(
+        hi,
+        Bound::Included(Key::prefix_upper(&[Value::Int(1), Value::Int(2)]))
+    );
+    let p = prepare(
+        &c,
+        "SELECT * FROM customer WHERE c_w_id = 1 AND c_d_id > 2 AND c_d_id < 5",
+    )
+    .unwrap();
+    let (lo, hi) = select(&p).pred.bounds(&[]).unwrap();
+    assert_eq!(
+        lo,
+        Bound::Excluded(Key::new([Value::Int(1), Value::Int(2), Value::Max]))
+    );
+    assert_eq!(
+        hi,
+        Bound::Excluded(Key::new([Value::Int(1), Value::Int(5)]))
+    );
+    // A full scan is unbounded and broadcasts.
+    let p = prepare(&c, "SELECT * FROM customer").unwrap();
+    assert_eq!(
+        select(&p).pred.bounds(&[]).unwrap(),
+        (Bound::Unbounded, Bound::Unbounded)
+    );
+    assert_eq!(p.route(&[], &c), Route::Broadcast);
+}
+
+#[test]
+fn residual_filter_for_non_key_column() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "SELECT COUNT(*) FROM stock WHERE s_w_id = $w AND s_quantity < $threshold",
+    )
+    .unwrap();
+    let s = select(&p);
+    assert_eq!(s.pred.eq.len(), 1);
+    assert_eq!(s.pred.filters.len(), 1);
+    assert_eq!(s.pred.filters[0].column, 2);
+    assert_eq!(s.pred.filters[0].op, CmpOp::Lt);
+    assert_eq!(p.params()[1].name, "threshold");
+    assert_eq!(p.access().columns_read, vec![2]);
+    assert!(
+        matches!(&s.projection, Projection::Aggregates(a) if a[0] == Aggregate { func: AggFunc::Count, column: None })
+    );
+}
+
+#[test]
+fn aggregates() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "SELECT MIN(c_id), MAX(c_balance), SUM(c_balance), COUNT(c_first) FROM customer \
+         WHERE c_w_id = $w AND c_d_id = $d",
+    )
+    .unwrap();
+    let Projection::Aggregates(a) = &select(&p).projection else {
+        panic!()
+    };
+    assert_eq!(a.len(), 4);
+    assert_eq!(a[2].func, AggFunc::Sum);
+    assert_eq!(p.access().columns_read, vec![2, 4, 5]);
+    assert!(matches!(
+        prepare(&c, "SELECT SUM(c_last) FROM customer"),
+        Err(Error::Type { .. })
+    ));
+}
+
+#[test]
+fn order_by_must_follow_index() {
+    let c = cat();
+    let e = prepare(
+        &c,
+        "SELECT * FROM customer WHERE c_w_id = $w AND c_d_id = $d ORDER BY c_balance",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Sql(m) if m.contains("ORDER BY must follow")),
+        "{e}"
+    );
+    // Order by an equality-bound column is fine; so is the full remaining key.
+    prepare(
+        &c,
+        "SELECT * FROM customer WHERE c_w_id = $w ORDER BY c_w_id, c_d_id DESC, c_id DESC",
+    )
+    .unwrap();
+    assert!(prepare(
+        &c,
+        "SELECT * FROM customer WHERE c_w_id = $w ORDER BY c_d_id ASC, c_id DESC",
+    )
+    .is_err());
+}
+
+#[test]
+fn insert_plan_and_descriptor() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "INSERT INTO customer (c_w_id, c_d_id, c_id, c_last, c_balance) VALUES ($w, $d, $id, 'x', $bal)",
+    )
+    .unwrap();
+    let Statement::Insert(ins) = p.statement() else {
+        panic!()
+    };
+    assert_eq!(ins.values[3], Some(Operand::Literal(Value::str("x"))));
+    assert_eq!(ins.values[4], None);
+    assert_eq!(p.params()[3].name, "bal");
+    assert!(p.params()[3].nullable);
+    assert!(!p.params()[0].nullable);
+    let a = p.access();
+    assert_eq!(a.kind, StatementKind::Insert);
+    assert_eq!(a.columns_written, (0..7).collect::<Vec<_>>());
+    assert_eq!(a.key_params.len(), 3);
+    // Int coerces into a DECIMAL parameter.
+    let bound = p
+        .bind(vec![
+            Value::Int(1),
+            Value::Int(2),
+            Value::Int(3),
+            Value::Int(5),
+        ])
+        .unwrap();
+    assert_eq!(bound[3], Value::Decimal(Decimal::new(500, 2)));
+    assert_eq!(p.route(&bound, &c), Route::Partition(Value::Int(1)));
+    // Missing NOT NULL column.
+    assert!(matches!(
+        prepare(
+            &c,
+            "INSERT INTO customer (c_w_id, c_d_id, c_id) VALUES (1, 2, 3)"
+        ),
+        Err(Error::Constraint(_))
+    ));
+    // Wrong arity of VALUES.
+    assert!(matches!(
+        prepare(&c, "INSERT INTO item VALUES (1, 'a')"),
+        Err(Error::Arity { .. })
+    ));
+    // Literal of the wrong type.
+    assert!(matches!(
+        prepare(&c, "INSERT INTO item VALUES ('one', 'a', 1.5)"),
+        Err(Error::Type { .. })
+    ));
+}
+
+#[test]
+fn update_blind_increment() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "UPDATE stock SET s_ytd = s_ytd + $x WHERE s_w_id = $w AND s_i_id = $k",
+    )
+    .unwrap();
+    let a = p.access();
+    assert!(a.blind_increment);
+    assert_eq!(a.kind, StatementKind::Update);
+    assert_eq!(a.columns_written, vec![3]);
+    assert_eq!(a.columns_read, vec![3]);
+    assert_eq!(
+        a.key_params,
+        vec![(0, Operand::Param(1)), (1, Operand::Param(2))]
+    );
+    assert_eq!(p.params()[0].name, "x");
+    assert_eq!(p.params()[0].ty, DataType::Int);
+    assert!(!a.range);
+
+    let p = prepare(
+        &c,
+        "UPDATE district SET d_ytd = d_ytd + $amount WHERE d_w_id = $w AND d_id = $d",
+    )
+    .unwrap();
+    assert!(p.access().blind_increment);
+    assert_eq!(
+        p.params()[0].ty,
+        DataType::Decimal {
+            precision: 12,
+            scale: 2
+        }
+    );
+
+    // Reads another column: not blind.
+    let p = prepare(
+        &c,
+        "UPDATE stock SET s_quantity = $q, s_ytd = s_ytd + 1 WHERE s_w_id = $w AND s_i_id = $k",
+    )
+    .unwrap();
+    assert!(!p.access().blind_increment);
+    let p = prepare(
+        &c,
+        "UPDATE stock SET s_ytd = s_ytd + 1 WHERE s_w_id = $w AND s_i_id = $k AND s_quantity > 3",
+    )
+    .unwrap();
+    assert!(!p.access().blind_increment);
+    assert_eq!(p.access().columns_read, vec![2, 3]);
+    let p = prepare(
+        &c,
+        "UPDATE stock SET s_ytd = s_quantity * 2 WHERE s_w_id = 1",
+    )
+    .unwrap();
+    assert!(!p.access().blind_increment);
+    assert!(p.access().range);
+}
+
+#[test]
+fn update_errors() {
+    let c = cat();
+    assert!(matches!(
+        prepare(&c, "UPDATE stock SET s_i_id = 3 WHERE s_w_id = 1 AND s_i_id = 2"),
+        Err(Error::Sql(m)) if m.contains("primary-key")
+    ));
+    assert!(matches!(
+        prepare(&c, "UPDATE stock SET nope = 3 WHERE s_w_id = 1"),
+        Err(Error::UnknownColumn { .. })
+    ));
+    assert!(matches!(
+        prepare(&c, "UPDATE stock SET s_ytd = s_ytd / 2 WHERE s_w_id = 1"),
+        Err(Error::Sql(_))
+    ));
+}
+
+#[test]
+fn delete_plan() {
+    let c = cat();
+    let p = prepare(&c, "DELETE FROM stock WHERE s_w_id = $w AND s_i_id >= $lo").unwrap();
+    let Statement::Delete(d) = p.statement() else {
+        panic!()
+    };
+    assert!(!d.pred.point);
+    assert_eq!(d.pred.lo, Bound::Included(Operand::Param(1)));
+    assert!(p.access().range);
+    assert_eq!(p.access().columns_written.len(), 4);
+}
+
+#[test]
+fn routing_by_non_first_partition_column() {
+    let c = cat();
+    let p = prepare(&c, "SELECT v FROM byname WHERE k = $k").unwrap();
+    assert_eq!(p.route(&[Value::Int(1)], &c), Route::Broadcast);
+    let p = prepare(&c, "SELECT v FROM byname WHERE k = $k AND b = $b").unwrap();
+    assert_eq!(
+        p.route(&[Value::Int(1), Value::Int(9)], &c),
+        Route::Partition(Value::Int(9))
+    );
+    // Residual equality on the partition column also routes.
+    let p = prepare(&c, "SELECT v FROM byname WHERE k > $k AND b = $b").unwrap();
+    assert!(p.is_single_partition());
+    assert_eq!(select(&p).pred.filters.len(), 1);
+    assert_eq!(
+        p.route(&[Value::Int(1), Value::Int(5)], &c),
+        Route::Partition(Value::Int(5))
+    );
+}
+
+#[test]
+fn bind_checks_arity_and_types() {
+    let c = cat();
+    let p = prepare(&c, "SELECT * FROM district WHERE d_w_id = $w AND d_id = $d").unwrap();
+    assert!(matches!(
+        p.bind(vec![Value::Int(1)]),
+        Err(Error::Arity {
+            expected: 2,
+            got: 1,
+            ..
+        })
+    ));
+    match p.bind(vec![Value::Int(1), Value::str("x")]) {
+        Err(Error::Type { what, .. }) => assert!(what.contains("$d"), "{what}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        p.bind(vec![Value::Int(1), Value::Null]),
+        Err(Error::Type { .. })
+    ));
+    assert_eq!(
+        p.bind(vec![Value::Int(1), Value::Int(2)]).unwrap(),
+        vec![Value::Int(1), Value::Int(2)]
+    );
+    // Limit parameter is an INT.
+    let p = prepare(&c, "SELECT * FROM district WHERE d_w_id = $w LIMIT $n").unwrap();
+    assert_eq!(p.params()[1].ty, DataType::Int);
+    assert!(matches!(
+        p.bind(vec![Value::Int(1), Value::str("x")]),
+        Err(Error::Type { .. })
+    ));
+    // ... but not on a broadcast, whose merge could not apply it.
+    assert!(matches!(
+        prepare(&c, "SELECT * FROM byname WHERE k = $k LIMIT $n"),
+        Err(Error::Sql(_))
+    ));
+    // Same parameter with conflicting types.
+    assert!(prepare(
+        &c,
+        "UPDATE customer SET c_balance = $x WHERE c_w_id = $x AND c_d_id = 1 AND c_id = 1"
+    )
+    .is_err());
+}
+
+#[test]
+fn malformed_and_unsupported_sql_are_typed_errors() {
+    let c = cat();
+    let sql_err = |s: &str| match prepare(&c, s) {
+        Err(Error::Sql(m)) => m,
+        other => panic!("{s}: {other:?}"),
+    };
+    sql_err("SELEC * FROM item");
+    sql_err("SELECT * FROM item WHERE i_id = 1 OR i_id = 2");
+    assert!(sql_err("SELECT * FROM item JOIN stock ON i_id = s_i_id").contains("join"));
+    sql_err("SELECT * FROM item WHERE i_id IN (SELECT s_i_id FROM stock)");
+    sql_err("SELECT i_name, COUNT(*) FROM item GROUP BY i_name");
+    sql_err("SELECT * FROM item WHERE i_name = 'x'");
+    sql_err("SELECT * FROM item; SELECT * FROM item");
+    sql_err("CREATE TABLE x (a INT PRIMARY KEY)");
+    sql_err("SELECT * FROM item WHERE i_id = 1 LIMIT 2 OFFSET 3");
+    assert!(matches!(
+        prepare(&c, "SELECT * FROM nope"),
+        Err(Error::UnknownTable(_))
+    ));
+    assert!(matches!(
+        prepare(&c, "SELECT nope FROM item"),
+        Err(Error::UnknownColumn { .. })
+    ));
+    assert!(matches!(
+        prepare(&c, "SELECT * FROM item WHERE nope = 1"),
+        Err(Error::UnknownColumn { .. })
+    ));
+    assert!(matches!(
+        prepare(&c, "SELECT * FROM item WHERE i_id = 'x'"),
+        Err(Error::Type { .. })
+    ));
+}
+
+#[test]
+fn literal_decimal_and_timestamp() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "UPDATE customer SET c_balance = c_balance - 10.5, c_since = 1700000000 \
+         WHERE c_w_id = 1 AND c_d_id = 2 AND c_id = 3",
+    )
+    .unwrap();
+    let Statement::Update(u) = p.statement() else {
+        panic!()
+    };
+    assert_eq!(
+        u.sets[0].expr,
+        SetExpr::Arith {
+            source: 5,
+            op: ArithOp::Sub,
+            operand: Operand::Literal(Value::Decimal(Decimal::new(1050, 2)))
+        }
+    );
+    assert_eq!(
+        u.sets[1].expr,
+        SetExpr::Value(Operand::Literal(Value::Timestamp(1_700_000_000)))
+    );
+}
+
+fn qr(p: &Plan, rows: Vec<Vec<Value>>) -> QueryResult {
+    QueryResult {
+        columns: p.columns().clone(),
+        rows,
+        affected: 0,
+    }
+}
+
+#[test]
+fn merge_sorts_limits_and_drops_hidden_columns() {
+    let c = cat();
+    // Not routed (partition column b unbound) -> broadcast with hidden sort column.
+    let p = prepare(
+        &c,
+        "SELECT v FROM byname WHERE k = $k ORDER BY b DESC LIMIT 3",
+    )
+    .unwrap();
+    assert!(!p.is_single_partition());
+    let s = select(&p);
+    assert_eq!(s.visible, 1);
+    assert_eq!(s.projection, Projection::Columns(vec![2, 1]));
+    let r1 = qr(
+        &p,
+        vec![
+            vec![Value::Int(10), Value::Int(9)],
+            vec![Value::Int(11), Value::Int(4)],
+        ],
+    );
+    let r2 = qr(
+        &p,
+        vec![
+            vec![Value::Int(12), Value::Int(7)],
+            vec![Value::Int(13), Value::Int(1)],
+        ],
+    );
+    let m = p.merge(vec![r1, r2]);
+    assert_eq!(
+        m.rows,
+        vec![
+            vec![Value::Int(10)],
+            vec![Value::Int(12)],
+            vec![Value::Int(11)]
+        ]
+    );
+    assert_eq!(&m.columns[..], &["v".to_string()]);
+}
+
+#[test]
+fn merge_aggregates_and_affected() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "SELECT COUNT(*), SUM(v), MIN(v), MAX(v) FROM byname WHERE k = 1",
+    )
+    .unwrap();
+    let r1 = qr(
+        &p,
+        vec![vec![
+            Value::Int(2),
+            Value::Int(5),
+            Value::Int(1),
+            Value::Int(4),
+        ]],
+    );
+    let r2 = qr(
+        &p,
+        vec![vec![Value::Int(0), Value::Null, Value::Null, Value::Null]],
+    );
+    let r3 = qr(
+        &p,
+        vec![vec![
+            Value::Int(3),
+            Value::Int(7),
+            Value::Int(0),
+            Value::Int(3),
+        ]],
+    );
+    let m = p.merge(vec![r1, r2, r3]);
+    assert_eq!(
+        m.rows,
+        vec![vec![
+            Value::Int(5),
+            Value::Int(12),
+            Value::Int(0),
+            Value::Int(4)
+        ]]
+    );
+    assert_eq!(m.scalar(), Some(&Value::Int(5)));
+
+    let p = prepare(&c, "DELETE FROM byname WHERE k = 1").unwrap();
+    let m = p.merge(vec![QueryResult::affected(2), QueryResult::affected(3)]);
+    assert_eq!(m.affected, 5);
+
+    // SUM overflow across partitions: try_merge reports it.
+    let p = prepare(&c, "SELECT SUM(v) FROM byname WHERE k = 1").unwrap();
+    let big = || qr(&p, vec![vec![Value::Int(i64::MAX)]]);
+    assert!(matches!(
+        p.try_merge(vec![big(), big()]),
+        Err(Error::Constraint(_))
+    ));
+    assert_eq!(p.merge(vec![big(), big()]).rows, vec![vec![Value::Null]]);
+}
+
+#[test]
+fn query_result_helpers() {
+    let r = QueryResult {
+        columns: Arc::from(vec!["a".to_string(), "b".to_string()]),
+        rows: vec![vec![Value::Int(1), Value::Int(2)]],
+        affected: 0,
+    };
+    assert_eq!(r.get("B"), Some(&Value::Int(2)));
+    assert_eq!(r.first().map(|r| r.len()), Some(2));
+    assert_eq!(r.len(), 1);
+}
+
+#[test]
+fn plan_is_send_sync_clone() {
+    fn check<T: Send + Sync + Clone>() {}
+    check::<Plan>();
+    check::<QueryResult>();
+}

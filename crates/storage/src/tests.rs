@@ -1,0 +1,807 @@
+use super::*;
+use brine_core::Decimal;
+use brine_sql::{parse_schema, prepare};
+use proptest::prelude::*;
+
+const SCHEMA: &str = "
+    CREATE TABLE acct (
+        w INT, id INT, name VARCHAR(8) NOT NULL, bal DECIMAL(12,2) NOT NULL, n INT, code INT,
+        PRIMARY KEY (w, id)
+    );
+    CREATE INDEX acct_by_name ON acct (w, name);
+    CREATE UNIQUE INDEX acct_code ON acct (code);
+";
+
+const ACCT: TableId = TableId(0);
+const T1: TxnId = TxnId { ts: 1, id: 1 };
+const T2: TxnId = TxnId { ts: 2, id: 2 };
+
+fn dec(units: i64) -> Value {
+    Value::Decimal(Decimal::new(units, 2))
+}
+
+fn row(w: i64, id: i64, name: &str, bal: i64, n: Option<i64>, code: Option<i64>) -> Row {
+    vec![
+        Value::Int(w),
+        Value::Int(id),
+        Value::str(name),
+        dec(bal),
+        n.map_or(Value::Null, Value::Int),
+        code.map_or(Value::Null, Value::Int),
+    ]
+}
+
+fn pk(w: i64, id: i64) -> Key {
+    Key::new([Value::Int(w), Value::Int(id)])
+}
+
+fn store() -> PartitionStore {
+    let cat = Arc::new(parse_schema(SCHEMA).unwrap());
+    let mut s = PartitionStore::new(cat);
+    for id in 1..=5 {
+        let name = if id % 2 == 0 { "even" } else { "odd" };
+        s.load(ACCT, row(1, id, name, id * 100, Some(id), Some(id)))
+            .unwrap();
+    }
+    s.load(ACCT, row(2, 1, "odd", 50, None, None)).unwrap();
+    s
+}
+
+struct Stmt {
+    plan: Plan,
+}
+
+fn stmt(s: &PartitionStore, sql: &str) -> Stmt {
+    Stmt {
+        plan: prepare(s.catalog(), sql).unwrap(),
+    }
+}
+
+fn run(s: &mut PartitionStore, txn: TxnId, sql: &str, args: Vec<Value>) -> Result<QueryResult> {
+    let st = stmt(s, sql);
+    let params = st.plan.bind(args)?;
+    s.execute(txn, &st.plan, &params)
+}
+
+fn needs(s: &PartitionStore, sql: &str, args: Vec<Value>) -> Vec<LockNeed> {
+    let st = stmt(s, sql);
+    let params = st.plan.bind(args).unwrap();
+    let mut out = Vec::new();
+    s.lock_needs(&st.plan, &params, &mut out).unwrap();
+    out
+}
+
+fn snapshot(s: &PartitionStore) -> Vec<TableData> {
+    s.tables.clone()
+}
+
+fn ints(r: &QueryResult) -> Vec<i64> {
+    r.rows.iter().map(|r| r[0].as_int().unwrap()).collect()
+}
+
+#[test]
+fn insert_get_duplicate_and_unique() {
+    let mut s = store();
+    let ins = "INSERT INTO acct (w, id, name, bal, code) VALUES ($w, $id, $name, $bal, $code)";
+    let r = run(
+        &mut s,
+        T1,
+        ins,
+        vec![
+            Value::Int(1),
+            Value::Int(9),
+            Value::str("x"),
+            Value::Int(3),
+            Value::Int(90),
+        ],
+    )
+    .unwrap();
+    assert_eq!(r.affected, 1);
+    assert_eq!(s.get(ACCT, &pk(1, 9)).unwrap()[3], dec(300));
+    assert_eq!(s.get(ACCT, &pk(1, 9)).unwrap()[4], Value::Null);
+    // Duplicate primary key.
+    let e = run(
+        &mut s,
+        T1,
+        ins,
+        vec![
+            Value::Int(1),
+            Value::Int(9),
+            Value::str("y"),
+            Value::Int(3),
+            Value::Int(91),
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::DuplicateKey { .. }), "{e}");
+    // Unique secondary index.
+    let e = run(
+        &mut s,
+        T1,
+        ins,
+        vec![
+            Value::Int(1),
+            Value::Int(10),
+            Value::str("y"),
+            Value::Int(3),
+            Value::Int(90),
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::DuplicateKey { .. }), "{e}");
+    // NULLs in a unique index never conflict.
+    run(
+        &mut s,
+        T1,
+        ins,
+        vec![
+            Value::Int(1),
+            Value::Int(11),
+            Value::str("y"),
+            Value::Int(3),
+            Value::Null,
+        ],
+    )
+    .unwrap();
+    // Too long a string is a type error at the row check.
+    let e = run(
+        &mut s,
+        T1,
+        ins,
+        vec![
+            Value::Int(1),
+            Value::Int(12),
+            Value::str("123456789"),
+            Value::Int(3),
+            Value::Null,
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Type { .. }), "{e}");
+    assert_eq!(s.len(ACCT), 8);
+    s.check_consistency().unwrap();
+    assert!(s.has_writes(T1));
+    let ws = s.write_set(T1);
+    assert_eq!(ws.len(), 2);
+    assert_eq!(ws[0].1, pk(1, 9));
+    s.abort(T1);
+    assert_eq!(s.len(ACCT), 6);
+    assert!(!s.has_writes(T1));
+    s.check_consistency().unwrap();
+}
+
+#[test]
+fn load_rejects_bad_rows() {
+    let mut s = store();
+    assert!(matches!(
+        s.load(ACCT, vec![Value::Int(1)]),
+        Err(Error::Arity { .. })
+    ));
+    assert!(matches!(
+        s.load(ACCT, row(1, 1, "dup", 1, None, None)),
+        Err(Error::DuplicateKey { .. })
+    ));
+    let mut bad = row(1, 77, "x", 1, None, None);
+    bad[3] = Value::Int(5);
+    assert!(matches!(s.load(ACCT, bad), Err(Error::Type { .. })));
+    let mut bad = row(1, 78, "x", 1, None, None);
+    bad[0] = Value::Max;
+    assert!(s.load(ACCT, bad).is_err());
+    s.check_consistency().unwrap();
+}
+
+#[test]
+fn point_update_moves_secondary_entries_and_abort_restores() {
+    let mut s = store();
+    let before = snapshot(&s);
+    let r = run(
+        &mut s,
+        T1,
+        "UPDATE acct SET name = $name, bal = bal + $x WHERE w = $w AND id = $id",
+        vec![
+            Value::str("zed"),
+            Value::Int(1),
+            Value::Int(1),
+            Value::Int(2),
+        ],
+    )
+    .unwrap();
+    assert_eq!(r.affected, 1);
+    let row = s.get(ACCT, &pk(1, 2)).unwrap();
+    assert_eq!(row[2], Value::str("zed"));
+    assert_eq!(row[3], dec(300));
+    s.check_consistency().unwrap();
+    let by_name = run(
+        &mut s,
+        T1,
+        "SELECT id FROM acct WHERE w = 1 AND name = 'zed'",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(ints(&by_name), vec![2]);
+    // Update of a missing row affects nothing.
+    let r = run(
+        &mut s,
+        T1,
+        "UPDATE acct SET n = 1 WHERE w = 9 AND id = 9",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(r.affected, 0);
+    // Two updates of the same row undo in order.
+    run(
+        &mut s,
+        T1,
+        "UPDATE acct SET name = 'again' WHERE w = 1 AND id = 2",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(s.write_set(T1).len(), 1);
+    s.abort(T1);
+    assert_eq!(snapshot(&s), before);
+}
+
+#[test]
+fn delete_point_and_range_then_abort() {
+    let mut s = store();
+    let before = snapshot(&s);
+    let r = run(
+        &mut s,
+        T1,
+        "DELETE FROM acct WHERE w = 1 AND id = 3",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(r.affected, 1);
+    let r = run(
+        &mut s,
+        T1,
+        "DELETE FROM acct WHERE w = 1 AND id >= 4",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(r.affected, 2);
+    assert_eq!(s.len(ACCT), 3);
+    s.check_consistency().unwrap();
+    let ws = s.write_set(T1);
+    assert!(ws.iter().all(|(_, _, after)| after.is_none()));
+    s.abort(T1);
+    assert_eq!(snapshot(&s), before);
+}
+
+#[test]
+fn commit_keeps_changes() {
+    let mut s = store();
+    run(&mut s, T1, "DELETE FROM acct WHERE w = 2", vec![]).unwrap();
+    s.commit(T1);
+    s.abort(T1);
+    assert_eq!(s.len(ACCT), 5);
+}
+
+#[test]
+fn range_scans_order_desc_limit() {
+    let mut s = store();
+    let q = |s: &mut PartitionStore, sql: &str| ints(&run(s, T1, sql, vec![]).unwrap());
+    assert_eq!(
+        q(&mut s, "SELECT id FROM acct WHERE w = 1"),
+        vec![1, 2, 3, 4, 5]
+    );
+    assert_eq!(
+        q(
+            &mut s,
+            "SELECT id FROM acct WHERE w = 1 ORDER BY id DESC LIMIT 2"
+        ),
+        vec![5, 4]
+    );
+    assert_eq!(
+        q(
+            &mut s,
+            "SELECT id FROM acct WHERE w = 1 AND id > 2 AND id <= 4"
+        ),
+        vec![3, 4]
+    );
+    assert_eq!(
+        q(
+            &mut s,
+            "SELECT id FROM acct WHERE w = 1 AND id BETWEEN 2 AND 3 ORDER BY id DESC"
+        ),
+        vec![3, 2]
+    );
+    // Inverted interval is empty, not a panic.
+    assert_eq!(
+        q(
+            &mut s,
+            "SELECT id FROM acct WHERE w = 1 AND id BETWEEN 4 AND 2"
+        ),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        q(
+            &mut s,
+            "SELECT id FROM acct WHERE w = 1 AND id > 3 AND id < 4"
+        ),
+        Vec::<i64>::new()
+    );
+    assert_eq!(q(&mut s, "SELECT id FROM acct LIMIT 0"), Vec::<i64>::new());
+    // Secondary index, ordered by (name, then pk).
+    assert_eq!(
+        q(
+            &mut s,
+            "SELECT id FROM acct WHERE w = 1 AND name = 'odd' ORDER BY id DESC"
+        ),
+        vec![5, 3, 1]
+    );
+    assert_eq!(
+        q(&mut s, "SELECT id FROM acct WHERE w = 1 AND name >= 'f'"),
+        vec![1, 3, 5]
+    );
+    // Residual filter.
+    assert_eq!(
+        q(
+            &mut s,
+            "SELECT id FROM acct WHERE w = 1 AND n <> 3 AND bal > 1.00"
+        ),
+        vec![2, 4, 5]
+    );
+    // Full scan crosses prefixes.
+    assert_eq!(q(&mut s, "SELECT w FROM acct").len(), 6);
+    // Point select projects.
+    let r = run(
+        &mut s,
+        T1,
+        "SELECT name, bal FROM acct WHERE w = $w AND id = $i",
+        vec![Value::Int(1), Value::Int(4)],
+    )
+    .unwrap();
+    assert_eq!(r.rows, vec![vec![Value::str("even"), dec(400)]]);
+    assert_eq!(r.get("bal"), Some(&dec(400)));
+}
+
+#[test]
+fn aggregates() {
+    let mut s = store();
+    let r = run(
+        &mut s,
+        T1,
+        "SELECT COUNT(*), COUNT(n), SUM(bal), MIN(n), MAX(name) FROM acct WHERE w = $w",
+        vec![Value::Int(1)],
+    )
+    .unwrap();
+    assert_eq!(
+        r.rows,
+        vec![vec![
+            Value::Int(5),
+            Value::Int(5),
+            dec(1500),
+            Value::Int(1),
+            Value::str("odd")
+        ]]
+    );
+    let r = run(
+        &mut s,
+        T1,
+        "SELECT COUNT(n), SUM(n), MAX(n) FROM acct WHERE w = 2",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(r.rows, vec![vec![Value::Int(0), Value::Null, Value::Null]]);
+    let r = run(
+        &mut s,
+        T1,
+        "SELECT COUNT(*) FROM acct WHERE w = 1 AND n < $t",
+        vec![Value::Int(3)],
+    )
+    .unwrap();
+    assert_eq!(r.scalar(), Some(&Value::Int(2)));
+}
+
+#[test]
+fn statement_atomicity_on_overflow_and_unique_violation() {
+    let mut s = store();
+    run(
+        &mut s,
+        T1,
+        "UPDATE acct SET n = $v WHERE w = 1 AND id = 4",
+        vec![Value::Int(i64::MAX - 1)],
+    )
+    .unwrap();
+    let before = snapshot(&s);
+    // Rows 1..3 succeed, row 4 overflows: the statement changes nothing.
+    let e = run(
+        &mut s,
+        T1,
+        "UPDATE acct SET n = n + 5, name = 'q' WHERE w = 1",
+        vec![],
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Constraint(_)), "{e}");
+    assert_eq!(snapshot(&s), before);
+    s.check_consistency().unwrap();
+    // Unique violation half-way: code = code * 0 + 3 style is not expressible;
+    // set every code to the same value instead.
+    let e = run(&mut s, T1, "UPDATE acct SET code = 42 WHERE w = 1", vec![]).unwrap_err();
+    assert!(matches!(e, Error::DuplicateKey { .. }), "{e}");
+    assert_eq!(snapshot(&s), before);
+    // The earlier statement of T1 is still there and undoable.
+    assert!(s.has_writes(T1));
+    s.abort(T1);
+    assert_eq!(s.get(ACCT, &pk(1, 4)).unwrap()[4], Value::Int(4));
+    s.check_consistency().unwrap();
+}
+
+#[test]
+fn decimal_arithmetic_and_types() {
+    let mut s = store();
+    run(
+        &mut s,
+        T1,
+        "UPDATE acct SET bal = bal - 0.5 WHERE w = 1 AND id = 1",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(s.get(ACCT, &pk(1, 1)).unwrap()[3], dec(50));
+    run(
+        &mut s,
+        T1,
+        "UPDATE acct SET bal = bal * 2 WHERE w = 1 AND id = 1",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(s.get(ACCT, &pk(1, 1)).unwrap()[3], dec(100));
+    // NULL arithmetic yields NULL, which a NOT NULL column rejects.
+    let e = run(
+        &mut s,
+        T1,
+        "UPDATE acct SET n = n + 1 WHERE w = 2 AND id = 1",
+        vec![],
+    );
+    assert!(e.is_ok(), "n is nullable: {e:?}");
+    assert_eq!(s.get(ACCT, &pk(2, 1)).unwrap()[4], Value::Null);
+}
+
+fn point(index: u32, key: Key, access: Access) -> LockNeed {
+    LockNeed {
+        target: LockTarget::Point {
+            table: ACCT,
+            index: IndexId(index),
+            key,
+        },
+        access,
+    }
+}
+
+fn range(index: u32, lo: Bound<Key>, hi: Bound<Key>) -> LockNeed {
+    LockNeed {
+        target: LockTarget::Range {
+            table: ACCT,
+            index: IndexId(index),
+            lo,
+            hi,
+        },
+        access: Access::RangeRead,
+    }
+}
+
+fn k(vals: &[Value]) -> Key {
+    Key::new(vals.iter().cloned())
+}
+
+#[test]
+fn lock_needs_select_forms() {
+    let s = store();
+    let (i1, i2) = (Value::Int(1), Value::Int(2));
+    assert_eq!(
+        needs(&s, "SELECT n FROM acct WHERE w = 1 AND id = 2", vec![]),
+        vec![point(0, pk(1, 2), Access::Read)]
+    );
+    assert_eq!(
+        needs(&s, "SELECT n FROM acct WHERE w = $w", vec![i1.clone()]),
+        vec![range(
+            0,
+            Bound::Included(k(&[Value::Int(1)])),
+            Bound::Included(Key::prefix_upper(&[Value::Int(1)]))
+        )]
+    );
+    assert_eq!(
+        needs(&s, "SELECT n FROM acct WHERE w = 1 AND id > 2", vec![]),
+        vec![range(
+            0,
+            Bound::Excluded(k(&[i1.clone(), i2.clone(), Value::Max])),
+            Bound::Included(Key::prefix_upper(&[Value::Int(1)]))
+        )]
+    );
+    assert_eq!(
+        needs(&s, "SELECT n FROM acct", vec![]),
+        vec![range(0, Bound::Unbounded, Bound::Unbounded)]
+    );
+    // LIMIT: the interval actually scanned.
+    assert_eq!(
+        needs(&s, "SELECT n FROM acct WHERE w = 1 LIMIT 2", vec![]),
+        vec![range(
+            0,
+            Bound::Included(k(&[Value::Int(1)])),
+            Bound::Included(pk(1, 2))
+        )]
+    );
+    assert_eq!(
+        needs(
+            &s,
+            "SELECT n FROM acct WHERE w = 1 ORDER BY id DESC LIMIT 2",
+            vec![]
+        ),
+        vec![range(
+            0,
+            Bound::Included(pk(1, 4)),
+            Bound::Included(Key::prefix_upper(&[Value::Int(1)]))
+        )]
+    );
+    // Fewer rows than the limit: the whole interval.
+    assert_eq!(
+        needs(&s, "SELECT n FROM acct WHERE w = 2 LIMIT 5", vec![]),
+        vec![range(
+            0,
+            Bound::Included(k(&[Value::Int(2)])),
+            Bound::Included(Key::prefix_upper(&[Value::Int(2)]))
+        )]
+    );
+    // Secondary index: range on the index plus every returned row's pk.
+    // The key is (w, name, w, id): `w = 1` binds both w positions.
+    let odd = Value::str("odd");
+    assert_eq!(
+        needs(
+            &s,
+            "SELECT n FROM acct WHERE w = 1 AND name = 'odd'",
+            vec![]
+        ),
+        vec![
+            range(
+                1,
+                Bound::Included(k(&[i1.clone(), odd.clone(), i1.clone()])),
+                Bound::Included(Key::prefix_upper(&[i1.clone(), odd.clone(), i1.clone()]))
+            ),
+            point(0, pk(1, 1), Access::Read),
+            point(0, pk(1, 3), Access::Read),
+            point(0, pk(1, 5), Access::Read),
+        ]
+    );
+}
+
+#[test]
+fn lock_needs_write_forms() {
+    let s = store();
+    let i1 = Value::Int(1);
+    // INSERT: pk then each secondary key.
+    assert_eq!(
+        needs(
+            &s,
+            "INSERT INTO acct (w, id, name, bal, code) VALUES (1, 7, 'x', 0, 70)",
+            vec![]
+        ),
+        vec![
+            point(0, pk(1, 7), Access::Write),
+            point(
+                1,
+                k(&[i1.clone(), Value::str("x"), i1.clone(), Value::Int(7)]),
+                Access::Write
+            ),
+            point(
+                2,
+                k(&[Value::Int(70), i1.clone(), Value::Int(7)]),
+                Access::Write
+            ),
+        ]
+    );
+    // Point UPDATE of a non-indexed column: just the pk.
+    assert_eq!(
+        needs(
+            &s,
+            "UPDATE acct SET bal = bal + $x WHERE w = 1 AND id = 2",
+            vec![Value::Int(1)]
+        ),
+        vec![point(0, pk(1, 2), Access::Write)]
+    );
+    // Point UPDATE of an indexed column: old and new secondary key.
+    assert_eq!(
+        needs(
+            &s,
+            "UPDATE acct SET name = $n WHERE w = 1 AND id = 2",
+            vec![Value::str("new")]
+        ),
+        vec![
+            point(0, pk(1, 2), Access::Write),
+            point(
+                1,
+                k(&[i1.clone(), Value::str("even"), i1.clone(), Value::Int(2)]),
+                Access::Write
+            ),
+            point(
+                1,
+                k(&[i1.clone(), Value::str("new"), i1.clone(), Value::Int(2)]),
+                Access::Write
+            ),
+        ]
+    );
+    // Unchanged value: one secondary key.
+    assert_eq!(
+        needs(
+            &s,
+            "UPDATE acct SET name = 'even' WHERE w = 1 AND id = 2",
+            vec![]
+        )
+        .len(),
+        2
+    );
+    // Range UPDATE: the interval, then each row.
+    assert_eq!(
+        needs(&s, "UPDATE acct SET n = 0 WHERE w = 1 AND id >= 4", vec![]),
+        vec![
+            range(
+                0,
+                Bound::Included(pk(1, 4)),
+                Bound::Included(Key::prefix_upper(&[Value::Int(1)]))
+            ),
+            point(0, pk(1, 4), Access::Write),
+            point(0, pk(1, 5), Access::Write),
+        ]
+    );
+    // Point DELETE: pk and the row's secondary keys.
+    assert_eq!(
+        needs(&s, "DELETE FROM acct WHERE w = 1 AND id = 3", vec![]),
+        vec![
+            point(0, pk(1, 3), Access::Write),
+            point(
+                1,
+                k(&[i1.clone(), Value::str("odd"), i1.clone(), Value::Int(3)]),
+                Access::Write
+            ),
+            point(
+                2,
+                k(&[Value::Int(3), i1.clone(), Value::Int(3)]),
+                Access::Write
+            ),
+        ]
+    );
+    // Point DELETE of a missing row still locks the key.
+    assert_eq!(
+        needs(&s, "DELETE FROM acct WHERE w = 1 AND id = 99", vec![]),
+        vec![point(0, pk(1, 99), Access::Write)]
+    );
+    // Range DELETE.
+    let n = needs(&s, "DELETE FROM acct WHERE w = 2", vec![]);
+    assert_eq!(n.len(), 1 + 3);
+    assert_eq!(n[0].access, Access::RangeRead);
+}
+
+#[test]
+fn execute_with_unbound_params_is_an_error_not_a_panic() {
+    let mut s = store();
+    let st = stmt(&s, "SELECT n FROM acct WHERE w = $w AND id = $i");
+    assert!(matches!(
+        s.execute(T2, &st.plan, &[Value::Int(1)]),
+        Err(Error::Arity { .. })
+    ));
+    let mut out = Vec::new();
+    assert!(s.lock_needs(&st.plan, &[], &mut out).is_err());
+    assert!(matches!(
+        st.plan.bind(vec![Value::str("x"), Value::Int(1)]),
+        Err(Error::Type { .. })
+    ));
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(i64, i64, u8, i64, Option<i64>),
+    SetName(i64, i64, u8),
+    AddBal(i64, i64, i64),
+    SetCode(i64, i64, Option<i64>),
+    DeletePoint(i64, i64),
+    DeleteRange(i64, i64),
+    AddRange(i64, i64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let w = 1i64..3;
+    let id = 0i64..8;
+    prop_oneof![
+        (
+            w.clone(),
+            id.clone(),
+            0u8..4,
+            -50i64..50,
+            proptest::option::of(0i64..6)
+        )
+            .prop_map(|(w, i, n, b, c)| Op::Insert(w, i, n, b, c)),
+        (w.clone(), id.clone(), 0u8..4).prop_map(|(w, i, n)| Op::SetName(w, i, n)),
+        (w.clone(), id.clone(), -1000i64..1000).prop_map(|(w, i, b)| Op::AddBal(w, i, b)),
+        (w.clone(), id.clone(), proptest::option::of(0i64..6))
+            .prop_map(|(w, i, c)| Op::SetCode(w, i, c)),
+        (w.clone(), id.clone()).prop_map(|(w, i)| Op::DeletePoint(w, i)),
+        (w.clone(), id.clone()).prop_map(|(w, i)| Op::DeleteRange(w, i)),
+        (w, id).prop_map(|(w, i)| Op::AddRange(w, i)),
+    ]
+}
+
+const NAMES: [&str; 4] = ["ann", "bob", "cy", "odd"];
+
+fn apply(s: &mut PartitionStore, txn: TxnId, op: &Op) {
+    let (sql, args): (&str, Vec<Value>) = match op {
+        Op::Insert(w, i, n, b, c) => (
+            "INSERT INTO acct (w, id, name, bal, code) VALUES ($w, $i, $n, $b, $c)",
+            vec![
+                Value::Int(*w),
+                Value::Int(*i),
+                Value::str(NAMES[*n as usize]),
+                Value::Int(*b),
+                c.map_or(Value::Null, Value::Int),
+            ],
+        ),
+        Op::SetName(w, i, n) => (
+            "UPDATE acct SET name = $n WHERE w = $w AND id = $i",
+            vec![
+                Value::str(NAMES[*n as usize]),
+                Value::Int(*w),
+                Value::Int(*i),
+            ],
+        ),
+        Op::AddBal(w, i, b) => (
+            "UPDATE acct SET bal = bal + $b WHERE w = $w AND id = $i",
+            vec![Value::Int(*b), Value::Int(*w), Value::Int(*i)],
+        ),
+        Op::SetCode(w, i, c) => (
+            "UPDATE acct SET code = $c WHERE w = $w AND id = $i",
+            vec![
+                c.map_or(Value::Null, Value::Int),
+                Value::Int(*w),
+                Value::Int(*i),
+            ],
+        ),
+        Op::DeletePoint(w, i) => (
+            "DELETE FROM acct WHERE w = $w AND id = $i",
+            vec![Value::Int(*w), Value::Int(*i)],
+        ),
+        Op::DeleteRange(w, i) => (
+            "DELETE FROM acct WHERE w = $w AND id > $i",
+            vec![Value::Int(*w), Value::Int(*i)],
+        ),
+        Op::AddRange(w, i) => (
+            "UPDATE acct SET code = $i, n = 1 WHERE w = $w AND id <= $i",
+            vec![Value::Int(*i), Value::Int(*w)],
+        ),
+    };
+    // Errors (duplicates, unique violations) are expected; atomicity is
+    // what is checked.
+    let before = snapshot(s);
+    if run(s, txn, sql, args).is_err() {
+        assert_eq!(
+            snapshot(s),
+            before,
+            "failed statement changed state: {op:?}"
+        );
+    }
+    s.check_consistency().unwrap();
+}
+
+proptest! {
+    #[test]
+    fn random_ops_then_abort_restore_exactly(
+        committed in proptest::collection::vec(op(), 0..10),
+        ops in proptest::collection::vec(op(), 0..30),
+    ) {
+        let mut s = store();
+        for o in &committed {
+            apply(&mut s, T1, o);
+        }
+        s.commit(T1);
+        let before = snapshot(&s);
+        for o in &ops {
+            apply(&mut s, T2, o);
+        }
+        // The write set's after-images are the current rows.
+        for (t, key, after) in s.write_set(T2) {
+            prop_assert_eq!(s.get(t, &key).cloned(), after);
+        }
+        s.abort(T2);
+        prop_assert!(snapshot(&s) == before);
+        s.check_consistency().unwrap();
+    }
+}
