@@ -32,6 +32,10 @@ simulated network link) inside this one process.\n\n\
 Logging goes to stderr and is controlled by RUST_LOG (e.g. RUST_LOG=info or RUST_LOG=brine_cluster=debug)."
 )]
 struct Cli {
+    /// Worker threads of the async runtime that runs partitions and
+    /// coordinators (default: one per core).
+    #[arg(long, global = true, value_name = "N")]
+    threads: Option<usize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -324,7 +328,20 @@ fn init_tracing() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
-    let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+    // A delayed link runs its own delivery thread, which must not compete
+    // with the workers for a core or every delivery comes late; so it gets
+    // one core of its own when there is more than one.
+    let link_delayed = match &cli.command {
+        Command::Bench(b) => b.link_delay > 0 || b.jitter > 0,
+    };
+    let default_threads = if link_delayed && cores > 1 {
+        cores - 1
+    } else {
+        cores
+    };
+    let threads = cli.threads.unwrap_or(default_threads).max(1);
+    eprintln!("runtime: {threads} worker threads on {cores} cores");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name("brine-worker")

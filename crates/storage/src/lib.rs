@@ -478,6 +478,12 @@ impl PartitionStore {
         };
         if pred.point {
             let pk = pred.eq_key(params)?;
+            if def.indexes.is_empty() {
+                // Only secondary-index entries depend on the row; without
+                // indexes the lookup (a cache miss on big tables) is skipped.
+                row_needs(&pk, None, out);
+                return Ok(());
+            }
             let row = data.rows.get(&pk);
             let row = match row {
                 Some(r) if filters_match(pred, r, params)? => Some(r),
