@@ -391,6 +391,7 @@ mod tests {
         match Cli::try_parse_from(v) {
             Ok(Cli {
                 command: Command::Bench(b),
+                ..
             }) => b,
             Err(e) => panic!("{e}"),
         }
