@@ -78,6 +78,13 @@ pub struct Partition {
     wakeups: Vec<Wakeup>,
 }
 
+/// The partition's clock: tokio's, so a test on a paused runtime (virtual
+/// time) sees lock waits and timeouts replay exactly; in a normal runtime it
+/// is the system's monotonic clock.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// How often the partition checks for lock waits past the timeout.
 const EXPIRE_TICK: Duration = Duration::from_millis(5);
 
@@ -112,7 +119,7 @@ impl Partition {
                 },
                 _ = tick.tick() => {
                     if !self.parked.is_empty() {
-                        self.locks.expire(Instant::now(), &mut self.wakeups);
+                        self.locks.expire(now(), &mut self.wakeups);
                         self.process_wakeups();
                     }
                 }
@@ -227,7 +234,7 @@ impl Partition {
             reply.send(Err(e));
             return;
         }
-        let now = Instant::now();
+        let now = now();
         let needs = std::mem::take(&mut self.needs);
         for need in &needs {
             let mode = Mode {
@@ -306,7 +313,7 @@ impl Partition {
                         continue;
                     };
                     debug_assert_eq!(p.ticket, ticket);
-                    let waited = p.since.elapsed().as_nanos() as u64;
+                    let waited = now().saturating_duration_since(p.since).as_nanos() as u64;
                     self.counters
                         .lock_wait_ns
                         .fetch_add(waited, Ordering::Relaxed);
