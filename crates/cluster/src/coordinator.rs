@@ -33,7 +33,7 @@ use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
 use crate::link::Link;
-use crate::message::{PartitionMsg, Reply, Vote};
+use crate::message::{LockSpec, PartitionMsg, Reply, Vote};
 use crate::procedure::PreparedProc;
 use crate::protocol::{Isolation, Protocol};
 use crate::stats::ClusterCounters;
@@ -194,6 +194,26 @@ impl ProcCtx {
         Error::UserAbort(reason.into())
     }
 
+    /// Sends one statement to partition `p` and awaits its result.
+    async fn execute_at(
+        &self,
+        p: usize,
+        txn: TxnId,
+        plan: Arc<Plan>,
+        params: Vec<Value>,
+        lock: LockSpec,
+    ) -> Result<QueryResult> {
+        self.shared
+            .request(self.node, p, move |reply| PartitionMsg::Execute {
+                txn,
+                plan,
+                params,
+                lock,
+                reply,
+            })
+            .await?
+    }
+
     pub(crate) async fn exec_plan(
         &mut self,
         plan: Arc<Plan>,
@@ -215,17 +235,7 @@ impl ProcCtx {
             Route::Partition(v) => {
                 let p = self.shared.partition_for(&v);
                 self.state.lock().add_participant(p);
-                let plan2 = plan.clone();
-                self.shared
-                    .request(self.node, p, move |reply| PartitionMsg::Execute {
-                        txn,
-                        plan: plan2,
-                        params,
-                        lock,
-                        reply,
-                    })
-                    .await
-                    .and_then(|r| r)
+                self.execute_at(p, txn, plan.clone(), params, lock).await
             }
             Route::Broadcast => {
                 let n = self.shared.partitions.len();
@@ -235,22 +245,12 @@ impl ProcCtx {
                         st.add_participant(p);
                     }
                 }
-                let futs = (0..n).map(|p| {
-                    let plan2 = plan.clone();
-                    let params = params.clone();
-                    self.shared
-                        .request(self.node, p, move |reply| PartitionMsg::Execute {
-                            txn,
-                            plan: plan2,
-                            params,
-                            lock,
-                            reply,
-                        })
-                });
+                let futs =
+                    (0..n).map(|p| self.execute_at(p, txn, plan.clone(), params.clone(), lock));
                 let mut parts = Vec::with_capacity(n);
                 let mut first_err = None;
                 for r in futures::future::join_all(futs).await {
-                    match r.and_then(|r| r) {
+                    match r {
                         Ok(q) => parts.push(q),
                         Err(e) => {
                             // A victim anywhere dooms the attempt; prefer

@@ -63,7 +63,10 @@ fn the_same_seed_replays_the_same_run() {
         s1.cc_aborts() > 0,
         "the workload must contend, or replay proves nothing: {s1:?}"
     );
-    assert!(o1.iter().flatten().any(|r| r.is_err()), "some user aborts expected");
+    assert!(
+        o1.iter().flatten().any(|r| r.is_err()),
+        "some user aborts expected"
+    );
     assert_eq!(o1, o2);
     assert_eq!(s1, s2);
     assert_eq!(b1, b2);

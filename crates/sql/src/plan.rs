@@ -205,6 +205,19 @@ pub struct Aggregate {
     pub column: Option<usize>,
 }
 
+impl Aggregate {
+    /// The accumulator row before any input: COUNT starts at 0, the others
+    /// at NULL (the value of MIN/MAX/SUM over no rows).
+    pub fn initial_row(aggs: &[Aggregate]) -> Row {
+        aggs.iter()
+            .map(|a| match a.func {
+                AggFunc::Count => Value::Int(0),
+                _ => Value::Null,
+            })
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Projection {
     /// Column positions, in output order. Broadcast plans with ORDER BY may
@@ -458,13 +471,7 @@ impl Plan {
         };
         match &sel.projection {
             Projection::Aggregates(aggs) => {
-                let mut acc: Row = aggs
-                    .iter()
-                    .map(|a| match a.func {
-                        AggFunc::Count => Value::Int(0),
-                        _ => Value::Null,
-                    })
-                    .collect();
+                let mut acc = Aggregate::initial_row(aggs);
                 for r in &results {
                     for row in &r.rows {
                         for ((slot, a), v) in acc.iter_mut().zip(aggs).zip(row) {

@@ -65,8 +65,8 @@ use brine_core::{
     TxnId, Value,
 };
 use brine_sql::{
-    arith, interval_is_nonempty, limit_value, AggFunc, Assignment, InsertPlan, Plan, Predicate,
-    Projection, QueryResult, SetExpr, Statement,
+    arith, interval_is_nonempty, limit_value, AggFunc, Aggregate, Assignment, InsertPlan, Plan,
+    Predicate, Projection, QueryResult, SetExpr, Statement,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
@@ -550,13 +550,7 @@ impl PartitionStore {
                         })?;
                     }
                     Projection::Aggregates(aggs) => {
-                        let mut acc: Row = aggs
-                            .iter()
-                            .map(|a| match a.func {
-                                AggFunc::Count => Value::Int(0),
-                                _ => Value::Null,
-                            })
-                            .collect();
+                        let mut acc = Aggregate::initial_row(aggs);
                         visit(def, data, &sel.pred, params, sel.desc, |_, _, row| {
                             for (slot, a) in acc.iter_mut().zip(aggs) {
                                 let v = a.column.map(|c| &row[c]);
@@ -684,34 +678,20 @@ fn visit(
         return Ok(());
     }
     if pred.index == IndexId::PRIMARY {
-        let mut step = |(pk, row): (&Key, &Row)| -> Result<bool> {
+        let step = |(pk, row): (&Key, &Row)| -> Result<bool> {
             if !filters_match(pred, row, params)? {
                 return Ok(true);
             }
             f(pk, pk, row)
         };
-        let range = data.rows.range((lo, hi));
-        if desc {
-            for e in range.rev() {
-                if !step(e)? {
-                    break;
-                }
-            }
-        } else {
-            for e in range {
-                if !step(e)? {
-                    break;
-                }
-            }
-        }
-        return Ok(());
+        return walk(data.rows.range((lo, hi)), desc, step);
     }
     let set = data
         .secondary
         .get(pred.index.0 as usize - 1)
         .ok_or_else(|| Error::Internal(format!("no index {:?} on `{}`", pred.index, def.name)))?;
     let n = def.index_columns(pred.index).len();
-    let mut step = |sk: &Key| -> Result<bool> {
+    let step = |sk: &Key| -> Result<bool> {
         let pk = Key::new(sk.0[n..].iter().cloned());
         let row = data.rows.get(&pk).ok_or_else(|| {
             Error::Internal(format!("index entry {sk} of `{}` has no row", def.name))
@@ -721,16 +701,25 @@ fn visit(
         }
         f(sk, &pk, row)
     };
-    let range = set.range((lo, hi));
+    walk(set.range((lo, hi)), desc, step)
+}
+
+/// Feeds `step` the items of an ordered range, forwards or backwards, until
+/// it returns `false` or fails.
+fn walk<I: DoubleEndedIterator>(
+    range: I,
+    desc: bool,
+    mut step: impl FnMut(I::Item) -> Result<bool>,
+) -> Result<()> {
     if desc {
-        for sk in range.rev() {
-            if !step(sk)? {
+        for item in range.rev() {
+            if !step(item)? {
                 break;
             }
         }
     } else {
-        for sk in range {
-            if !step(sk)? {
+        for item in range {
+            if !step(item)? {
                 break;
             }
         }
