@@ -286,7 +286,16 @@ async fn measure_point(
     let (all, per_procedure) = merged.summarize(&names, measured_s)?;
 
     let (check, failed_check) = if spec.check {
-        match workload.check(&cluster).await {
+        // The workload's invariants, then the engine's own: every
+        // secondary index agrees with its rows on every partition.
+        let checked = match workload.check(&cluster).await {
+            Ok(()) => cluster
+                .verify_storage()
+                .await
+                .map_err(|e| BenchError::Invariant(format!("storage verification: {e}"))),
+            Err(e) => Err(e),
+        };
+        match checked {
             Ok(()) => ("passed".to_string(), None),
             Err(e) => (format!("FAILED: {e}"), Some(e)),
         }

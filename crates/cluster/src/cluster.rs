@@ -275,6 +275,20 @@ impl Cluster {
         futures::future::join_all(futs).await.into_iter().collect()
     }
 
+    /// Verifies every partition's storage structures (secondary indexes
+    /// agree with the rows). Costs a pass over all data.
+    pub async fn verify_storage(&self) -> Result<()> {
+        let node = NodeId(self.config.nodes);
+        let futs = (0..self.shared.partitions.len()).map(|p| {
+            self.shared
+                .request(node, p, |reply| PartitionMsg::Verify { reply })
+        });
+        for r in futures::future::join_all(futs).await {
+            r??;
+        }
+        Ok(())
+    }
+
     pub fn stats(&self) -> StatsSnapshot {
         let c = &self.shared.counters;
         let mut s = StatsSnapshot {

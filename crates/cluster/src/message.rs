@@ -76,6 +76,12 @@ pub enum PartitionMsg {
     Status {
         reply: Reply<PartitionStatus>,
     },
+    /// Full structural check of the partition's store (every secondary
+    /// index entry matches a row and vice versa). O(rows): for tests and
+    /// `--check`, never the hot path.
+    Verify {
+        reply: Reply<Result<()>>,
+    },
 }
 
 /// The way back to whoever sent a request, over the same link.

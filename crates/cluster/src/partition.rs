@@ -169,6 +169,14 @@ impl Partition {
                 }
                 reply.send(result);
             }
+            PartitionMsg::Verify { reply } => {
+                let id = self.id.0;
+                reply.send(
+                    self.store
+                        .check_consistency()
+                        .map_err(|e| Error::Internal(format!("partition {id}: {e}"))),
+                );
+            }
             PartitionMsg::Status { reply } => {
                 let catalog = self.store.catalog().clone();
                 reply.send(PartitionStatus {
