@@ -53,14 +53,20 @@ impl PartitionCounters {
     }
 }
 
-/// A statement waiting for a lock.
-struct Parked {
+/// A statement in progress at this partition.
+struct Stmt {
+    txn: TxnId,
     plan: Arc<Plan>,
     params: Vec<Value>,
     lock: LockSpec,
     reply: Reply<Result<QueryResult>>,
-    /// Short-duration locks granted so far, released after execution.
+    /// Short-duration locks granted so far, released when it ends.
     short: Vec<LockNeed>,
+}
+
+/// A statement waiting for a lock.
+struct Parked {
+    stmt: Stmt,
     /// The need it waits for, and since when.
     waiting: LockNeed,
     ticket: Ticket,
@@ -138,7 +144,14 @@ impl Partition {
                 reply,
             } => {
                 self.counters.statements.fetch_add(1, Ordering::Relaxed);
-                self.run_statement(txn, plan, params, lock, reply, Vec::new());
+                self.run_statement(Stmt {
+                    txn,
+                    plan,
+                    params,
+                    lock,
+                    reply,
+                    short: Vec::new(),
+                });
             }
             PartitionMsg::Prepare { txn, reply } => {
                 // Nothing can make a live participant refuse yet (no
@@ -196,7 +209,7 @@ impl Partition {
         if let Some(p) = self.parked.remove(&txn) {
             // Abort while a statement waits (the coordinator gave up on it).
             self.locks.cancel_waits(txn, &mut self.wakeups);
-            p.reply.send(Err(Error::Aborted(AbortCause::Cascade)));
+            p.stmt.reply.send(Err(Error::Aborted(AbortCause::Cascade)));
         }
         if commit {
             self.store.commit(txn);
@@ -214,89 +227,72 @@ impl Partition {
     /// Acquires every lock the statement needs, then runs it; parks it if a
     /// lock must be waited for. Afterwards acts on whatever the lock table
     /// reported meanwhile (victims chosen by the detector, grants).
-    fn run_statement(
-        &mut self,
-        txn: TxnId,
-        plan: Arc<Plan>,
-        params: Vec<Value>,
-        lock: LockSpec,
-        reply: Reply<Result<QueryResult>>,
-        short: Vec<LockNeed>,
-    ) {
-        self.try_statement(txn, plan, params, lock, reply, short);
+    fn run_statement(&mut self, stmt: Stmt) {
+        self.try_statement(stmt);
         self.process_wakeups();
     }
 
-    fn try_statement(
-        &mut self,
-        txn: TxnId,
-        plan: Arc<Plan>,
-        params: Vec<Value>,
-        lock: LockSpec,
-        reply: Reply<Result<QueryResult>>,
-        mut short: Vec<LockNeed>,
-    ) {
+    fn try_statement(&mut self, mut stmt: Stmt) {
         self.needs.clear();
-        if let Err(e) = self.store.lock_needs(&plan, &params, &mut self.needs) {
-            self.release_short(txn, &mut short);
-            reply.send(Err(e));
+        if let Err(e) = self
+            .store
+            .lock_needs(&stmt.plan, &stmt.params, &mut self.needs)
+        {
+            self.finish(stmt, Err(e));
             return;
         }
         let now = now();
         let needs = std::mem::take(&mut self.needs);
         for need in &needs {
             let mode = Mode {
-                class: lock.class,
+                class: stmt.lock.class,
                 access: need.access,
             };
-            match self
+            let outcome = self
                 .locks
-                .acquire(txn, &need.target, mode, now, &mut self.wakeups)
-            {
+                .acquire(stmt.txn, &need.target, mode, now, &mut self.wakeups);
+            let failure = match outcome {
                 Ok(Acquire::Granted { newly }) => {
-                    if newly && lock.short_reads && need.access != Access::Write {
-                        short.push(need.clone());
+                    if newly && stmt.lock.short_reads && need.access != Access::Write {
+                        stmt.short.push(need.clone());
                     }
+                    continue;
                 }
                 Ok(Acquire::Waiting(ticket)) => {
                     self.counters.lock_waits.fetch_add(1, Ordering::Relaxed);
-                    let waiting = need.clone();
-                    self.needs = needs;
+                    let txn = stmt.txn;
                     let prev = self.parked.insert(
                         txn,
                         Parked {
-                            plan,
-                            params,
-                            lock,
-                            reply,
-                            short,
-                            waiting,
+                            stmt,
+                            waiting: need.clone(),
                             ticket,
                             since: now,
                         },
                     );
                     debug_assert!(prev.is_none(), "one statement per transaction at a time");
+                    self.needs = needs;
                     return;
                 }
                 Ok(Acquire::Abort(cause)) => {
                     self.counters.count_victim(cause);
-                    self.needs = needs;
-                    self.release_short(txn, &mut short);
-                    reply.send(Err(Error::Aborted(cause)));
-                    return;
+                    Error::Aborted(cause)
                 }
-                Err(e) => {
-                    self.needs = needs;
-                    self.release_short(txn, &mut short);
-                    reply.send(Err(e));
-                    return;
-                }
-            }
+                Err(e) => e,
+            };
+            self.needs = needs;
+            self.finish(stmt, Err(failure));
+            return;
         }
         self.needs = needs;
-        let result = self.store.execute(txn, &plan, &params);
-        self.release_short(txn, &mut short);
-        reply.send(result);
+        let result = self.store.execute(stmt.txn, &stmt.plan, &stmt.params);
+        self.finish(stmt, result);
+    }
+
+    /// Ends a statement: releases its short locks and answers.
+    fn finish(&mut self, mut stmt: Stmt, result: Result<QueryResult>) {
+        self.release_short(stmt.txn, &mut stmt.short);
+        stmt.reply.send(result);
     }
 
     fn release_short(&mut self, txn: TxnId, short: &mut Vec<LockNeed>) {
@@ -325,20 +321,19 @@ impl Partition {
                     self.counters
                         .lock_wait_ns
                         .fetch_add(waited, Ordering::Relaxed);
-                    let mut short = p.short;
-                    if p.lock.short_reads && p.waiting.access != Access::Write {
-                        short.push(p.waiting);
+                    let mut stmt = p.stmt;
+                    if stmt.lock.short_reads && p.waiting.access != Access::Write {
+                        stmt.short.push(p.waiting);
                     }
-                    self.run_statement(txn, p.plan, p.params, p.lock, p.reply, short);
+                    self.run_statement(stmt);
                 }
                 Wakeup::Aborted { txn, ticket, cause } => {
-                    let Some(mut p) = self.parked.remove(&txn) else {
+                    let Some(p) = self.parked.remove(&txn) else {
                         continue;
                     };
                     debug_assert_eq!(p.ticket, ticket);
                     self.counters.count_victim(cause);
-                    self.release_short(txn, &mut p.short);
-                    p.reply.send(Err(Error::Aborted(cause)));
+                    self.finish(p.stmt, Err(Error::Aborted(cause)));
                 }
                 Wakeup::Released { .. } => {}
             }

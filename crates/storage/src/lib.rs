@@ -397,15 +397,7 @@ impl PartitionStore {
                         Some(k) => (lo, Bound::Included(k)),
                         None => (lo, hi),
                     };
-                    out.push(LockNeed {
-                        target: LockTarget::Range {
-                            table,
-                            index: pred.index,
-                            lo,
-                            hi,
-                        },
-                        access: Access::RangeRead,
-                    });
+                    out.push(range_read(table, pred.index, lo, hi));
                 }
                 out.extend(
                     returned
@@ -494,15 +486,7 @@ impl PartitionStore {
         }
         {
             let (lo, hi) = pred.bounds(params)?;
-            out.push(LockNeed {
-                target: LockTarget::Range {
-                    table,
-                    index: pred.index,
-                    lo,
-                    hi,
-                },
-                access: Access::RangeRead,
-            });
+            out.push(range_read(table, pred.index, lo, hi));
         }
         visit(def, data, pred, params, false, |_, pk, row| {
             row_needs(pk, Some(row), out);
@@ -702,6 +686,19 @@ fn visit(
         f(sk, &pk, row)
     };
     walk(set.range((lo, hi)), desc, step)
+}
+
+/// A range-read lock on an interval of one index.
+fn range_read(table: TableId, index: IndexId, lo: Bound<Key>, hi: Bound<Key>) -> LockNeed {
+    LockNeed {
+        target: LockTarget::Range {
+            table,
+            index,
+            lo,
+            hi,
+        },
+        access: Access::RangeRead,
+    }
 }
 
 /// Feeds `step` the items of an ordered range, forwards or backwards, until
