@@ -92,6 +92,19 @@ pub struct Peak {
     pub params: Map<String, Json>,
 }
 
+/// The keys every entry of `results` carries by DESIGN section 7's
+/// contract (other tools read them; keys may be added, never renamed).
+pub const CONTRACT_RESULT_KEYS: [&str; 8] = [
+    "protocol",
+    "clients",
+    "throughput_tps",
+    "latency_us_p50",
+    "latency_us_p99",
+    "aborts",
+    "retries",
+    "per_procedure",
+];
+
 /// A whole `brine bench` invocation.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
@@ -471,17 +484,7 @@ mod tests {
             assert!(v.get(k).is_some(), "missing {k}");
         }
         let r = &v["results"][0];
-        for k in [
-            "protocol",
-            "clients",
-            "throughput_tps",
-            "latency_us_p50",
-            "latency_us_p99",
-            "aborts",
-            "retries",
-            "per_procedure",
-            "rows",
-        ] {
+        for k in CONTRACT_RESULT_KEYS.iter().chain(&["rows"]) {
             assert!(r.get(k).is_some(), "missing result key {k}");
         }
         assert!(r.get("variant").is_none());

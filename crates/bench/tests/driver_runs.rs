@@ -129,21 +129,13 @@ async fn sweeps_give_one_result_per_point_and_the_json_contract(
     assert!(v["ratios"]["acid/acid@rows=50"].is_number());
     let results = v["results"].as_array().ok_or("results is not an array")?;
     for r in results {
-        for key in [
-            "protocol",
-            "clients",
-            "throughput_tps",
-            "latency_us_p50",
-            "latency_us_p99",
-            "aborts",
-            "retries",
-            "per_procedure",
+        for key in brine_bench::report::CONTRACT_RESULT_KEYS.iter().chain(&[
             "statements_per_s",
             "aborts_by_cause",
             "link_delay_us_measured",
             "peak",
             "rows",
-        ] {
+        ]) {
             assert!(r.get(key).is_some(), "result lacks `{key}`: {r}");
         }
         assert!(r["per_procedure"]["update5"]["latency_us_p99"].is_number());

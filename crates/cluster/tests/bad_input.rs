@@ -77,37 +77,29 @@ async fn malformed_sql_and_unknown_table_in_interactive_transactions() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_sql_in_a_procedure_declaration_fails_at_start() {
+/// The error `Cluster::start` gives for a procedure declaring `sql`.
+fn start_error(sql: &str) -> Error {
     let app = Application {
         name: "broken".into(),
         ddl: DDL.into(),
-        procedures: vec![ProcedureDef::new("p").statement("s", "UPDATE account SET WHERE")],
+        procedures: vec![ProcedureDef::new("p").statement("s", sql)],
     };
-    let err = Cluster::start(
+    Cluster::start(
         config(Isolation::Serializable, DeadlockPolicy::WaitDie),
         app,
     )
     .err()
-    .expect("must fail");
+    .expect("must fail")
+}
+
+#[test]
+fn malformed_sql_in_a_procedure_declaration_fails_at_start() {
+    let err = start_error("UPDATE account SET WHERE");
     assert!(
         matches!(err, Error::Sql(ref m) if m.contains("procedure `p`")),
         "{err:?}"
     );
-
-    let app = Application {
-        name: "broken".into(),
-        ddl: DDL.into(),
-        procedures: vec![
-            ProcedureDef::new("p").statement("s", "SELECT a FROM ghost WHERE id = $id")
-        ],
-    };
-    let err = Cluster::start(
-        config(Isolation::Serializable, DeadlockPolicy::WaitDie),
-        app,
-    )
-    .err()
-    .expect("must fail");
+    let err = start_error("SELECT a FROM ghost WHERE id = $id");
     assert!(
         matches!(err, Error::Sql(ref m) if m.contains("ghost")),
         "{err:?}"
