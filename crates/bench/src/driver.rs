@@ -87,6 +87,11 @@ impl BenchSpec {
         if self.duration.is_zero() {
             return Err(BenchError::Config("--duration must be positive".into()));
         }
+        if self.cluster.history.is_some() && (self.protocols.len() > 1 || self.clients.len() > 1) {
+            return Err(BenchError::Config(
+                "--history records one run: give one protocol and one client count".into(),
+            ));
+        }
         self.cluster
             .validate()
             .map_err(|e| BenchError::Config(e.to_string()))
@@ -223,6 +228,10 @@ async fn measure_point(
         .clone();
     let mut config = spec.cluster.clone();
     config.protocol = protocol.clone();
+    // A durable point gets a fresh data directory (removed when `_data`
+    // drops, after the cluster).
+    let _data = crate::durability::point_data(&mut config)?;
+    let durability = config.durability.mode.to_string();
     let topology = config.to_string();
     let isolation = config.isolation.to_string();
     let cluster = Cluster::start(config, workload.application())
@@ -259,16 +268,21 @@ async fn measure_point(
         wait_until(&mut set, measure_start, &mut done).await?;
         let s0 = cluster.stats();
         let l0 = link_snapshot(&cluster);
+        let w0 = cluster.wal_stats();
         let t0 = Instant::now();
         wait_until(&mut set, measure_end, &mut done).await?;
         let s1 = cluster.stats();
         let l1 = link_snapshot(&cluster);
+        let w1 = cluster.wal_stats();
         let stats_s = t0.elapsed().as_secs_f64();
-        Ok::<_, BenchError>((s1.since(&s0), (l1.0 - l0.0, l1.1 - l0.1), stats_s))
+        let wal = w1
+            .zip(w0)
+            .map(|(a, b)| crate::durability::WalPoint::from_delta(&a.since(&b), stats_s));
+        Ok::<_, BenchError>((s1.since(&s0), (l1.0 - l0.0, l1.1 - l0.1), stats_s, wal))
     }
     .await;
     stop.store(true, Ordering::Relaxed);
-    let (delta, link, stats_s) = match outcome {
+    let (delta, link, stats_s, wal) = match outcome {
         Ok(x) => x,
         Err(e) => {
             set.abort_all();
@@ -303,6 +317,14 @@ async fn measure_point(
         ("not run".to_string(), None)
     };
 
+    // Every call has ended (the check's too): make sure its record is in
+    // the history file before anyone reads it.
+    if let Some(n) = cluster
+        .flush_history()
+        .map_err(BenchError::cluster("writing the history"))?
+    {
+        tracing::info!(transactions = n, "history written");
+    }
     let result = point_result(PointInputs {
         protocol,
         protocol_index,
@@ -319,8 +341,12 @@ async fn measure_point(
         isolation,
         topology,
         workload_metrics: workload.metrics(),
+        durability,
+        wal,
         check,
     });
+    // Flush and stop the log writers before the data directory goes.
+    cluster.close_logs();
     Ok((result, failed_check))
 }
 
@@ -342,6 +368,8 @@ struct PointInputs {
     topology: String,
     workload_metrics: Map<String, Json>,
     check: String,
+    durability: String,
+    wal: Option<crate::durability::WalPoint>,
 }
 
 fn point_result(p: PointInputs) -> PointResult {
@@ -407,6 +435,8 @@ fn point_result(p: PointInputs) -> PointResult {
         check: p.check,
         variant: p.variant,
         protocol_index: p.protocol_index,
+        durability: p.durability,
+        wal: p.wal,
     }
 }
 

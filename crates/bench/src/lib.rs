@@ -16,6 +16,7 @@
 //! invariant can be checked after each point (`--check`).
 
 pub mod driver;
+pub mod durability;
 pub mod error;
 pub mod list;
 pub mod recorder;

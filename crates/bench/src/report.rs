@@ -77,9 +77,35 @@ pub struct PointResult {
     /// Index of the workload variant (sweep over workload parameters).
     #[serde(skip)]
     pub variant: usize,
-    /// Index of the protocol in the compared list (0 = baseline).
+    /// Index of the protocol in the compared list (0 = baseline); with a
+    /// durability sweep, `mode index * protocols + protocol index`.
     #[serde(skip)]
     pub protocol_index: usize,
+    /// `none` or `wal` (`--durability`).
+    pub durability: String,
+    /// Log statistics of the measured interval, with `wal`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wal: Option<crate::durability::WalPoint>,
+}
+
+impl PointResult {
+    /// The name of this point's series in ratios and tables: the protocol,
+    /// and its durability when the run compares durability modes.
+    pub fn series(&self, durability_compared: bool) -> String {
+        if durability_compared {
+            format!("{}+{}", self.protocol, self.durability)
+        } else {
+            self.protocol.clone()
+        }
+    }
+}
+
+fn durability_compared(results: &[PointResult]) -> bool {
+    results.iter().any(|r| {
+        results
+            .first()
+            .is_some_and(|f| f.durability != r.durability)
+    })
 }
 
 /// The peak of one protocol on one workload variant.
@@ -181,8 +207,9 @@ impl BenchReport {
                 .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
         };
         let mut protocols: BTreeMap<usize, String> = BTreeMap::new();
+        let by_durability = durability_compared(&results);
         for r in &results {
-            protocols.insert(r.protocol_index, r.protocol.clone());
+            protocols.insert(r.protocol_index, r.series(by_durability));
         }
         if let Some(base_name) = protocols.get(&0).cloned() {
             for (&pi, name) in protocols.iter().filter(|(&pi, _)| pi > 0) {
@@ -240,6 +267,7 @@ impl BenchReport {
             "{header}{:<10} {:>7} {:>11} {:>8} {:>8} {:>9} {:>9} {:>8}",
             "protocol", "clients", "tps", "p50 us", "p99 us", "aborts", "retries", "ratio"
         );
+        let by_durability = durability_compared(&self.results);
         for r in &self.results {
             let mut row = String::new();
             for k in &param_keys {
@@ -253,7 +281,7 @@ impl BenchReport {
             let _ = writeln!(
                 s,
                 "{row}{:<10} {:>7} {:>11.1} {:>8} {:>8} {:>9} {:>9} {:>8}{}",
-                r.protocol,
+                r.series(by_durability),
                 r.clients,
                 r.throughput_tps,
                 r.latency_us_p50,
@@ -277,10 +305,15 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
     let label = params_label(&r.params);
     let _ = writeln!(
         s,
-        "== {workload}{}{} | protocol {} | {} clients ==",
+        "== {workload}{}{} | protocol {}{} | {} clients ==",
         if label.is_empty() { "" } else { " " },
         label,
         r.protocol,
+        if r.durability == "none" {
+            String::new()
+        } else {
+            format!(" | durability {}", r.durability)
+        },
         r.clients
     );
     let _ = writeln!(s, "topology: {}", r.topology);
@@ -364,6 +397,18 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
             .collect();
         let _ = writeln!(s, "workload: {}", m.join(", "));
     }
+    if let Some(w) = &r.wal {
+        let _ = writeln!(
+            s,
+            "wal: {} fsyncs ({:.0}/s, {} of them decision logs), {:.2} records and {:.0} bytes per fsync, {} checkpoints",
+            w.fsyncs,
+            w.fsyncs_per_s,
+            w.decision_fsyncs,
+            w.records_per_fsync,
+            w.bytes_per_fsync,
+            w.checkpoints
+        );
+    }
     let _ = writeln!(s, "check: {}", r.check);
     s
 }
@@ -429,6 +474,8 @@ mod tests {
             check: "not run".into(),
             variant,
             protocol_index: pi,
+            durability: "none".into(),
+            wal: None,
         }
     }
 

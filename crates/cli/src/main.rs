@@ -15,9 +15,15 @@ use std::time::Duration;
 
 use brine_bench::driver::BenchSpec;
 use brine_bench::list::{parse_counts, parse_names};
-use brine_bench::workloads::{bank, micro, Bank, Micro};
+use brine_bench::workloads::ticket::{self, Ticket, TicketParams};
+use brine_bench::workloads::{
+    bank, checking, micro, tpcc, Bank, ListAppend, Micro, Register, Tpcc,
+};
 use brine_bench::{render_point, BenchError, Workload};
-use brine_cluster::{ClusterConfig, DeadlockPolicy, Isolation, LinkConfig, Placement};
+use brine_cluster::{
+    ClusterConfig, DeadlockPolicy, DurabilityConfig, DurabilityMode, Isolation, LinkConfig,
+    Placement,
+};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -55,14 +61,45 @@ Workloads:\n  \
 micro  Salt microbenchmark 1: each transaction updates 5 distinct rows drawn uniformly from \
 --rows N (default 10000); contention rises as N falls.\n  \
 bank   transfers between two random accounts (90%) and a broadcast SUM of every balance (10%) \
-that must always equal the initial total; --check enforces it.",
+that must always equal the initial total; --check enforces it.\n  \
+register     randomized read / write / range-read transactions over --keys N (default 8) hot \
+registers, made for the isolation checker: record with --history FILE, then brine check FILE.\n  \
+list-append  appends of unique elements to --keys N lists and list reads (Elle's list-append \
+model), for the isolation checker.\n  \
+tpcc   TPC-C's five transactions on --warehouses N (default 2), --mix standard (45/43/4/4/4) or \
+salt; --check runs clause 3.3.2's consistency conditions; --tpcc-scale small is a reduced, \
+non-standard database for quick runs. Reports new_order_per_min (tpmC-style, not an audited \
+TPC result).\n  \
+ticket ticketing modelled on the sources' description of Fusion Ticket: one event, two \
+categories of --seats N (default 10000) seats, 11 booking-flow procedures with a hot create_order; \
+--check verifies seats, counters, payments and tickets.",
         after_long_help = "Examples:\n  \
 brine bench micro\n  \
 brine bench micro --rows 10,100,1000,100000 --clients 64 --check\n  \
 brine bench bank --check --isolation read-committed\n  \
-brine bench micro --compare acid,acid --clients 8,64 --json micro.json"
+brine bench micro --compare acid,acid --clients 8,64 --json micro.json\n  \
+brine bench register --clients 64 --history h.jsonl && brine check h.jsonl --level serializable"
     )]
-    Bench(BenchArgs),
+    // Boxed: the bench flags make this variant far larger than the others.
+    Bench(Box<BenchArgs>),
+    /// Check a recorded history (--history FILE of a bench run) for
+    /// isolation anomalies; exits 1 on any violation at --level.
+    #[command(
+        long_about = "Check a recorded history for isolation anomalies.\n\n\
+Builds Adya's direct serialization graph over the committed transactions (ww, wr, rw and predicate \
+edges) and reports G0, G1a, G1b, G1c, G-single and G2 (and, at --level salt, G-salt: an ACID \
+transaction that observed a BASE transaction's unfinished state), each with a short witness: the \
+transactions, the edges and the keys and versions that cause them. See docs/checker.md and \
+docs/history-format.md.\n\n\
+Exit status: 0 when the history satisfies --level, 1 on a violation, 2 when the history cannot be \
+read.",
+        after_long_help = "Examples:\n  \
+brine check h.jsonl\n  \
+brine check h.jsonl --level read-committed --max-witnesses 3\n  \
+brine check h.jsonl --export-elle h.edn --elle-model rw-register\n  \
+brine check --self-bench 100000"
+    )]
+    Check(CheckArgs),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -71,6 +108,14 @@ enum WorkloadName {
     Micro,
     /// Bank transfers with a constant total (the invariant workload).
     Bank,
+    /// TPC-C: the five transactions, spec data, consistency checks.
+    Tpcc,
+    /// Ticketing modelled on Fusion Ticket: booking sessions, a hot create_order.
+    Ticket,
+    /// Randomized registers for the isolation checker (few hot keys).
+    Register,
+    /// Lists of unique elements for the isolation checker (Elle's list-append).
+    ListAppend,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -165,6 +210,17 @@ struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
 
+    /// Record the run's history (every transaction's reads and writes with
+    /// versions, JSON lines) to this file, for `brine check`. One protocol
+    /// and one client count only.
+    #[arg(long, value_name = "FILE")]
+    history: Option<std::path::PathBuf>,
+
+    /// Keys (registers or lists) of the register and list-append workloads
+    /// [default: 8].
+    #[arg(long, value_name = "N")]
+    keys: Option<u64>,
+
     /// Check the workload's invariants after every point; a violation fails the run.
     #[arg(long)]
     check: bool,
@@ -180,6 +236,73 @@ struct BenchArgs {
     /// bank: percentage of calls that read the total (the rest transfer; default 10).
     #[arg(long, value_name = "PCT")]
     total_percent: Option<u32>,
+
+    /// tpcc: number of warehouses (default 2).
+    #[arg(long, value_name = "N")]
+    warehouses: Option<i64>,
+
+    /// tpcc: transaction mix, standard (45/43/4/4/4) or salt (43.5/43.5/4.35/4.35/4.35).
+    #[arg(long, value_name = "MIX")]
+    mix: Option<String>,
+
+    /// tpcc: database size per warehouse, standard (clause 4.3) or small (non-standard:
+    /// 1,000 items, 100 customers per district; for quick runs).
+    #[arg(long, value_name = "SCALE")]
+    tpcc_scale: Option<String>,
+
+    /// ticket: seats per category (two categories; default 10000).
+    #[arg(long, value_name = "N")]
+    seats: Option<u64>,
+
+    /// ticket: number of customers (default 10000).
+    #[arg(long, value_name = "N")]
+    customers: Option<u64>,
+
+    /// ticket: percentage of filled carts abandoned before create_order (default 15).
+    #[arg(long, value_name = "PCT")]
+    abandon_percent: Option<u32>,
+
+    /// Durability modes to run, comma-separated: none (in memory) or wal
+    /// (write-ahead log with group commit, checkpoints). With both (none,wal)
+    /// every point runs in each mode in this process and the ratio is reported.
+    #[arg(long, value_name = "LIST", default_value = "none")]
+    durability: String,
+
+    /// wal: directory under which each point gets a fresh data directory
+    /// (default: a new temporary directory per point).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<std::path::PathBuf>,
+
+    /// wal: keep each point's data directory instead of removing it.
+    #[arg(long)]
+    keep_data: bool,
+
+    /// wal: how long a log writer may wait for more commits before an
+    /// fsync, in microseconds, once batches hold more than one commit (0:
+    /// sync as soon as the previous fsync ends).
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    group_commit_us: u64,
+
+    /// wal: a partition checkpoints after this many MiB of log (0: only at start).
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    checkpoint_mib: u64,
+}
+
+/// `--durability none,wal` as modes, in order, without duplicates.
+fn durability_modes(list: &str) -> Result<Vec<DurabilityMode>, BenchError> {
+    let mut modes = Vec::new();
+    for name in parse_names(list, "--durability").map_err(BenchError::Config)? {
+        let m: DurabilityMode = name
+            .parse()
+            .map_err(|e: brine_core::Error| BenchError::Config(format!("--durability: {e}")))?;
+        if modes.contains(&m) {
+            return Err(BenchError::Config(format!(
+                "--durability lists `{m}` twice"
+            )));
+        }
+        modes.push(m);
+    }
+    Ok(modes)
 }
 
 fn seconds(v: f64, what: &str) -> Result<Duration, BenchError> {
@@ -217,6 +340,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
             IsolationArg::ReadCommitted => Isolation::ReadCommitted,
             IsolationArg::Serializable => Isolation::Serializable,
         },
+        history: args.history.clone(),
         ..ClusterConfig::default()
     };
     cluster.lock.policy = match args.deadlock {
@@ -230,6 +354,17 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         ));
     }
     cluster.lock.wait_timeout = Duration::from_millis(args.lock_timeout_ms);
+    cluster.durability = DurabilityConfig {
+        mode: durability_modes(&args.durability)?
+            .first()
+            .copied()
+            .unwrap_or_default(),
+        data_dir: args.data_dir.clone(),
+        keep_data: args.keep_data,
+        group_commit_window: Duration::from_micros(args.group_commit_us),
+        checkpoint_every_bytes: args.checkpoint_mib.saturating_mul(1 << 20),
+        ..DurabilityConfig::default()
+    };
     let duration = seconds(args.duration, "--duration")?;
     if duration.is_zero() {
         return Err(BenchError::Config("--duration must be positive".into()));
@@ -254,7 +389,67 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
             Ok(())
         }
     };
+    if args.workload != WorkloadName::Tpcc {
+        only(args.warehouses.is_some(), "--warehouses", "tpcc")?;
+        only(args.mix.is_some(), "--mix", "tpcc")?;
+        only(args.tpcc_scale.is_some(), "--tpcc-scale", "tpcc")?;
+    }
+    if args.workload != WorkloadName::Ticket {
+        only(args.seats.is_some(), "--seats", "ticket")?;
+        only(args.customers.is_some(), "--customers", "ticket")?;
+        only(
+            args.abandon_percent.is_some(),
+            "--abandon-percent",
+            "ticket",
+        )?;
+    }
+    if !matches!(
+        args.workload,
+        WorkloadName::Register | WorkloadName::ListAppend
+    ) {
+        only(args.keys.is_some(), "--keys", "register and list-append")?;
+    }
     match args.workload {
+        WorkloadName::Register | WorkloadName::ListAppend => {
+            only(args.rows.is_some(), "--rows", "micro")?;
+            only(args.accounts.is_some(), "--accounts", "bank")?;
+            only(args.total_percent.is_some(), "--total-percent", "bank")?;
+            let keys = args.keys.unwrap_or(checking::DEFAULT_KEYS);
+            Ok(vec![if args.workload == WorkloadName::Register {
+                Arc::new(Register::new(keys)?)
+            } else {
+                Arc::new(ListAppend::new(keys)?)
+            }])
+        }
+        WorkloadName::Ticket => {
+            only(args.rows.is_some(), "--rows", "micro")?;
+            only(args.accounts.is_some(), "--accounts", "bank")?;
+            only(args.total_percent.is_some(), "--total-percent", "bank")?;
+            let w = Ticket::new(TicketParams {
+                seats_per_category: args.seats.unwrap_or(ticket::DEFAULT_SEATS_PER_CATEGORY),
+                customers: args.customers.unwrap_or(ticket::DEFAULT_CUSTOMERS),
+                abandon_percent: args
+                    .abandon_percent
+                    .unwrap_or(ticket::DEFAULT_ABANDON_PERCENT),
+                ..TicketParams::default()
+            })?;
+            Ok(vec![Arc::new(w)])
+        }
+        WorkloadName::Tpcc => {
+            only(args.rows.is_some(), "--rows", "micro")?;
+            only(args.accounts.is_some(), "--accounts", "bank")?;
+            only(args.total_percent.is_some(), "--total-percent", "bank")?;
+            let w = Tpcc::new(
+                args.warehouses.unwrap_or(tpcc::DEFAULT_WAREHOUSES),
+                tpcc::Scale::by_name(args.tpcc_scale.as_deref().unwrap_or("standard"))?,
+                tpcc::Mix::by_name(args.mix.as_deref().unwrap_or("standard"))?,
+            )?
+            .with_measure_window(
+                seconds(args.warmup, "--warmup")?,
+                seconds(args.duration, "--duration")?,
+            );
+            Ok(vec![Arc::new(w)])
+        }
         WorkloadName::Micro => {
             only(args.accounts.is_some(), "--accounts", "bank")?;
             only(args.total_percent.is_some(), "--total-percent", "bank")?;
@@ -296,10 +491,12 @@ async fn bench(args: BenchArgs) -> Result<(), BenchError> {
         None => None,
     };
     let name = workloads.first().map(|w| w.name()).unwrap_or("?");
-    let report = brine_bench::run_bench(&spec, &workloads, |point| {
-        println!("{}", render_point(name, point));
-    })
-    .await?;
+    let modes = durability_modes(&args.durability)?;
+    let report =
+        brine_bench::durability::run_bench_durability(&spec, &workloads, &modes, |point| {
+            println!("{}", render_point(name, point));
+        })
+        .await?;
     println!("{}", report.render_summary());
     if let Some((path, mut file)) = json_file {
         let text = report
@@ -325,15 +522,101 @@ fn init_tracing() {
         .try_init();
 }
 
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum CheckLevelArg {
+    /// No G0, G1a, G1b, G1c.
+    ReadCommitted,
+    /// None of the anomalies (no G-single, no G2 either).
+    Serializable,
+    /// Serializable for ACID transactions, BASE transactions interleaving
+    /// under Salt isolation.
+    Salt,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum ElleModelArg {
+    /// Registers named table/key holding version ids.
+    RwRegister,
+    /// Lists of table `la` (the list-append workload).
+    ListAppend,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// The history file (JSON lines, see docs/history-format.md).
+    #[arg(value_name = "FILE", required_unless_present = "self_bench")]
+    file: Option<std::path::PathBuf>,
+    /// The isolation level the history must satisfy.
+    #[arg(long, value_enum, default_value = "serializable")]
+    level: CheckLevelArg,
+    /// Also write the history as a Jepsen/Elle EDN history to this file.
+    #[arg(long, value_name = "OUT", requires = "elle_model")]
+    export_elle: Option<std::path::PathBuf>,
+    /// The Elle model of --export-elle.
+    #[arg(long, value_enum, requires = "export_elle")]
+    elle_model: Option<ElleModelArg>,
+    /// Print at most N witnesses (every anomaly is still counted).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    max_witnesses: usize,
+    /// Print the report as JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Time the checker on a generated valid history of N transactions
+    /// instead of reading FILE.
+    #[arg(long, value_name = "N", conflicts_with = "file")]
+    self_bench: Option<usize>,
+    /// Seed of the --self-bench history.
+    #[arg(long, default_value_t = 1, requires = "self_bench")]
+    seed: u64,
+}
+
+/// `brine check`: 0 valid, 1 violation, 2 unreadable input.
+fn run_check(args: &CheckArgs) -> ExitCode {
+    use brine_check::command::{run, CheckOptions};
+    use brine_check::elle::ElleModel;
+    let level = match args.level {
+        CheckLevelArg::ReadCommitted => brine_check::Level::ReadCommitted,
+        CheckLevelArg::Serializable => brine_check::Level::Serializable,
+        CheckLevelArg::Salt => brine_check::Level::Salt,
+    };
+    let model = match args.elle_model {
+        Some(ElleModelArg::ListAppend) => ElleModel::ListAppend,
+        _ => ElleModel::RwRegister,
+    };
+    let opts = CheckOptions {
+        file: args.file.clone(),
+        level,
+        export_elle: args.export_elle.clone().map(|p| (p, model)),
+        max_witnesses: args.max_witnesses,
+        json: args.json,
+        self_bench: args.self_bench,
+        seed: args.seed,
+    };
+    let stdout = std::io::stdout();
+    match run(&opts, &mut stdout.lock()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
+    // Checking needs no cluster and no async runtime.
+    if let Command::Check(args) = &cli.command {
+        return run_check(args);
+    }
     let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
     // A delayed link runs its own delivery thread, which must not compete
     // with the workers for a core or every delivery comes late; so it gets
     // one core of its own when there is more than one.
     let link_delayed = match &cli.command {
         Command::Bench(b) => b.link_delay > 0 || b.jitter > 0,
+        Command::Check(_) => false,
     };
     let default_threads = if link_delayed && cores > 1 {
         cores - 1
@@ -355,7 +638,8 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Bench(args) => runtime.block_on(bench(args)),
+        Command::Bench(args) => runtime.block_on(bench(*args)),
+        Command::Check(_) => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -385,6 +669,41 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    #[test]
+    fn check_args_parse() {
+        let ok = |args: &[&str]| {
+            let mut v = vec!["brine", "check"];
+            v.extend_from_slice(args);
+            match Cli::try_parse_from(v) {
+                Ok(Cli {
+                    command: Command::Check(c),
+                    ..
+                }) => Some(c),
+                _ => None,
+            }
+        };
+        let c = ok(&[
+            "h.jsonl",
+            "--level",
+            "salt",
+            "--export-elle",
+            "h.edn",
+            "--elle-model",
+            "list-append",
+        ]);
+        assert!(c.is_some_and(|c| c.level == CheckLevelArg::Salt
+            && c.elle_model == Some(ElleModelArg::ListAppend)
+            && c.max_witnesses == 10));
+        assert!(ok(&["--self-bench", "100"]).is_some());
+        assert!(ok(&[]).is_none(), "a file or --self-bench is required");
+        assert!(
+            ok(&["h.jsonl", "--export-elle", "h.edn"]).is_none(),
+            "needs --elle-model"
+        );
+        assert!(ok(&["h.jsonl", "--level", "snapshot"]).is_none());
+        assert!(ok(&["h.jsonl", "--self-bench", "10"]).is_none());
+    }
+
     fn parse(args: &[&str]) -> BenchArgs {
         let mut v = vec!["brine", "bench"];
         v.extend_from_slice(args);
@@ -392,7 +711,8 @@ mod tests {
             Ok(Cli {
                 command: Command::Bench(b),
                 ..
-            }) => b,
+            }) => *b,
+            Ok(other) => panic!("not a bench command: {:?}", other.command),
             Err(e) => panic!("{e}"),
         }
     }
@@ -420,7 +740,12 @@ mod tests {
         assert!(workloads_from(&parse(&["micro", "--accounts", "5"])).is_err());
         assert!(workloads_from(&parse(&["bank", "--rows", "5"])).is_err());
         assert!(workloads_from(&parse(&["micro", "--rows", "3"])).is_err());
-        assert!(Cli::try_parse_from(["brine", "bench", "tpcc"]).is_err());
+        assert!(Cli::try_parse_from(["brine", "bench", "nope"]).is_err());
+        assert!(workloads_from(&parse(&["micro", "--warehouses", "2"])).is_err());
+        assert!(workloads_from(&parse(&["tpcc", "--warehouses", "0"])).is_err());
+        assert!(workloads_from(&parse(&["tpcc", "--mix", "odd"])).is_err());
+        assert!(workloads_from(&parse(&["tpcc", "--tpcc-scale", "huge"])).is_err());
+        assert!(workloads_from(&parse(&["tpcc", "--rows", "5"])).is_err());
         assert!(Cli::try_parse_from([
             "brine",
             "bench",
@@ -439,6 +764,36 @@ mod tests {
     fn rows_sweep_makes_one_workload_per_size() -> Result<(), BenchError> {
         let w = workloads_from(&parse(&["micro", "--rows", "10,100,1000"]))?;
         assert_eq!(w.len(), 3);
+        Ok(())
+    }
+
+    #[test]
+    fn tpcc_options() -> Result<(), BenchError> {
+        let w = workloads_from(&parse(&["tpcc", "--warehouses", "4", "--mix", "salt"]))?;
+        let p = w[0].params();
+        assert_eq!(p.get("warehouses"), Some(&serde_json::json!(4)));
+        assert_eq!(p.get("mix"), Some(&serde_json::json!("salt")));
+        assert_eq!(p.get("scale"), Some(&serde_json::json!("standard")));
+        let w = workloads_from(&parse(&["tpcc", "--tpcc-scale", "small"]))?;
+        assert_eq!(w[0].params().get("warehouses"), Some(&serde_json::json!(2)));
+        Ok(())
+    }
+
+    #[test]
+    fn ticket_options() -> Result<(), BenchError> {
+        let w = workloads_from(&parse(&[
+            "ticket",
+            "--seats",
+            "500",
+            "--abandon-percent",
+            "0",
+        ]))?;
+        let p = w[0].params();
+        assert_eq!(p.get("seats_per_category"), Some(&serde_json::json!(500)));
+        assert_eq!(p.get("abandon_percent"), Some(&serde_json::json!(0)));
+        assert!(workloads_from(&parse(&["ticket", "--seats", "1"])).is_err());
+        assert!(workloads_from(&parse(&["ticket", "--rows", "5"])).is_err());
+        assert!(workloads_from(&parse(&["micro", "--seats", "5"])).is_err());
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,12 +15,16 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 
 use crate::coordinator::{self, CallOutcome, PartitionRef, ProcCtx, RetryPolicy, Shared, TxnState};
+use crate::durability::{DurabilityConfig, DurabilityMode, WalSet};
+use crate::history::HistorySink;
 use crate::link::{Link, LinkConfig};
 use crate::message::{PartitionMsg, PartitionStatus};
 use crate::partition::{Partition, PartitionCounters};
 use crate::procedure::{Application, PreparedProc};
-use crate::protocol::{protocol_by_name, Isolation};
+use crate::protocol::{protocol_by_name, Isolation, Mutation};
 use crate::stats::{ClusterCounters, StatsSnapshot};
+use brine_check::history::FORMAT_VERSION;
+use brine_check::Header;
 
 /// Where coordinators run relative to the data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -58,6 +63,14 @@ pub struct ClusterConfig {
     pub isolation: Isolation,
     pub lock: LockConfig,
     pub retry: RetryPolicy,
+    /// Record the run's history (every transaction's reads and writes with
+    /// versions) to this file, for `brine check`.
+    pub history: Option<PathBuf>,
+    /// A deliberately broken locking variant, for validating the isolation
+    /// checker; `None` in every real run.
+    pub mutation: Option<Mutation>,
+    /// Write-ahead logging, checkpoints and recovery (default: in memory).
+    pub durability: DurabilityConfig,
 }
 
 impl Default for ClusterConfig {
@@ -77,6 +90,9 @@ impl Default for ClusterConfig {
                 max_deps_per_txn: 4096,
             },
             retry: RetryPolicy::default(),
+            history: None,
+            mutation: None,
+            durability: DurabilityConfig::default(),
         }
     }
 }
@@ -87,6 +103,7 @@ impl ClusterConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
+        self.durability.validate()?;
         if self.nodes == 0 || self.partitions_per_node == 0 {
             return Err(Error::Config(
                 "a cluster needs at least one node and one partition per node".into(),
@@ -119,8 +136,27 @@ impl fmt::Display for ClusterConfig {
             self.protocol,
             self.isolation,
             self.lock.policy,
-        )
+        )?;
+        if self.durability.mode != DurabilityMode::None {
+            write!(f, ", durability {}", self.durability.mode)?;
+        }
+        Ok(())
     }
+}
+
+/// The run configuration written into a history's header.
+fn history_config(c: &ClusterConfig) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("nodes".into(), c.nodes.into());
+    m.insert("partitions_per_node".into(), c.partitions_per_node.into());
+    m.insert("link_delay_us".into(), c.link.delay_us.into());
+    m.insert("link_jitter_us".into(), c.link.jitter_us.into());
+    m.insert("seed".into(), c.seed.into());
+    m.insert("topology".into(), c.to_string().into());
+    if let Some(mutation) = c.mutation {
+        m.insert("mutation".into(), format!("{mutation:?}").into());
+    }
+    m
 }
 
 /// A running embedded cluster. Dropping every handle stops the partitions.
@@ -158,17 +194,38 @@ impl Cluster {
             }
         }
         let link = Link::new(config.link, config.seed);
+        // With a log: recover what the data directory holds first.
+        let (wal, mut recovered) = if config.durability.mode == DurabilityMode::Wal {
+            let (w, stores) = WalSet::open(
+                &config.durability,
+                config.nodes,
+                config.total_partitions(),
+                &catalog,
+            )?;
+            (Some(Arc::new(w)), stores.into_iter().map(Some).collect())
+        } else {
+            (None, Vec::new())
+        };
         let mut partitions = Vec::new();
         let mut partition_counters = Vec::new();
         for p in 0..config.total_partitions() {
             let (tx, rx) = mpsc::unbounded_channel();
             let counters = Arc::new(PartitionCounters::default());
-            let part = Partition::new(
+            let mut part = Partition::new(
                 PartitionId(p),
                 catalog.clone(),
                 config.lock.clone(),
                 counters.clone(),
             );
+            if let Some(w) = &wal {
+                let store = recovered.get_mut(p as usize).and_then(Option::take);
+                if let (Some(store), Some(pw)) = (store, w.partition_wal(p as usize)) {
+                    part = part.with_wal(store, pw);
+                }
+            }
+            if config.history.is_some() {
+                part.enable_recording();
+            }
             tokio::spawn(part.run(rx));
             partitions.push(PartitionRef {
                 id: PartitionId(p),
@@ -177,7 +234,22 @@ impl Cluster {
             });
             partition_counters.push(counters);
         }
+        let history = match &config.history {
+            Some(path) => {
+                let header = Header {
+                    brine_history: FORMAT_VERSION,
+                    workload: app.name.clone(),
+                    protocol: config.protocol.clone(),
+                    isolation: config.isolation.to_string(),
+                    config: history_config(&config),
+                };
+                Some(Arc::new(HistorySink::create(path, &header)?))
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared {
+            history,
+            mutation: config.mutation,
             catalog,
             link,
             partitions,
@@ -185,8 +257,9 @@ impl Cluster {
             isolation: config.isolation,
             retry: config.retry,
             counters: ClusterCounters::default(),
-            next_txn: Default::default(),
+            next_txn: std::sync::atomic::AtomicU64::new(wal.as_ref().map_or(0, |w| w.txn_base)),
             seed: config.seed,
+            wal,
         });
         Ok(Cluster {
             shared,
@@ -196,6 +269,19 @@ impl Cluster {
             adhoc: Default::default(),
             next_client: Default::default(),
         })
+    }
+
+    /// Waits until every transaction recorded so far is in the history
+    /// file; returns how many were written (`None` if not recording).
+    pub fn flush_history(&self) -> Result<Option<u64>> {
+        match &self.shared.history {
+            Some(h) => h.flush().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     pub fn config(&self) -> &ClusterConfig {
@@ -348,7 +434,7 @@ impl Client {
     pub fn begin(&self) -> Txn {
         let shared = self.cluster.shared.clone();
         let txn = shared.new_txn(None);
-        let state = Arc::new(Mutex::new(TxnState::new(txn)));
+        let state = Arc::new(Mutex::new(TxnState::begin(&shared, txn, None)));
         Txn {
             ctx: ProcCtx::new(shared, self.node, None, state.clone()),
             state,

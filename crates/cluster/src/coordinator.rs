@@ -32,11 +32,13 @@ use rand::{Rng, SeedableRng};
 use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
+use crate::history::{HistorySink, TxnRecording};
 use crate::link::Link;
-use crate::message::{LockSpec, PartitionMsg, Reply, Vote};
+use crate::message::{Executed, LockSpec, PartitionMsg, Reply, Vote};
 use crate::procedure::PreparedProc;
-use crate::protocol::{Isolation, Protocol};
+use crate::protocol::{Isolation, Mutation, Protocol};
 use crate::stats::ClusterCounters;
+use brine_check::{Op, Outcome};
 
 /// What every coordinator shares: the topology and the way to each partition.
 pub struct Shared {
@@ -50,6 +52,12 @@ pub struct Shared {
     pub next_txn: AtomicU64,
     /// Seeds retry backoff, so a run on a single-threaded runtime replays.
     pub seed: u64,
+    /// Where the run's history goes, when it records one.
+    pub history: Option<Arc<HistorySink>>,
+    /// A deliberately broken locking variant (checker validation only).
+    pub mutation: Option<Mutation>,
+    /// The cluster's logs (`None`: durability off).
+    pub wal: Option<Arc<crate::durability::WalSet>>,
 }
 
 /// Where a partition lives and how to send it a message.
@@ -126,6 +134,8 @@ pub struct TxnState {
     pub doomed: Option<AbortCause>,
     /// Set once commit or abort was sent.
     pub finished: bool,
+    /// The attempt's operations, when the run records a history.
+    pub rec: Option<Box<TxnRecording>>,
 }
 
 impl TxnState {
@@ -135,6 +145,22 @@ impl TxnState {
             participants: SmallVec::new(),
             doomed: None,
             finished: false,
+            rec: None,
+        }
+    }
+
+    /// A new attempt of `procedure` (`None`: interactive), recording its
+    /// operations if the run records a history.
+    pub fn begin(shared: &Shared, txn: TxnId, procedure: Option<&str>) -> Self {
+        let mut st = TxnState::new(txn);
+        st.rec = shared.history.as_ref().map(|h| h.begin(procedure));
+        st
+    }
+
+    /// Hands the attempt's record to the history, with its outcome.
+    fn record_end(&mut self, shared: &Shared, outcome: Outcome) {
+        if let (Some(h), Some(rec)) = (&shared.history, self.rec.take()) {
+            h.end(self.txn, *rec, outcome);
         }
     }
 
@@ -202,7 +228,7 @@ impl ProcCtx {
         plan: Arc<Plan>,
         params: Vec<Value>,
         lock: LockSpec,
-    ) -> Result<QueryResult> {
+    ) -> Result<Executed> {
         self.shared
             .request(self.node, p, move |reply| PartitionMsg::Execute {
                 txn,
@@ -212,6 +238,15 @@ impl ProcCtx {
                 reply,
             })
             .await?
+    }
+
+    /// Adds a statement's recorded operations to the attempt's history.
+    fn record_ops(&self, ops: Vec<Op>) {
+        if !ops.is_empty() {
+            if let Some(rec) = &mut self.state.lock().rec {
+                rec.ops.extend(ops);
+            }
+        }
     }
 
     pub(crate) async fn exec_plan(
@@ -230,12 +265,20 @@ impl ProcCtx {
             st.txn
         };
         let params = plan.bind(args)?;
-        let lock = self.shared.protocol.lock_spec(self.shared.isolation);
+        let mut lock = self.shared.protocol.lock_spec(self.shared.isolation);
+        if let Some(m) = self.shared.mutation {
+            lock = m.apply(lock);
+        }
         let result = match plan.route(&params, &self.shared.catalog) {
             Route::Partition(v) => {
                 let p = self.shared.partition_for(&v);
                 self.state.lock().add_participant(p);
-                self.execute_at(p, txn, plan.clone(), params, lock).await
+                self.execute_at(p, txn, plan.clone(), params, lock)
+                    .await
+                    .map(|e| {
+                        self.record_ops(e.ops);
+                        e.result
+                    })
             }
             Route::Broadcast => {
                 let n = self.shared.partitions.len();
@@ -248,10 +291,16 @@ impl ProcCtx {
                 let futs =
                     (0..n).map(|p| self.execute_at(p, txn, plan.clone(), params.clone(), lock));
                 let mut parts = Vec::with_capacity(n);
+                let mut ops = Vec::new();
                 let mut first_err = None;
                 for r in futures::future::join_all(futs).await {
                     match r {
-                        Ok(q) => parts.push(q),
+                        Ok(e) => {
+                            parts.push(e.result);
+                            if !e.ops.is_empty() {
+                                ops.push(e.ops);
+                            }
+                        }
                         Err(e) => {
                             // A victim anywhere dooms the attempt; prefer
                             // reporting that over other errors.
@@ -260,6 +309,9 @@ impl ProcCtx {
                             }
                         }
                     }
+                }
+                if !ops.is_empty() {
+                    self.record_ops(crate::history::merge_broadcast(ops));
                 }
                 match first_err {
                     Some(e) => Err(e),
@@ -277,6 +329,19 @@ impl ProcCtx {
 /// Commits an attempt whose body succeeded. On a `No` vote the attempt is
 /// aborted and the cause returned.
 pub async fn commit(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> Result<()> {
+    let result = commit_attempt(shared, node, state).await;
+    if shared.history.is_some() {
+        let outcome = match &result {
+            Ok(()) => Outcome::Committed,
+            Err(Error::Aborted(_)) => Outcome::Aborted,
+            Err(_) => Outcome::Unknown,
+        };
+        state.lock().record_end(shared, outcome);
+    }
+    result
+}
+
+async fn commit_attempt(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> Result<()> {
     let (txn, participants) = {
         let mut st = state.lock();
         if st.finished {
@@ -303,7 +368,18 @@ pub async fn commit(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> R
             let all_yes = votes
                 .iter()
                 .all(|v| matches!(v, Ok(Vote::Yes) | Ok(Vote::ReadOnly)));
-            let decision_commit = all_yes;
+            let mut decision_commit = all_yes;
+            // With a log, the decision is durable before anyone hears it
+            // (only commits are logged: presumed abort). A failed decision
+            // log aborts the transaction.
+            let mut log_error = None;
+            let any_yes = votes.iter().any(|v| matches!(v, Ok(Vote::Yes)));
+            if let (true, true, Some(wal)) = (decision_commit, any_yes, &shared.wal) {
+                if let Err(e) = wal.log_decision(node, txn, &participants).await {
+                    decision_commit = false;
+                    log_error = Some(e);
+                }
+            }
             // Phase two goes to every participant that still holds state
             // (voted Yes, or could not be heard from). It is not awaited: the
             // decision is made, and per-link FIFO delivery orders it before
@@ -319,6 +395,14 @@ pub async fn commit(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> R
                     PartitionMsg::Abort { txn, reply }
                 };
                 shared.send(node, p, msg);
+            }
+            if let Some(e) = log_error {
+                return Err(e);
+            }
+            // A participant that did not answer (its log failed, or it is
+            // gone) is not a concurrency-control abort: no retry.
+            if let Some(Err(e)) = votes.iter().find(|v| v.is_err()) {
+                return Err(e.clone());
             }
             if decision_commit {
                 Ok(())
@@ -352,6 +436,7 @@ pub async fn abort(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) {
             tracing::warn!(%txn, "abort not acknowledged: {e}");
         }
     }
+    state.lock().record_end(shared, Outcome::Aborted);
 }
 
 /// Runs a procedure to completion: attempts, retries of concurrency-control
@@ -368,7 +453,7 @@ pub async fn run_procedure(
         attempt += 1;
         let txn = shared.new_txn(ts);
         ts = Some(txn.ts);
-        let state = Arc::new(Mutex::new(TxnState::new(txn)));
+        let state = Arc::new(Mutex::new(TxnState::begin(shared, txn, Some(&proc.name))));
         let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
         let body_result = (proc.body)(ctx, args.clone()).await;
         let doomed = state.lock().doomed;

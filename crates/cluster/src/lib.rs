@@ -17,6 +17,8 @@
 
 pub mod cluster;
 pub mod coordinator;
+pub mod durability;
+pub mod history;
 pub mod link;
 pub mod message;
 pub mod partition;
@@ -26,9 +28,10 @@ pub mod stats;
 
 pub use cluster::{Client, Cluster, ClusterConfig, Placement, Txn};
 pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
+pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};
 pub use link::LinkConfig;
 pub use procedure::{Application, ProcedureDef};
-pub use protocol::{Isolation, Protocol};
+pub use protocol::{Isolation, Mutation, Protocol};
 pub use stats::StatsSnapshot;
 
 pub use brine_lock::{DeadlockPolicy, LockConfig};

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use brine_check::Op;
 use brine_core::{NodeId, Result, Row, TableId, TxnId, Value};
 use brine_lock::LockClass;
 use brine_sql::{Plan, QueryResult};
@@ -25,6 +26,19 @@ pub struct LockSpec {
     pub short_reads: bool,
     /// Range reads lock the whole scanned interval (serializable).
     pub serializable: bool,
+    /// DELIBERATELY UNSAFE, for validating the isolation checker only:
+    /// write locks are released when the statement ends, so other
+    /// transactions see (and overwrite) uncommitted writes. Never set by a
+    /// real protocol; see `Mutation`.
+    pub short_writes: bool,
+}
+
+/// A statement's answer: its result and, when the run records a history,
+/// what it read and wrote (empty otherwise).
+#[derive(Debug)]
+pub struct Executed {
+    pub result: QueryResult,
+    pub ops: Vec<Op>,
 }
 
 /// A participant's vote in the first phase of two-phase commit.
@@ -52,7 +66,7 @@ pub enum PartitionMsg {
         plan: Arc<Plan>,
         params: Vec<Value>,
         lock: LockSpec,
-        reply: Reply<Result<QueryResult>>,
+        reply: Reply<Result<Executed>>,
     },
     Prepare {
         txn: TxnId,

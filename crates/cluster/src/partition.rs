@@ -20,13 +20,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use brine_check::Op;
 use brine_core::{AbortCause, Access, Catalog, Error, LockNeed, PartitionId, Result, TxnId, Value};
 use brine_lock::{Acquire, LockConfig, LockTable, Mode, StandardCompat, Ticket, Wakeup};
 use brine_sql::{Plan, QueryResult};
 use brine_storage::PartitionStore;
 use tokio::sync::mpsc;
 
-use crate::message::{LockSpec, PartitionMsg, PartitionStatus, Reply, Vote};
+use crate::durability::PartitionWal;
+use crate::message::{Executed, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote};
 
 /// Counters a partition keeps; read by the cluster's stats without locking.
 #[derive(Debug, Default)]
@@ -59,9 +61,11 @@ struct Stmt {
     plan: Arc<Plan>,
     params: Vec<Value>,
     lock: LockSpec,
-    reply: Reply<Result<QueryResult>>,
+    reply: Reply<Result<Executed>>,
     /// Short-duration locks granted so far, released when it ends.
     short: Vec<LockNeed>,
+    /// What it read and wrote, when the run records a history.
+    ops: Vec<Op>,
 }
 
 /// A statement waiting for a lock.
@@ -82,6 +86,8 @@ pub struct Partition {
     // Scratch buffers, reused so the hot path does not allocate.
     needs: Vec<LockNeed>,
     wakeups: Vec<Wakeup>,
+    /// The partition's write-ahead log (`None`: durability off).
+    wal: Option<PartitionWal>,
 }
 
 /// The partition's clock: tokio's, so a test on a paused runtime (virtual
@@ -89,6 +95,21 @@ pub struct Partition {
 /// is the system's monotonic clock.
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
+}
+
+/// Each partition draws history version ids from its own range of
+/// 2^40 ids.
+const VERSION_RANGE_BITS: u32 = 40;
+
+/// Whether a granted lock of this access is released when the statement
+/// ends: reads at read committed, and writes only under the checker's
+/// deliberately broken mutation.
+fn short_lived(lock: &LockSpec, access: Access) -> bool {
+    if access == Access::Write {
+        lock.short_writes
+    } else {
+        lock.short_reads
+    }
 }
 
 /// How often the partition checks for lock waits past the timeout.
@@ -109,7 +130,24 @@ impl Partition {
             counters,
             needs: Vec::new(),
             wakeups: Vec::new(),
+            wal: None,
         }
+    }
+
+    /// Makes the partition durable: `store` is what recovery rebuilt, and
+    /// commits, prepares and loads go through `wal` (see `durability`).
+    pub(crate) fn with_wal(mut self, store: PartitionStore, wal: PartitionWal) -> Self {
+        self.store = store;
+        self.wal = Some(wal);
+        self
+    }
+
+    /// Records row versions and reports each statement's reads and writes
+    /// (history recording). Version ids come from a range of this
+    /// partition's own, so they are unique in the cluster.
+    pub fn enable_recording(&mut self) {
+        self.store
+            .enable_recording(u64::from(self.id.0 + 1) << VERSION_RANGE_BITS);
     }
 
     /// The actor loop. Ends when every sender is gone.
@@ -120,7 +158,12 @@ impl Partition {
             tokio::select! {
                 biased;
                 msg = rx.recv() => match msg {
-                    Some(msg) => self.handle(msg),
+                    Some(msg) => {
+                        self.handle(msg);
+                        if let Some(wal) = &mut self.wal {
+                            wal.maybe_checkpoint(&self.store);
+                        }
+                    }
                     None => break,
                 },
                 _ = tick.tick() => {
@@ -151,6 +194,7 @@ impl Partition {
                     lock,
                     reply,
                     short: Vec::new(),
+                    ops: Vec::new(),
                 });
             }
             PartitionMsg::Prepare { txn, reply } => {
@@ -158,19 +202,43 @@ impl Partition {
                 // constraint is deferred to commit, and no log can fail);
                 // a participant that wrote nothing is done after phase one.
                 if self.store.has_writes(txn) {
-                    reply.send(Vote::Yes);
+                    match &mut self.wal {
+                        Some(wal) => wal.prepare(&self.store, txn, reply),
+                        None => reply.send(Vote::Yes),
+                    }
                 } else {
                     self.end_txn(txn, true);
-                    reply.send(Vote::ReadOnly);
+                    match &self.wal {
+                        Some(wal) => wal.after_durable(reply, Vote::ReadOnly),
+                        None => reply.send(Vote::ReadOnly),
+                    }
                 }
             }
             PartitionMsg::Commit { txn, reply } => {
-                self.end_txn(txn, true);
-                reply.send(());
+                // Logged before the store forgets the undo the redo is read
+                // from; acknowledged by the log writer once durable.
+                match &mut self.wal {
+                    Some(wal) => {
+                        wal.commit(&self.store, txn, reply);
+                        self.end_txn(txn, true);
+                    }
+                    None => {
+                        self.end_txn(txn, true);
+                        reply.send(());
+                    }
+                }
             }
             PartitionMsg::Abort { txn, reply } => {
+                if let Some(wal) = &mut self.wal {
+                    wal.abort(txn);
+                }
                 self.end_txn(txn, false);
                 reply.send(());
+            }
+            PartitionMsg::Load { table, rows, reply } if self.wal.is_some() => {
+                if let Some(wal) = &mut self.wal {
+                    wal.load(&mut self.store, table, rows, reply);
+                }
             }
             PartitionMsg::Load { table, rows, reply } => {
                 let mut result = Ok(());
@@ -253,7 +321,7 @@ impl Partition {
                 .acquire(stmt.txn, &need.target, mode, now, &mut self.wakeups);
             let failure = match outcome {
                 Ok(Acquire::Granted { newly }) => {
-                    if newly && stmt.lock.short_reads && need.access != Access::Write {
+                    if newly && short_lived(&stmt.lock, need.access) {
                         stmt.short.push(need.clone());
                     }
                     continue;
@@ -285,14 +353,18 @@ impl Partition {
             return;
         }
         self.needs = needs;
-        let result = self.store.execute(stmt.txn, &stmt.plan, &stmt.params);
+        let result =
+            self.store
+                .execute_recorded(stmt.txn, &stmt.plan, &stmt.params, Some(&mut stmt.ops));
         self.finish(stmt, result);
     }
 
     /// Ends a statement: releases its short locks and answers.
     fn finish(&mut self, mut stmt: Stmt, result: Result<QueryResult>) {
         self.release_short(stmt.txn, &mut stmt.short);
-        stmt.reply.send(result);
+        let ops = stmt.ops;
+        stmt.reply
+            .send(result.map(|result| Executed { result, ops }));
     }
 
     fn release_short(&mut self, txn: TxnId, short: &mut Vec<LockNeed>) {
@@ -322,7 +394,7 @@ impl Partition {
                         .lock_wait_ns
                         .fetch_add(waited, Ordering::Relaxed);
                     let mut stmt = p.stmt;
-                    if stmt.lock.short_reads && p.waiting.access != Access::Write {
+                    if short_lived(&stmt.lock, p.waiting.access) {
                         stmt.short.push(p.waiting);
                     }
                     self.run_statement(stmt);

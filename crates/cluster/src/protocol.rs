@@ -78,7 +78,33 @@ impl Protocol for Acid {
             class: LockClass::Acid,
             short_reads: isolation == Isolation::ReadCommitted,
             serializable: isolation == Isolation::Serializable,
+            short_writes: false,
         }
+    }
+}
+
+/// A deliberately broken variant of a protocol's locking, for showing that
+/// the isolation checker catches what it must (mutation testing). Only
+/// reachable by building a `ClusterConfig` in code: no command-line flag
+/// sets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutation {
+    /// Read and range-read locks are released when the statement ends,
+    /// whatever the isolation level (serializable becomes read committed).
+    EarlyReadRelease,
+    /// Write locks are released when the statement ends: uncommitted
+    /// writes become visible and can be overwritten.
+    EarlyWriteRelease,
+}
+
+impl Mutation {
+    /// Breaks `spec` as this mutation says.
+    pub fn apply(self, mut spec: LockSpec) -> LockSpec {
+        match self {
+            Mutation::EarlyReadRelease => spec.short_reads = true,
+            Mutation::EarlyWriteRelease => spec.short_writes = true,
+        }
+        spec
     }
 }
 

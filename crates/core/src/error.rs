@@ -80,6 +80,18 @@ pub enum Error {
     Config(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// An I/O failure of the write-ahead log, a checkpoint or the data
+    /// directory; the message names the file and the operation.
+    #[error("storage error: {0}")]
+    Storage(String),
+    /// A log or checkpoint failed validation somewhere other than the torn
+    /// tail of the newest log segment: recovery refuses to guess.
+    #[error("corrupt {file} at byte {offset}: {reason}")]
+    Corrupt {
+        file: String,
+        offset: u64,
+        reason: String,
+    },
 }
 
 impl Error {

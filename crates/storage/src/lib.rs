@@ -69,6 +69,9 @@ use brine_sql::{
     Predicate, Projection, QueryResult, SetExpr, Statement,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use brine_check::Op;
+use record::{Recorder, Scanned};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -116,6 +119,8 @@ pub struct PartitionStore {
     catalog: Arc<Catalog>,
     tables: Vec<TableData>,
     undo: HashMap<TxnId, Vec<Undo>>,
+    /// Row versions for history recording; `None` unless enabled.
+    recorder: Option<Box<Recorder>>,
 }
 
 /// One change of a transaction for the log: the row's after-image, `None`
@@ -136,7 +141,19 @@ impl PartitionStore {
             catalog,
             tables,
             undo: HashMap::new(),
+            recorder: None,
         }
+    }
+
+    /// Starts recording row versions (see the `record` module): writes draw version
+    /// ids from `version_base + 1` on, so give each partition a disjoint
+    /// range. Rows present now are at version 0.
+    pub fn enable_recording(&mut self, version_base: u64) {
+        self.recorder = Some(Box::new(Recorder::new(self.tables.len(), version_base)));
+    }
+
+    pub fn is_recording(&self) -> bool {
+        self.recorder.is_some()
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {
@@ -238,10 +255,16 @@ impl PartitionStore {
     /// Makes `txn`'s changes permanent (drops its undo).
     pub fn commit(&mut self, txn: TxnId) {
         self.undo.remove(&txn);
+        if let Some(r) = &mut self.recorder {
+            r.commit(txn);
+        }
     }
 
     /// Undoes every change of `txn`, newest first.
     pub fn abort(&mut self, txn: TxnId) {
+        if let Some(r) = &mut self.recorder {
+            r.abort(txn);
+        }
         if let Some(log) = self.undo.remove(&txn) {
             for u in log.into_iter().rev() {
                 self.apply_undo(u);
@@ -250,6 +273,9 @@ impl PartitionStore {
     }
 
     fn rollback_to(&mut self, txn: TxnId, mark: usize) {
+        if let Some(r) = &mut self.recorder {
+            r.rollback_to(txn, mark);
+        }
         let Some(log) = self.undo.get_mut(&txn) else {
             return;
         };
@@ -379,7 +405,7 @@ impl PartitionStore {
                 let mut last_entry: Option<Key> = None;
                 let mut n = 0usize;
                 if secondary || limit.is_some() {
-                    visit(def, data, pred, params, sel.desc, |entry, pk, _| {
+                    visit(def, data, pred, params, sel.desc, None, |entry, pk, _| {
                         if secondary {
                             returned.push(pk.clone());
                         }
@@ -488,7 +514,7 @@ impl PartitionStore {
             let (lo, hi) = pred.bounds(params)?;
             out.push(range_read(table, pred.index, lo, hi));
         }
-        visit(def, data, pred, params, false, |_, pk, row| {
+        visit(def, data, pred, params, false, None, |_, pk, row| {
             row_needs(pk, Some(row), out);
             Ok(true)
         })
@@ -497,22 +523,49 @@ impl PartitionStore {
     /// Runs `plan` for `txn`, recording undo. A failed statement changes
     /// nothing. `params` must come from `plan.bind`.
     pub fn execute(&mut self, txn: TxnId, plan: &Plan, params: &[Value]) -> Result<QueryResult> {
+        self.execute_recorded(txn, plan, params, None)
+    }
+
+    /// [`execute`](Self::execute), also appending to `ops` what the
+    /// statement read and wrote, with versions, when recording is enabled
+    /// and `ops` is given. A failed statement records nothing.
+    pub fn execute_recorded(
+        &mut self,
+        txn: TxnId,
+        plan: &Plan,
+        params: &[Value],
+        ops: Option<&mut Vec<Op>>,
+    ) -> Result<QueryResult> {
         let table = plan.table();
         self.check_table(table)?;
         let mark = self.undo.get(&txn).map_or(0, Vec::len);
-        let result = self.execute_inner(txn, plan, params);
+        let ops = if self.recorder.is_some() { ops } else { None };
+        let ops_mark = ops.as_ref().map_or(0, |o| o.len());
+        let mut ops = ops;
+        let result = self.execute_inner(txn, plan, params, ops.as_deref_mut());
         if result.is_err() {
             self.rollback_to(txn, mark);
+            if let Some(o) = ops {
+                o.truncate(ops_mark);
+            }
         }
         result
     }
 
-    fn execute_inner(&mut self, txn: TxnId, plan: &Plan, params: &[Value]) -> Result<QueryResult> {
+    fn execute_inner(
+        &mut self,
+        txn: TxnId,
+        plan: &Plan,
+        params: &[Value],
+        mut ops: Option<&mut Vec<Op>>,
+    ) -> Result<QueryResult> {
         let table = plan.table();
         let def = self.catalog.table(table);
         let data = &mut self.tables[table.0 as usize];
+        let recorder = self.recorder.as_deref_mut().filter(|_| ops.is_some());
         match plan.statement() {
             Statement::Select(sel) => {
+                let mut scanned = recorder.is_some().then(Scanned::default);
                 let mut out = QueryResult {
                     columns: plan.columns().clone(),
                     rows: Vec::new(),
@@ -527,50 +580,72 @@ impl PartitionStore {
                         if limit == 0 {
                             return Ok(out);
                         }
-                        visit(def, data, &sel.pred, params, sel.desc, |_, _, row| {
-                            out.rows
-                                .push(cols.iter().map(|&c| row[c].clone()).collect());
-                            Ok(out.rows.len() < limit)
-                        })?;
+                        visit(
+                            def,
+                            data,
+                            &sel.pred,
+                            params,
+                            sel.desc,
+                            scanned.as_mut(),
+                            |_, _, row| {
+                                out.rows
+                                    .push(cols.iter().map(|&c| row[c].clone()).collect());
+                                Ok(out.rows.len() < limit)
+                            },
+                        )?;
                     }
                     Projection::Aggregates(aggs) => {
                         let mut acc = Aggregate::initial_row(aggs);
-                        visit(def, data, &sel.pred, params, sel.desc, |_, _, row| {
-                            for (slot, a) in acc.iter_mut().zip(aggs) {
-                                let v = a.column.map(|c| &row[c]);
-                                match (a.func, v) {
-                                    (AggFunc::Count, None) => *slot = count_plus_one(slot)?,
-                                    (_, None) | (_, Some(Value::Null)) => {}
-                                    (AggFunc::Count, Some(_)) => *slot = count_plus_one(slot)?,
-                                    (AggFunc::Sum, Some(v)) => {
-                                        *slot = if slot.is_null() {
-                                            v.clone()
-                                        } else {
-                                            arith(brine_sql::ArithOp::Add, slot, v)?
+                        visit(
+                            def,
+                            data,
+                            &sel.pred,
+                            params,
+                            sel.desc,
+                            scanned.as_mut(),
+                            |_, _, row| {
+                                for (slot, a) in acc.iter_mut().zip(aggs) {
+                                    let v = a.column.map(|c| &row[c]);
+                                    match (a.func, v) {
+                                        (AggFunc::Count, None) => *slot = count_plus_one(slot)?,
+                                        (_, None) | (_, Some(Value::Null)) => {}
+                                        (AggFunc::Count, Some(_)) => *slot = count_plus_one(slot)?,
+                                        (AggFunc::Sum, Some(v)) => {
+                                            *slot = if slot.is_null() {
+                                                v.clone()
+                                            } else {
+                                                arith(brine_sql::ArithOp::Add, slot, v)?
+                                            }
                                         }
-                                    }
-                                    (AggFunc::Min, Some(v)) => {
-                                        if slot.is_null() || v < slot {
-                                            *slot = v.clone()
+                                        (AggFunc::Min, Some(v)) => {
+                                            if slot.is_null() || v < slot {
+                                                *slot = v.clone()
+                                            }
                                         }
-                                    }
-                                    (AggFunc::Max, Some(v)) => {
-                                        if slot.is_null() || v > slot {
-                                            *slot = v.clone()
+                                        (AggFunc::Max, Some(v)) => {
+                                            if slot.is_null() || v > slot {
+                                                *slot = v.clone()
+                                            }
                                         }
                                     }
                                 }
-                            }
-                            Ok(true)
-                        })?;
+                                Ok(true)
+                            },
+                        )?;
                         out.rows.push(acc);
                     }
+                }
+                if let (Some(r), Some(ops), Some(s)) = (recorder, ops, scanned) {
+                    ops.push(observed(r, def, &sel.pred, params, sel.desc, s)?);
                 }
                 Ok(out)
             }
             Statement::Insert(ins) => {
                 let row = build_row(def, ins, params)?;
                 let pk = insert_row(def, data, row)?;
+                if let (Some(r), Some(ops)) = (recorder, ops) {
+                    ops.push(r.write(txn, def, &pk, None, data.rows.get(&pk)));
+                }
                 self.undo
                     .entry(txn)
                     .or_default()
@@ -579,20 +654,32 @@ impl PartitionStore {
             }
             Statement::Update(upd) => {
                 let pred = &upd.pred;
-                let pks = matching_keys(def, data, pred, params)?;
+                let (pks, mut recorder) =
+                    matching_keys_recorded(def, data, pred, params, recorder, ops.as_deref_mut())?;
                 if pks.is_empty() {
                     return Ok(affected(plan, 0));
                 }
                 let n = pks.len() as u64;
                 let log = self.undo.entry(txn).or_default();
                 for pk in pks {
+                    let before = recorder.as_ref().and_then(|_| data.rows.get(&pk).cloned());
                     let old = update_row(def, data, &pk, &upd.sets, params)?;
+                    if let (Some(r), Some(ops)) = (recorder.as_deref_mut(), ops.as_deref_mut()) {
+                        ops.push(r.write(txn, def, &pk, before.as_ref(), data.rows.get(&pk)));
+                    }
                     log.push(Undo::Update { table, pk, old });
                 }
                 Ok(affected(plan, n))
             }
             Statement::Delete(del) => {
-                let pks = matching_keys(def, data, &del.pred, params)?;
+                let (pks, mut recorder) = matching_keys_recorded(
+                    def,
+                    data,
+                    &del.pred,
+                    params,
+                    recorder,
+                    ops.as_deref_mut(),
+                )?;
                 if pks.is_empty() {
                     return Ok(affected(plan, 0));
                 }
@@ -602,6 +689,10 @@ impl PartitionStore {
                     if let Some(row) = data.rows.remove(&pk) {
                         for (i, set) in data.secondary.iter_mut().enumerate() {
                             set.remove(&def.secondary_key_of(IndexId(i as u32 + 1), &row));
+                        }
+                        if let (Some(r), Some(ops)) = (recorder.as_deref_mut(), ops.as_deref_mut())
+                        {
+                            ops.push(r.write(txn, def, &pk, Some(&row), None));
                         }
                         log.push(Undo::Delete { table, pk, row });
                     }
@@ -646,6 +737,7 @@ fn visit(
     pred: &Predicate,
     params: &[Value],
     desc: bool,
+    mut scanned: Option<&mut Scanned>,
     mut f: impl FnMut(&Key, &Key, &Row) -> Result<bool>,
 ) -> Result<()> {
     if pred.point {
@@ -663,10 +755,19 @@ fn visit(
     }
     if pred.index == IndexId::PRIMARY {
         let step = |(pk, row): (&Key, &Row)| -> Result<bool> {
+            if let Some(s) = scanned.as_deref_mut() {
+                s.pks.push(pk.clone());
+            }
             if !filters_match(pred, row, params)? {
                 return Ok(true);
             }
-            f(pk, pk, row)
+            let go_on = f(pk, pk, row)?;
+            if !go_on {
+                if let Some(s) = scanned.as_deref_mut() {
+                    s.stop = Some(pk.clone());
+                }
+            }
+            Ok(go_on)
         };
         return walk(data.rows.range((lo, hi)), desc, step);
     }
@@ -680,10 +781,19 @@ fn visit(
         let row = data.rows.get(&pk).ok_or_else(|| {
             Error::Internal(format!("index entry {sk} of `{}` has no row", def.name))
         })?;
+        if let Some(s) = scanned.as_deref_mut() {
+            s.pks.push(pk.clone());
+        }
         if !filters_match(pred, row, params)? {
             return Ok(true);
         }
-        f(sk, &pk, row)
+        let go_on = f(sk, &pk, row)?;
+        if !go_on {
+            if let Some(s) = scanned.as_deref_mut() {
+                s.stop = Some(sk.clone());
+            }
+        }
+        Ok(go_on)
     };
     walk(set.range((lo, hi)), desc, step)
 }
@@ -732,11 +842,63 @@ fn matching_keys(
     params: &[Value],
 ) -> Result<Vec<Key>> {
     let mut pks = Vec::new();
-    visit(def, data, pred, params, false, |_, pk, _| {
+    visit(def, data, pred, params, false, None, |_, pk, _| {
         pks.push(pk.clone());
         Ok(true)
     })?;
     Ok(pks)
+}
+
+/// [`matching_keys`], recording the predicate read when `recorder` and
+/// `ops` are given: a range predicate is a range read; a point predicate
+/// that finds no row is a read of the absent key (a row found is recorded
+/// by its write). Hands the recorder back for the writes.
+fn matching_keys_recorded<'r>(
+    def: &TableDef,
+    data: &TableData,
+    pred: &Predicate,
+    params: &[Value],
+    recorder: Option<&'r mut Recorder>,
+    ops: Option<&mut Vec<Op>>,
+) -> Result<(Vec<Key>, Option<&'r mut Recorder>)> {
+    let (Some(r), Some(ops)) = (recorder, ops) else {
+        return Ok((matching_keys(def, data, pred, params)?, None));
+    };
+    let mut scanned = Scanned::default();
+    let mut pks = Vec::new();
+    visit(
+        def,
+        data,
+        pred,
+        params,
+        false,
+        Some(&mut scanned),
+        |_, pk, _| {
+            pks.push(pk.clone());
+            Ok(true)
+        },
+    )?;
+    if !pred.point {
+        ops.push(observed(r, def, pred, params, false, scanned)?);
+    } else if pks.is_empty() {
+        ops.push(r.read(def, &pred.eq_key(params)?));
+    }
+    Ok((pks, Some(r)))
+}
+
+/// The read a SELECT (or a DML predicate) made, as a history operation.
+fn observed(
+    r: &Recorder,
+    def: &TableDef,
+    pred: &Predicate,
+    params: &[Value],
+    desc: bool,
+    scanned: Scanned,
+) -> Result<Op> {
+    if pred.point {
+        return Ok(r.read(def, &pred.eq_key(params)?));
+    }
+    Ok(r.range_read(def, pred.index, pred.bounds(params)?, desc, scanned))
 }
 
 fn build_row(def: &TableDef, ins: &InsertPlan, params: &[Value]) -> Result<Row> {
@@ -882,6 +1044,13 @@ fn update_row(
         .map(|(c, v)| (c, std::mem::replace(&mut row[c], v)))
         .collect())
 }
+
+mod record;
+
+pub mod checkpoint;
+pub mod recovery;
+mod redo;
+pub mod wal;
 
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,5 @@
 use super::*;
+use brine_check::{Op as HOp, WriteKind};
 use brine_core::Decimal;
 use brine_sql::{parse_schema, prepare};
 use proptest::prelude::*;
@@ -804,4 +805,235 @@ proptest! {
         prop_assert!(snapshot(&s) == before);
         s.check_consistency().unwrap();
     }
+}
+
+/// Runs a statement with recording, returning the operations it recorded.
+fn run_rec(s: &mut PartitionStore, txn: TxnId, sql: &str, args: Vec<Value>) -> Result<Vec<HOp>> {
+    let st = stmt(s, sql);
+    let params = st.plan.bind(args)?;
+    let mut ops = Vec::new();
+    s.execute_recorded(txn, &st.plan, &params, Some(&mut ops))?;
+    Ok(ops)
+}
+
+fn version_of(op: &HOp) -> (u64, Option<u64>) {
+    match op {
+        HOp::Read { version, .. } => (*version, None),
+        HOp::Write { version, prev, .. } => (*version, Some(*prev)),
+        HOp::RangeRead { .. } => panic!("not a point operation: {op:?}"),
+    }
+}
+
+#[test]
+fn recording_is_off_by_default_and_records_nothing() {
+    let mut s = store();
+    assert!(!s.is_recording());
+    let ops = run_rec(
+        &mut s,
+        T1,
+        "UPDATE acct SET n = 9 WHERE w = 1 AND id = 1",
+        vec![],
+    )
+    .unwrap();
+    assert!(ops.is_empty());
+}
+
+#[test]
+fn recorded_writes_chain_versions_and_reads_see_them() {
+    let mut s = store();
+    s.enable_recording(1000);
+    let r0 = run_rec(
+        &mut s,
+        T1,
+        "SELECT n FROM acct WHERE w = 1 AND id = 1",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(
+        version_of(&r0[0]),
+        (0, None),
+        "loaded rows are at version 0"
+    );
+    let w1 = run_rec(
+        &mut s,
+        T1,
+        "UPDATE acct SET n = 9 WHERE w = 1 AND id = 1",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(version_of(&w1[0]), (1001, Some(0)));
+    let w2 = run_rec(
+        &mut s,
+        T1,
+        "UPDATE acct SET n = n + 1 WHERE w = 1 AND id = 1",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(version_of(&w2[0]), (1002, Some(1001)));
+    s.commit(T1);
+    let r = run_rec(
+        &mut s,
+        T2,
+        "SELECT n FROM acct WHERE w = 1 AND id = 1",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(version_of(&r[0]), (1002, None));
+    // The write names the secondary keys before and after.
+    let HOp::Write { ix, kind, .. } = &w1[0] else {
+        panic!()
+    };
+    assert_eq!(*kind, WriteKind::Update);
+    assert_eq!(ix.len(), 2);
+    assert!(ix.iter().all(|c| c.old.is_some() && c.new.is_some()));
+}
+
+#[test]
+fn abort_and_failed_statements_restore_versions() {
+    let mut s = store();
+    s.enable_recording(0);
+    run_rec(
+        &mut s,
+        T1,
+        "UPDATE acct SET n = 9 WHERE w = 1 AND id = 2",
+        vec![],
+    )
+    .unwrap();
+    s.abort(T1);
+    let r = run_rec(
+        &mut s,
+        T2,
+        "SELECT n FROM acct WHERE w = 1 AND id = 2",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(version_of(&r[0]).0, 0, "an aborted write's version is gone");
+    // A range update that fails half-way (unique violation on `code`)
+    // records nothing and leaves versions as they were.
+    let mut ops = Vec::new();
+    let st = stmt(&s, "UPDATE acct SET code = 3 WHERE w = 1 AND id >= 1");
+    let params = st.plan.bind(vec![]).unwrap();
+    assert!(s
+        .execute_recorded(T2, &st.plan, &params, Some(&mut ops))
+        .is_err());
+    assert!(ops.is_empty());
+    let r = run_rec(
+        &mut s,
+        T2,
+        "SELECT n FROM acct WHERE w = 1 AND id = 1",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(version_of(&r[0]).0, 0);
+}
+
+#[test]
+fn deletes_leave_tombstones_that_reads_observe() {
+    let mut s = store();
+    s.enable_recording(0);
+    let d = run_rec(
+        &mut s,
+        T1,
+        "DELETE FROM acct WHERE w = 1 AND id = 3",
+        vec![],
+    )
+    .unwrap();
+    let (tomb, prev) = version_of(&d[0]);
+    assert_eq!(prev, Some(0));
+    s.commit(T1);
+    let r = run_rec(
+        &mut s,
+        T2,
+        "SELECT n FROM acct WHERE w = 1 AND id = 3",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(
+        version_of(&r[0]).0,
+        tomb,
+        "the absent key reports its tombstone"
+    );
+    let rr = run_rec(&mut s, T2, "SELECT id FROM acct WHERE w = 1", vec![]).unwrap();
+    let HOp::RangeRead { seen, .. } = &rr[0] else {
+        panic!("{rr:?}")
+    };
+    assert_eq!(seen.len(), 5, "four live rows and one tombstone: {seen:?}");
+    assert!(seen
+        .iter()
+        .any(|x| x.deleted && x.version == tomb && x.key == pk(1, 3)));
+    let ins = run_rec(
+        &mut s,
+        T2,
+        "INSERT INTO acct (w, id, name, bal) VALUES (1, 3, 'x', 1.00)",
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(
+        version_of(&ins[0]).1,
+        Some(tomb),
+        "a re-insert replaces the tombstone"
+    );
+}
+
+#[test]
+fn range_reads_report_rows_walked_and_the_interval_observed() {
+    let mut s = store();
+    s.enable_recording(0);
+    // The residual filter drops rows, but they were observed.
+    let rr = run_rec(
+        &mut s,
+        T1,
+        "SELECT id FROM acct WHERE w = 1 AND n > 4",
+        vec![],
+    )
+    .unwrap();
+    let HOp::RangeRead { seen, .. } = &rr[0] else {
+        panic!()
+    };
+    assert_eq!(seen.len(), 5);
+    // LIMIT stops the scan: the interval ends where it stopped.
+    let rr = run_rec(
+        &mut s,
+        T1,
+        "SELECT id FROM acct WHERE w = 1 ORDER BY id LIMIT 2",
+        vec![],
+    )
+    .unwrap();
+    let HOp::RangeRead {
+        seen, hi, index, ..
+    } = &rr[0]
+    else {
+        panic!()
+    };
+    assert_eq!(*index, 0);
+    assert_eq!(seen.len(), 2);
+    assert_eq!(*hi, Bound::Included(pk(1, 2)));
+    // A descending scan stops at its low end.
+    let rr = run_rec(
+        &mut s,
+        T1,
+        "SELECT id FROM acct WHERE w = 1 ORDER BY id DESC LIMIT 1",
+        vec![],
+    )
+    .unwrap();
+    let HOp::RangeRead { lo, seen, .. } = &rr[0] else {
+        panic!()
+    };
+    assert_eq!(*lo, Bound::Included(pk(1, 5)));
+    assert_eq!(seen.len(), 1);
+    // A secondary-index scan reports index 1 and the rows by primary key.
+    let rr = run_rec(
+        &mut s,
+        T1,
+        "SELECT id FROM acct WHERE w = 1 AND name = 'odd'",
+        vec![],
+    )
+    .unwrap();
+    let HOp::RangeRead { index, seen, .. } = &rr[0] else {
+        panic!()
+    };
+    assert_eq!(*index, 1);
+    let mut keys: Vec<Key> = seen.iter().map(|x| x.key.clone()).collect();
+    keys.sort();
+    assert_eq!(keys, vec![pk(1, 1), pk(1, 3), pk(1, 5)]);
 }

@@ -1,7 +1,10 @@
 //! The workloads `brine bench` can run.
 
 pub mod bank;
+pub mod checking;
 pub mod micro;
+pub mod ticket;
+pub mod tpcc;
 
 use std::cmp::Ordering;
 use std::time::Duration;
@@ -12,7 +15,10 @@ use brine_core::{Decimal, Value};
 use crate::error::{BenchError, Result};
 
 pub use bank::Bank;
+pub use checking::{ListAppend, Register};
 pub use micro::Micro;
+pub use ticket::Ticket;
+pub use tpcc::Tpcc;
 
 /// Rows per `Cluster::load` call while loading initial data.
 const LOAD_BATCH: usize = 50_000;

@@ -130,12 +130,17 @@ pub fn config(isolation: Isolation, policy: DeadlockPolicy) -> ClusterConfig {
 
 /// A cluster with accounts 1..=n, each holding 100.00.
 pub async fn bank(n: i64, isolation: Isolation, policy: DeadlockPolicy) -> Cluster {
+    bank_with(config(isolation, policy), n).await
+}
+
+/// A cluster of `config` with accounts 1..=n, each holding 100.00.
+pub async fn bank_with(config: ClusterConfig, n: i64) -> Cluster {
     let app = Application {
         name: "test-bank".into(),
         ddl: DDL.into(),
         procedures: procedures(),
     };
-    let cluster = Cluster::start(config(isolation, policy), app).expect("cluster starts");
+    let cluster = Cluster::start(config, app).expect("cluster starts");
     let rows = (1..=n)
         .map(|i| {
             vec![

@@ -1,0 +1,1289 @@
+//! The checker: builds Adya's direct serialization graph (DSG) over the
+//! committed transactions of a history and searches it for anomalies.
+//!
+//! ```text
+//!  records ──► index versions ──► which txns count as committed
+//!                  │                 (committed + unknown proven committed)
+//!                  ▼
+//!        item edges (ww, wr, rw) ── G1a, G1b, garbage reads, forks, bad prevs
+//!                  ▼
+//!        predicate edges for range reads (pred-wr, pred-rw; only when
+//!        unambiguous) ── missed rows
+//!                  ▼
+//!        [salt] drop BASE-BASE edges, add chain-wr edges
+//!                  ▼
+//!        Tarjan SCCs ─► per component: G0 (ww), G1c (ww+wr), G-single
+//!                       (one rw), else G2; each as a short cycle (BFS)
+//! ```
+//!
+//! Guarantees: every edge is implied by the history (the version order is
+//! read from `prev` links, never guessed), so every reported cycle is a
+//! real anomaly; a component yields one witness of its most severe class
+//! (G0 and G1c sub-components each yield their own). See docs/checker.md
+//! for the rules, the predicate rule and the Salt level.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
+
+use brine_core::access::key_in_range;
+use brine_core::Key;
+use smallvec::SmallVec;
+
+use crate::cycles::Graph;
+use crate::history::{Op, Outcome, TxnClass, TxnRecord, WriteKind, INITIAL_VERSION};
+use crate::report::{
+    Anomaly, AnomalyClass, ChainHop, EdgeInfo, EdgeKind, Level, Report, Stats, TxnInfo,
+};
+
+/// Bounds on the work spent looking for witnesses in one cyclic component.
+const GSINGLE_TRIES_MAX: usize = 256;
+const G2_STARTS_MAX: usize = 16;
+/// A `prev` chain longer than this is treated as corrupt (it can only be a
+/// loop of `prev` links in a malformed file).
+const PREV_WALK_MAX: usize = 1 << 20;
+
+type KeyId = u32;
+type TxnIdx = u32;
+
+/// What the checker knows about one version id.
+#[derive(Clone, Debug)]
+struct VersionInfo {
+    txn: TxnIdx,
+    op: u32,
+    key: KeyId,
+    prev: u64,
+    sub: Option<u32>,
+}
+
+/// An edge of the graph, with what causes it.
+#[derive(Clone, Debug)]
+struct Edge {
+    from: TxnIdx,
+    to: TxnIdx,
+    kind: EdgeKind,
+    key: KeyId,
+    v1: u64,
+    v2: u64,
+    /// Index into `Checker::chains` for chain-wr edges.
+    chain: Option<u32>,
+}
+
+/// Per version of a chain, its key in one secondary index (see
+/// `Checker::index_keys`).
+type IndexKeys = Vec<Option<Option<Key>>>;
+/// A key's installed chain with its index keys.
+type ChainIndexKeys = (Vec<u64>, IndexKeys);
+/// Installed children of one version (more than one is a fork).
+type Kids = SmallVec<[u64; 1]>;
+/// Index key -> the keys (rows) that ever had it.
+type RangeIndex = BTreeMap<Key, SmallVec<[KeyId; 1]>>;
+
+/// A key's installed versions with whether each matches a range read.
+struct Track {
+    chain: Vec<u64>,
+    /// First and last versions that may not match (the states a read that
+    /// did not see the row may have observed).
+    first_candidate: Option<usize>,
+    last_candidate: Option<usize>,
+    /// Positions `j` where the match changes between `j - 1` and `j`
+    /// (both known), ascending.
+    changes: Vec<usize>,
+}
+
+impl Track {
+    fn new(chain: Vec<u64>, member: Vec<Option<bool>>) -> Track {
+        let first_candidate = member.iter().position(|m| *m != Some(true));
+        let last_candidate = member.iter().rposition(|m| *m != Some(true));
+        let changes = (1..member.len())
+            .filter(|&j| matches!((member[j - 1], member[j]), (Some(a), Some(b)) if a != b))
+            .collect();
+        Track {
+            chain,
+            first_candidate,
+            last_candidate,
+            changes,
+        }
+    }
+}
+
+/// A read as the item rules see it: a point read or a row a range read saw.
+struct ReadRef {
+    op: u32,
+    key: KeyId,
+    version: u64,
+}
+
+struct Checker<'h> {
+    txns: &'h [TxnRecord],
+    level: Level,
+    tables: HashMap<String, u32>,
+    table_names: Vec<String>,
+    key_ids: Vec<HashMap<Key, KeyId>>,
+    keys: Vec<(u32, Key)>,
+    versions: HashMap<u64, VersionInfo>,
+    installed: Vec<bool>,
+    promoted: Vec<bool>,
+    /// Installed versions by their nearest installed ancestor:
+    /// `(key, ancestor) -> children`.
+    kids: HashMap<(KeyId, u64), Kids>,
+    edges: Vec<Edge>,
+    edge_set: HashSet<(TxnIdx, TxnIdx, EdgeKind)>,
+    chains: Vec<Vec<ChainHop>>,
+    anomalies: Vec<Anomaly>,
+}
+
+/// Checks a history at `level`.
+pub fn check(txns: &[TxnRecord], level: Level) -> Report {
+    let mut c = Checker {
+        txns,
+        level,
+        tables: HashMap::new(),
+        table_names: Vec::new(),
+        key_ids: Vec::new(),
+        keys: Vec::new(),
+        versions: HashMap::new(),
+        installed: vec![false; txns.len()],
+        promoted: vec![false; txns.len()],
+        kids: HashMap::new(),
+        edges: Vec::new(),
+        edge_set: HashSet::new(),
+        chains: Vec::new(),
+        anomalies: Vec::new(),
+    };
+    c.index_versions();
+    c.decide_installed();
+    c.version_order();
+    c.item_reads();
+    c.predicates();
+    if level == Level::Salt {
+        c.salt_chains();
+    }
+    let cyclic = c.cycles();
+    let stats = c.stats(cyclic);
+    Report::new(level, stats, c.anomalies)
+}
+
+impl<'h> Checker<'h> {
+    fn key_id(&mut self, table: &str, key: &Key) -> KeyId {
+        let t = match self.tables.get(table) {
+            Some(&t) => t,
+            None => {
+                let t = self.table_names.len() as u32;
+                self.tables.insert(table.to_string(), t);
+                self.table_names.push(table.to_string());
+                self.key_ids.push(HashMap::new());
+                t
+            }
+        };
+        if let Some(&k) = self.key_ids[t as usize].get(key) {
+            return k;
+        }
+        let k = self.keys.len() as KeyId;
+        self.key_ids[t as usize].insert(key.clone(), k);
+        self.keys.push((t, key.clone()));
+        k
+    }
+
+    fn lookup_key(&self, table: &str, key: &Key) -> Option<KeyId> {
+        let t = *self.tables.get(table)?;
+        self.key_ids[t as usize].get(key).copied()
+    }
+
+    fn is_base(&self, t: TxnIdx) -> bool {
+        self.txns[t as usize].class == TxnClass::Base
+    }
+
+    fn txn_info(&self, t: TxnIdx) -> TxnInfo {
+        let r = &self.txns[t as usize];
+        TxnInfo {
+            id: r.id,
+            procedure: r.procedure.clone(),
+            class: r.class,
+            outcome: r.outcome,
+            inferred_committed: self.promoted[t as usize],
+        }
+    }
+
+    fn key_name(&self, k: KeyId) -> (String, String) {
+        let (t, key) = &self.keys[k as usize];
+        (self.table_names[*t as usize].clone(), key.to_string())
+    }
+
+    fn key_display(&self, k: KeyId) -> String {
+        let (t, key) = self.key_name(k);
+        format!("{t}{key}")
+    }
+
+    fn anomaly(
+        &mut self,
+        class: AnomalyClass,
+        summary: String,
+        txns: &[TxnIdx],
+        edges: Vec<EdgeInfo>,
+    ) {
+        let txns = txns.iter().map(|&t| self.txn_info(t)).collect();
+        self.anomalies.push(Anomaly {
+            class,
+            summary,
+            txns,
+            edges,
+        });
+    }
+
+    /// Every write's version, with duplicate ids reported.
+    fn index_versions(&mut self) {
+        for (ti, rec) in self.txns.iter().enumerate() {
+            for (oi, op) in rec.ops.iter().enumerate() {
+                if let Op::Write {
+                    table,
+                    key,
+                    version,
+                    prev,
+                    sub,
+                    ..
+                } = op
+                {
+                    let k = self.key_id(table, key);
+                    if *version == INITIAL_VERSION {
+                        let summary = format!(
+                            "T{} wrote {table}{key} with version 0, which is reserved for initial states",
+                            rec.id
+                        );
+                        self.anomaly(
+                            AnomalyClass::DuplicateVersion,
+                            summary,
+                            &[ti as TxnIdx],
+                            vec![],
+                        );
+                        continue;
+                    }
+                    let info = VersionInfo {
+                        txn: ti as TxnIdx,
+                        op: oi as u32,
+                        key: k,
+                        prev: *prev,
+                        sub: *sub,
+                    };
+                    if let Some(first) = self.versions.get(version) {
+                        let first_txn = first.txn;
+                        let summary = format!(
+                            "version {version} was installed twice: by T{} and by T{} ({table}{key})",
+                            self.txns[first_txn as usize].id, rec.id
+                        );
+                        self.anomaly(
+                            AnomalyClass::DuplicateVersion,
+                            summary,
+                            &[first_txn, ti as TxnIdx],
+                            vec![],
+                        );
+                        continue;
+                    }
+                    self.versions.insert(*version, info);
+                } else if let Op::Read { table, key, .. } = op {
+                    self.key_id(table, key);
+                } else if let Op::RangeRead { table, seen, .. } = op {
+                    for s in seen {
+                        self.key_id(table, &s.key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The reads of a transaction as `(op, key, version)`, range reads'
+    /// rows included.
+    fn reads_of(&self, t: TxnIdx) -> Vec<ReadRef> {
+        let mut out = Vec::new();
+        for (oi, op) in self.txns[t as usize].ops.iter().enumerate() {
+            match op {
+                Op::Read {
+                    table,
+                    key,
+                    version,
+                    ..
+                } => {
+                    if let Some(k) = self.lookup_key(table, key) {
+                        out.push(ReadRef {
+                            op: oi as u32,
+                            key: k,
+                            version: *version,
+                        });
+                    }
+                }
+                Op::RangeRead { table, seen, .. } => {
+                    for s in seen {
+                        if let Some(k) = self.lookup_key(table, &s.key) {
+                            out.push(ReadRef {
+                                op: oi as u32,
+                                key: k,
+                                version: s.version,
+                            });
+                        }
+                    }
+                }
+                Op::Write { .. } => {}
+            }
+        }
+        out
+    }
+
+    /// Committed transactions, plus unknown ones the history proves
+    /// committed: a committed transaction read one of their versions or
+    /// installed a version over one of them (transitively).
+    fn decide_installed(&mut self) {
+        let mut work: Vec<TxnIdx> = Vec::new();
+        for (i, r) in self.txns.iter().enumerate() {
+            if r.outcome == Outcome::Committed {
+                self.installed[i] = true;
+                work.push(i as TxnIdx);
+            }
+        }
+        while let Some(t) = work.pop() {
+            let mut depends: Vec<u64> = self.reads_of(t).iter().map(|r| r.version).collect();
+            for op in &self.txns[t as usize].ops {
+                if let Op::Write { prev, .. } = op {
+                    depends.push(*prev);
+                }
+            }
+            for v in depends {
+                let Some(info) = self.versions.get(&v) else {
+                    continue;
+                };
+                let w = info.txn as usize;
+                if !self.installed[w] && self.txns[w].outcome == Outcome::Unknown {
+                    self.installed[w] = true;
+                    self.promoted[w] = true;
+                    work.push(w as TxnIdx);
+                }
+            }
+        }
+    }
+
+    fn add_edge(&mut self, e: Edge) {
+        if e.from == e.to {
+            return;
+        }
+        if self.level == Level::Salt && self.is_base(e.from) && self.is_base(e.to) {
+            // Salt lets BASE transactions interleave freely; only their
+            // relations to ACID transactions order them.
+            return;
+        }
+        if self.edge_set.insert((e.from, e.to, e.kind)) {
+            self.edges.push(e);
+        }
+    }
+
+    /// The nearest installed ancestor of installed version `v` (0 for the
+    /// initial state), reporting prevs that are unknown, of another key or
+    /// uninstalled. Returns `None` when the chain is corrupt.
+    fn installed_parent(&mut self, v: u64, info: &VersionInfo) -> Option<u64> {
+        let mut p = info.prev;
+        let mut skipped: Vec<TxnIdx> = Vec::new();
+        for _ in 0..PREV_WALK_MAX {
+            if p == INITIAL_VERSION {
+                break;
+            }
+            let Some(pi) = self.versions.get(&p) else {
+                let summary = format!(
+                    "T{} wrote version {v} of {} over version {p}, which no transaction wrote",
+                    self.txns[info.txn as usize].id,
+                    self.key_display(info.key)
+                );
+                self.anomaly(AnomalyClass::BadPrev, summary, &[info.txn], vec![]);
+                return None;
+            };
+            if pi.key != info.key {
+                let summary = format!(
+                    "T{} wrote version {v} of {} over version {p}, which is a version of {}",
+                    self.txns[info.txn as usize].id,
+                    self.key_display(info.key),
+                    self.key_display(pi.key)
+                );
+                self.anomaly(AnomalyClass::BadPrev, summary, &[info.txn, pi.txn], vec![]);
+                return None;
+            }
+            if self.installed[pi.txn as usize] {
+                break;
+            }
+            skipped.push(pi.txn);
+            p = pi.prev;
+        }
+        if let Some(&first) = skipped.first() {
+            let summary = format!(
+                "T{} wrote version {v} of {} over version {} of T{}, which did not commit (a dirty write)",
+                self.txns[info.txn as usize].id,
+                self.key_display(info.key),
+                info.prev,
+                self.txns[first as usize].id
+            );
+            self.anomaly(AnomalyClass::BadPrev, summary, &[info.txn, first], vec![]);
+        }
+        Some(p)
+    }
+
+    /// The installed version order of every key: ww edges and forks.
+    fn version_order(&mut self) {
+        let mut installed_versions: Vec<(u64, VersionInfo)> = self
+            .versions
+            .iter()
+            .filter(|(_, i)| self.installed[i.txn as usize])
+            .map(|(v, i)| (*v, i.clone()))
+            .collect();
+        installed_versions.sort_unstable_by_key(|(v, _)| *v);
+        for (v, info) in installed_versions {
+            let Some(parent) = self.installed_parent(v, &info) else {
+                continue;
+            };
+            self.kids.entry((info.key, parent)).or_default().push(v);
+            if parent != INITIAL_VERSION {
+                if let Some(pi) = self.versions.get(&parent) {
+                    let from = pi.txn;
+                    self.add_edge(Edge {
+                        from,
+                        to: info.txn,
+                        kind: EdgeKind::Ww,
+                        key: info.key,
+                        v1: parent,
+                        v2: v,
+                        chain: None,
+                    });
+                }
+            }
+        }
+        let mut forks: Vec<((KeyId, u64), Kids)> = self
+            .kids
+            .iter()
+            .filter(|(_, k)| k.len() > 1)
+            .map(|(a, k)| (*a, k.clone()))
+            .collect();
+        forks.sort_unstable();
+        for ((key, parent), children) in forks {
+            let writers: Vec<TxnIdx> = children
+                .iter()
+                .filter_map(|c| self.versions.get(c).map(|i| i.txn))
+                .collect();
+            let names: Vec<String> = children
+                .iter()
+                .zip(&writers)
+                .map(|(c, w)| format!("{c} by T{}", self.txns[*w as usize].id))
+                .collect();
+            let summary = format!(
+                "committed versions {} of {} all replaced version {parent} (the version chain forks; a lost update)",
+                names.join(", "),
+                self.key_display(key)
+            );
+            self.anomaly(AnomalyClass::Fork, summary, &writers, vec![]);
+        }
+    }
+
+    /// wr and rw edges of point reads and of the rows range reads saw;
+    /// G1a, G1b and garbage reads.
+    fn item_reads(&mut self) {
+        for t in 0..self.txns.len() as TxnIdx {
+            if !self.installed[t as usize] {
+                continue;
+            }
+            for r in self.reads_of(t) {
+                self.item_read(t, &r);
+            }
+        }
+    }
+
+    fn item_read(&mut self, t: TxnIdx, r: &ReadRef) {
+        let v = r.version;
+        let reader_id = self.txns[t as usize].id;
+        if v != INITIAL_VERSION {
+            let Some(info) = self.versions.get(&v).cloned() else {
+                let summary = format!(
+                    "T{reader_id} read version {v} of {}, which no transaction wrote",
+                    self.key_display(r.key)
+                );
+                self.anomaly(AnomalyClass::GarbageRead, summary, &[t], vec![]);
+                return;
+            };
+            if info.key != r.key {
+                let summary = format!(
+                    "T{reader_id} read version {v} of {}, but version {v} is of {}",
+                    self.key_display(r.key),
+                    self.key_display(info.key)
+                );
+                self.anomaly(AnomalyClass::GarbageRead, summary, &[t, info.txn], vec![]);
+                return;
+            }
+            let w = info.txn;
+            if w == t {
+                return;
+            }
+            if !self.installed[w as usize] {
+                let edge = self.edge_info(&Edge {
+                    from: w,
+                    to: t,
+                    kind: EdgeKind::Wr,
+                    key: r.key,
+                    v1: v,
+                    v2: v,
+                    chain: None,
+                });
+                let summary = format!(
+                    "T{reader_id} read version {v} of {}, written by T{} which aborted",
+                    self.key_display(r.key),
+                    self.txns[w as usize].id
+                );
+                self.anomaly(AnomalyClass::G1a, summary, &[w, t], vec![edge]);
+                return;
+            }
+            if self.check_intermediate(t, r, &info) {
+                // The wr edge and the rw edge back to the writer are the
+                // G1b itself; adding them would report it again as a cycle.
+                return;
+            }
+            self.add_edge(Edge {
+                from: w,
+                to: t,
+                kind: EdgeKind::Wr,
+                key: r.key,
+                v1: v,
+                v2: v,
+                chain: None,
+            });
+        }
+        let next: SmallVec<[u64; 1]> = self.kids.get(&(r.key, v)).cloned().unwrap_or_default();
+        for c in next {
+            if let Some(ci) = self.versions.get(&c) {
+                let to = ci.txn;
+                self.add_edge(Edge {
+                    from: t,
+                    to,
+                    kind: EdgeKind::Rw,
+                    key: r.key,
+                    v1: v,
+                    v2: c,
+                    chain: None,
+                });
+            }
+        }
+    }
+
+    /// G1b: `t` read a version its writer overwrote itself later (returns
+    /// whether it reported one). At the
+    /// Salt level a BASE writer's versions overwritten by a later alkaline
+    /// subtransaction are its boundary states, visible to BASE readers; an
+    /// ACID reader of one is caught as a G-salt cycle instead.
+    fn check_intermediate(&mut self, t: TxnIdx, r: &ReadRef, info: &VersionInfo) -> bool {
+        let w = info.txn;
+        let Some(next) = self.kids.get(&(r.key, r.version)) else {
+            return false;
+        };
+        let overwrite = next.iter().find_map(|c| {
+            self.versions
+                .get(c)
+                .filter(|ci| ci.txn == w)
+                .map(|ci| (*c, ci.sub))
+        });
+        let Some((c, csub)) = overwrite else {
+            return false;
+        };
+        if self.level == Level::Salt && self.is_base(w) {
+            let same_sub = match (info.sub, csub) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            };
+            if !same_sub {
+                return false;
+            }
+        }
+        let edges = vec![
+            self.edge_info(&Edge {
+                from: w,
+                to: t,
+                kind: EdgeKind::Wr,
+                key: r.key,
+                v1: r.version,
+                v2: r.version,
+                chain: None,
+            }),
+            self.edge_info(&Edge {
+                from: t,
+                to: w,
+                kind: EdgeKind::Rw,
+                key: r.key,
+                v1: r.version,
+                v2: c,
+                chain: None,
+            }),
+        ];
+        let summary = format!(
+            "T{} read version {} of {}, an intermediate version: its writer T{} overwrote it with {c}",
+            self.txns[t as usize].id,
+            r.version,
+            self.key_display(r.key),
+            self.txns[w as usize].id
+        );
+        self.anomaly(AnomalyClass::G1b, summary, &[w, t], edges);
+        true
+    }
+
+    /// The installed version chain of a key from version 0, or `None` when
+    /// it forks (forks are reported; predicate edges skip such keys).
+    fn chain(&self, key: KeyId) -> Option<Vec<u64>> {
+        let mut out = vec![INITIAL_VERSION];
+        let mut cur = INITIAL_VERSION;
+        while let Some(k) = self.kids.get(&(key, cur)) {
+            if k.len() != 1 || out.len() > self.versions.len() + 1 {
+                return None;
+            }
+            cur = k[0];
+            out.push(cur);
+        }
+        Some(out)
+    }
+
+    /// Predicate edges of range reads (see docs/checker.md, "Range reads").
+    fn predicates(&mut self) {
+        let txns = self.txns;
+        // (table, index) -> index key -> keys that ever had that index key
+        // in an installed version (or, for index 0, were ever written).
+        let mut ranges: HashMap<(u32, u32), RangeIndex> = HashMap::new();
+        let mut wanted: HashSet<(u32, u32)> = HashSet::new();
+        for (i, rec) in txns.iter().enumerate() {
+            if !self.installed[i] {
+                continue;
+            }
+            for op in &rec.ops {
+                if let Op::RangeRead { table, index, .. } = op {
+                    if let Some(&t) = self.tables.get(table.as_str()) {
+                        wanted.insert((t, *index));
+                    }
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        for info in self.versions.values() {
+            if !self.installed[info.txn as usize] {
+                continue;
+            }
+            let (t, pk) = &self.keys[info.key as usize];
+            if wanted.contains(&(*t, 0)) {
+                let e = ranges
+                    .entry((*t, 0))
+                    .or_default()
+                    .entry(pk.clone())
+                    .or_default();
+                if !e.contains(&info.key) {
+                    e.push(info.key);
+                }
+            }
+            if let Some(Op::Write { ix, .. }) = txns[info.txn as usize].ops.get(info.op as usize) {
+                for c in ix {
+                    if !wanted.contains(&(*t, c.index)) {
+                        continue;
+                    }
+                    for k in [&c.old, &c.new].into_iter().flatten() {
+                        let e = ranges
+                            .entry((*t, c.index))
+                            .or_default()
+                            .entry(k.clone())
+                            .or_default();
+                        if !e.contains(&info.key) {
+                            e.push(info.key);
+                        }
+                    }
+                }
+            }
+        }
+        // Primary-key tracks do not depend on the range: cache them. For
+        // secondary indexes, cache each key's chain and index keys.
+        let mut pk_tracks: HashMap<KeyId, Option<Track>> = HashMap::new();
+        let mut ix_keys: HashMap<(KeyId, u32), Option<ChainIndexKeys>> = HashMap::new();
+        let mut new_edges: Vec<Edge> = Vec::new();
+        let mut missed: Vec<(TxnIdx, KeyId)> = Vec::new();
+        let mut candidates: Vec<KeyId> = Vec::new();
+        for (ti, rec) in txns.iter().enumerate() {
+            if !self.installed[ti] {
+                continue;
+            }
+            let mut written: Option<HashSet<KeyId>> = None;
+            for op in &rec.ops {
+                let Op::RangeRead {
+                    table,
+                    index,
+                    lo,
+                    hi,
+                    seen,
+                    ..
+                } = op
+                else {
+                    continue;
+                };
+                let Some(&tid) = self.tables.get(table.as_str()) else {
+                    continue;
+                };
+                let Some(map) = ranges.get(&(tid, *index)) else {
+                    continue;
+                };
+                let written = written.get_or_insert_with(|| {
+                    rec.ops
+                        .iter()
+                        .filter_map(|op| match op {
+                            Op::Write { table, key, .. } => self.lookup_key(table, key),
+                            _ => None,
+                        })
+                        .collect()
+                });
+                let seen: HashSet<KeyId> = seen
+                    .iter()
+                    .filter_map(|s| self.lookup_key(table, &s.key))
+                    .collect();
+                candidates.clear();
+                for (_, ks) in range_of(map, lo, hi) {
+                    candidates.extend(
+                        ks.iter()
+                            .filter(|k| !seen.contains(k) && !written.contains(k)),
+                    );
+                }
+                candidates.sort_unstable();
+                candidates.dedup();
+                for &k in &candidates {
+                    let computed;
+                    let track = if *index == 0 {
+                        pk_tracks
+                            .entry(k)
+                            .or_insert_with(|| {
+                                self.chain(k).map(|c| {
+                                    let m = self.membership(&c, 0, lo, hi);
+                                    Track::new(c, m)
+                                })
+                            })
+                            .as_ref()
+                    } else {
+                        let cached = ix_keys.entry((k, *index)).or_insert_with(|| {
+                            self.chain(k).map(|c| {
+                                let ik = self.index_keys(&c, *index);
+                                (c, ik)
+                            })
+                        });
+                        computed = cached.as_ref().map(|(c, ik)| {
+                            let m = ik
+                                .iter()
+                                .map(|x| {
+                                    x.as_ref().map(|x| {
+                                        x.as_ref().is_some_and(|x| key_in_range(x, lo, hi))
+                                    })
+                                })
+                                .collect();
+                            Track::new(c.clone(), m)
+                        });
+                        computed.as_ref()
+                    };
+                    let Some(track) = track else { continue };
+                    match self.predicate_edges(ti as TxnIdx, k, track) {
+                        Some(edges) => new_edges.extend(edges),
+                        None => missed.push((ti as TxnIdx, k)),
+                    }
+                }
+            }
+        }
+        for e in new_edges {
+            self.add_edge(e);
+        }
+        for (t, k) in missed {
+            let summary = format!(
+                "T{}'s range read did not see {}, which matched the range in every committed state",
+                txns[t as usize].id,
+                self.key_display(k)
+            );
+            self.anomaly(AnomalyClass::MissedRow, summary, &[t], vec![]);
+        }
+    }
+
+    /// Whether each version of `chain` exists, which is whether it matches
+    /// a primary-key range read that covers its key (`None`: not known from
+    /// the history).
+    fn membership(
+        &self,
+        chain: &[u64],
+        index: u32,
+        lo: &Bound<Key>,
+        hi: &Bound<Key>,
+    ) -> Vec<Option<bool>> {
+        if index != 0 {
+            return self
+                .index_keys(chain, index)
+                .into_iter()
+                .map(|x| x.map(|x| x.is_some_and(|x| key_in_range(&x, lo, hi))))
+                .collect();
+        }
+        let kind_of = |v: u64| -> Option<WriteKind> {
+            let i = self.versions.get(&v)?;
+            match self.txns[i.txn as usize].ops.get(i.op as usize) {
+                Some(Op::Write { kind, .. }) => Some(*kind),
+                _ => None,
+            }
+        };
+        chain
+            .iter()
+            .enumerate()
+            .map(|(j, &v)| {
+                if j == 0 {
+                    chain
+                        .get(1)
+                        .and_then(|&n| kind_of(n))
+                        .map(|k| k != WriteKind::Insert)
+                } else {
+                    kind_of(v).map(|k| k != WriteKind::Delete)
+                }
+            })
+            .collect()
+    }
+
+    /// The key each version of `chain` has in secondary index `index`:
+    /// `Some(None)` no row, `None` not known (no `ix` entry says).
+    fn index_keys(&self, chain: &[u64], index: u32) -> IndexKeys {
+        let ix_of = |v: u64| -> Option<&crate::history::IndexChange> {
+            let i = self.versions.get(&v)?;
+            match self.txns[i.txn as usize].ops.get(i.op as usize) {
+                Some(Op::Write { ix, .. }) => ix.iter().find(|c| c.index == index),
+                _ => None,
+            }
+        };
+        (0..chain.len())
+            .map(|j| {
+                let own_new = if j == 0 {
+                    None
+                } else {
+                    ix_of(chain[j]).map(|c| c.new.clone())
+                };
+                own_new.or_else(|| {
+                    chain
+                        .get(j + 1)
+                        .and_then(|&n| ix_of(n))
+                        .map(|c| c.old.clone())
+                })
+            })
+            .collect()
+    }
+
+    /// The predicate rule: `t`'s range read did not see key `k`, so it
+    /// observed one of the versions that do not match (or may not). A write
+    /// that changed whether the row matches gets an edge only when all
+    /// those candidate versions lie on one side of it: after it (pred-wr
+    /// from the writer) or before it (pred-rw to the writer). Only the
+    /// nearest such write on each side gets an edge; the farther ones
+    /// follow through the key's ww chain. `None`: no candidate at all (the
+    /// row matched in every committed state: a missed row).
+    fn predicate_edges(&self, t: TxnIdx, k: KeyId, track: &Track) -> Option<SmallVec<[Edge; 2]>> {
+        let (first, last) = (track.first_candidate?, track.last_candidate?);
+        let c = &track.changes;
+        // The latest change at or before `first`, the earliest after `last`.
+        let at = c.partition_point(|&j| j <= first);
+        let before = at.checked_sub(1).map(|i| c[i]);
+        let after = c.get(c.partition_point(|&j| j <= last)).copied();
+        let mut out = SmallVec::new();
+        for (j, kind) in [(before, EdgeKind::PredWr), (after, EdgeKind::PredRw)] {
+            let Some(j) = j else { continue };
+            let Some(w) = self.versions.get(&track.chain[j]).map(|i| i.txn) else {
+                continue;
+            };
+            let (from, to) = if kind == EdgeKind::PredWr {
+                (w, t)
+            } else {
+                (t, w)
+            };
+            out.push(Edge {
+                from,
+                to,
+                kind,
+                key: k,
+                v1: track.chain[j - 1],
+                v2: track.chain[j],
+                chain: None,
+            });
+        }
+        Some(out)
+    }
+
+    /// Salt's indirect dirty reads: for every ACID reader of a BASE
+    /// transaction's version, the BASE transactions whose writes that BASE
+    /// transaction had read earlier in its program, transitively, get a
+    /// chain-wr edge to the ACID reader (Salt Lemma 3.3.2: they must all
+    /// have finished before the ACID read).
+    fn salt_chains(&mut self) {
+        for a in 0..self.txns.len() as TxnIdx {
+            if !self.installed[a as usize] || self.is_base(a) {
+                continue;
+            }
+            for r in self.reads_of(a) {
+                let Some(info) = self.versions.get(&r.version).cloned() else {
+                    continue;
+                };
+                if !self.is_base(info.txn) || !self.installed[info.txn as usize] || info.txn == a {
+                    continue;
+                }
+                let acid_hop = ChainHop {
+                    txn: self.txns[a as usize].id,
+                    table: self.key_name(r.key).0,
+                    key: self.key_name(r.key).1,
+                    version: r.version,
+                };
+                // (BASE txn, its op position, hops from it to the ACID read)
+                let mut stack: Vec<(TxnIdx, u32, Vec<ChainHop>)> =
+                    vec![(info.txn, info.op, vec![acid_hop])];
+                let mut reached: HashMap<TxnIdx, u32> = HashMap::new();
+                reached.insert(info.txn, info.op);
+                while let Some((b, pos, hops)) = stack.pop() {
+                    for br in self.reads_of(b) {
+                        if br.op >= pos {
+                            continue;
+                        }
+                        let Some(bi) = self.versions.get(&br.version).cloned() else {
+                            continue;
+                        };
+                        let src = bi.txn;
+                        if src == b || !self.is_base(src) || !self.installed[src as usize] {
+                            continue;
+                        }
+                        if reached.get(&src).is_some_and(|&p| p >= bi.op) {
+                            continue;
+                        }
+                        reached.insert(src, bi.op);
+                        let (table, key) = self.key_name(br.key);
+                        let mut via = vec![ChainHop {
+                            txn: self.txns[b as usize].id,
+                            table,
+                            key,
+                            version: br.version,
+                        }];
+                        via.extend(hops.iter().cloned());
+                        let ci = self.chains.len() as u32;
+                        self.chains.push(via.clone());
+                        self.add_edge(Edge {
+                            from: src,
+                            to: a,
+                            kind: EdgeKind::ChainWr,
+                            key: br.key,
+                            v1: br.version,
+                            v2: br.version,
+                            chain: Some(ci),
+                        });
+                        stack.push((src, bi.op, via));
+                    }
+                }
+            }
+        }
+    }
+
+    fn edge_info(&self, e: &Edge) -> EdgeInfo {
+        let (table, key) = self.key_name(e.key);
+        EdgeInfo {
+            from: self.txns[e.from as usize].id,
+            to: self.txns[e.to as usize].id,
+            kind: e.kind,
+            table,
+            key,
+            version_from: e.v1,
+            version_to: e.v2,
+            via: e
+                .chain
+                .and_then(|c| self.chains.get(c as usize).cloned())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Finds the cycles: one witness per cyclic component (its most severe
+    /// class), plus one per G0 and G1c sub-component. Returns the number of
+    /// cyclic components.
+    fn cycles(&mut self) -> u64 {
+        let nodes: Vec<TxnIdx> = (0..self.txns.len() as TxnIdx)
+            .filter(|&t| self.installed[t as usize])
+            .collect();
+        let mut local = vec![u32::MAX; self.txns.len()];
+        for (i, &t) in nodes.iter().enumerate() {
+            local[t as usize] = i as u32;
+        }
+        let mut g = Graph::with_nodes(nodes.len());
+        for (ei, e) in self.edges.iter().enumerate() {
+            let (a, b) = (local[e.from as usize], local[e.to as usize]);
+            if a != u32::MAX && b != u32::MAX {
+                g.adj[a as usize].push((b, e.kind, ei as u32));
+            }
+        }
+        let all = |_: EdgeKind| true;
+        let ww = |k: EdgeKind| k == EdgeKind::Ww;
+        let deps = |k: EdgeKind| !k.is_anti();
+        let comps = g.sccs(&all);
+        for comp in &comps {
+            let sub = g.induced(comp);
+            let mut severe = false;
+            let ww_comps = sub.sccs(&ww);
+            let mut in_g0 = vec![false; comp.len()];
+            for c in &ww_comps {
+                for &v in c {
+                    in_g0[v as usize] = true;
+                }
+                if let Some(cycle) = sub.shortest_path(c[0], c[0], &ww) {
+                    self.report_cycle(AnomalyClass::G0, &cycle);
+                    severe = true;
+                }
+            }
+            for c in sub.sccs(&deps) {
+                if c.iter().any(|&v| in_g0[v as usize]) {
+                    continue;
+                }
+                if let Some(cycle) = sub.shortest_path(c[0], c[0], &deps) {
+                    self.report_cycle(AnomalyClass::G1c, &cycle);
+                    severe = true;
+                }
+            }
+            if severe {
+                continue;
+            }
+            // G-single: an anti-dependency edge a -> b closed by a path of
+            // dependency edges b -> a. The dependency edges of the
+            // component form a DAG here (no G1c); b can reach a only if it
+            // comes before a in topological order, and such a path stays
+            // between the two positions.
+            let Some(topo) = sub.topo_order(&deps) else {
+                continue;
+            };
+            let mut best: Option<Vec<(u32, u32, EdgeKind, u32)>> = None;
+            let mut tries = 0;
+            'search: for a in 0..sub.len() as u32 {
+                for &(b, kind, ei) in &sub.adj[a as usize] {
+                    let (pa, pb) = (topo[a as usize], topo[b as usize]);
+                    if !kind.is_anti() || pb >= pa {
+                        continue;
+                    }
+                    tries += 1;
+                    if tries > GSINGLE_TRIES_MAX {
+                        break 'search;
+                    }
+                    let between = |v: u32| (pb..=pa).contains(&topo[v as usize]);
+                    if let Some(path) = sub.shortest_path_within(b, a, &deps, &between) {
+                        if best.as_ref().is_none_or(|p| path.len() + 1 < p.len()) {
+                            let mut cycle = vec![(a, b, kind, ei)];
+                            cycle.extend(path);
+                            best = Some(cycle);
+                        }
+                    }
+                }
+            }
+            if let Some(cycle) = best {
+                self.report_cycle(AnomalyClass::GSingle, &cycle);
+                continue;
+            }
+            let mut best: Option<Vec<(u32, u32, EdgeKind, u32)>> = None;
+            for s in 0..sub.len().min(G2_STARTS_MAX) as u32 {
+                if let Some(cycle) = sub.shortest_path(s, s, &all) {
+                    if best.as_ref().is_none_or(|p| cycle.len() < p.len()) {
+                        best = Some(cycle);
+                    }
+                }
+            }
+            if let Some(cycle) = best {
+                self.report_cycle(AnomalyClass::G2, &cycle);
+            }
+        }
+        comps.len() as u64
+    }
+
+    fn report_cycle(&mut self, class: AnomalyClass, cycle: &[(u32, u32, EdgeKind, u32)]) {
+        let edges: Vec<Edge> = cycle
+            .iter()
+            .filter_map(|&(_, _, _, ei)| self.edges.get(ei as usize).cloned())
+            .collect();
+        let salt_read = self.level == Level::Salt
+            && edges
+                .iter()
+                .any(|e| e.kind.is_read() && self.is_base(e.from) && !self.is_base(e.to));
+        let class = if salt_read {
+            AnomalyClass::GSalt
+        } else {
+            class
+        };
+        let txns: Vec<TxnIdx> = edges.iter().map(|e| e.from).collect();
+        let infos: Vec<EdgeInfo> = edges.iter().map(|e| self.edge_info(e)).collect();
+        let path: Vec<String> = txns
+            .iter()
+            .map(|&t| format!("T{}", self.txns[t as usize].id))
+            .collect();
+        let kinds: Vec<&str> = edges.iter().map(|e| e.kind.name()).collect();
+        let what = match class {
+            AnomalyClass::G0 => "a cycle of write-write edges",
+            AnomalyClass::G1c => "a cycle of dependency edges",
+            AnomalyClass::GSalt => {
+                "an ACID transaction observed a BASE transaction's unfinished state (a cycle through a BASE -> ACID read)"
+            }
+            AnomalyClass::GSingle => "a cycle with exactly one anti-dependency edge",
+            _ => "a cycle with anti-dependency edges",
+        };
+        let summary = format!(
+            "{what}: {} -> {} ({})",
+            path.join(" -> "),
+            path.first().cloned().unwrap_or_default(),
+            kinds.join(", ")
+        );
+        self.anomaly(class, summary, &txns, infos);
+    }
+
+    fn stats(&self, cyclic: u64) -> Stats {
+        let mut s = Stats {
+            txns: self.txns.len() as u64,
+            cyclic_components: cyclic,
+            ..Stats::default()
+        };
+        for (i, r) in self.txns.iter().enumerate() {
+            match r.outcome {
+                Outcome::Committed => s.committed += 1,
+                Outcome::Aborted => s.aborted += 1,
+                Outcome::Unknown => s.unknown += 1,
+            }
+            if self.promoted[i] {
+                s.unknown_inferred_committed += 1;
+            }
+            s.ops += r.ops.len() as u64;
+        }
+        for k in EdgeKind::ALL {
+            let n = self.edges.iter().filter(|e| e.kind == k).count() as u64;
+            if n > 0 {
+                s.edges.insert(k.name().to_string(), n);
+            }
+        }
+        s
+    }
+}
+
+/// The entries of `map` within the bounds, without panicking on inverted
+/// or empty bounds (which `BTreeMap::range` would).
+fn range_of<'m, V>(
+    map: &'m BTreeMap<Key, V>,
+    lo: &Bound<Key>,
+    hi: &Bound<Key>,
+) -> Box<dyn Iterator<Item = (&'m Key, &'m V)> + 'm> {
+    if let (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) =
+        (lo, hi)
+    {
+        let empty = l > h
+            || (l == h && !(matches!(lo, Bound::Included(_)) && matches!(hi, Bound::Included(_))));
+        if empty {
+            return Box::new(std::iter::empty());
+        }
+    }
+    Box::new(map.range::<Key, _>((lo.as_ref(), hi.as_ref())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gen::{generate, GenConfig};
+
+    fn history() -> Vec<TxnRecord> {
+        generate(&GenConfig {
+            txns: 600,
+            seed: 3,
+            keys: 6,
+            lists: 2,
+            abort_pct: 10,
+            ..GenConfig::default()
+        })
+        .txns
+    }
+
+    fn classes(r: &Report) -> Vec<AnomalyClass> {
+        r.anomalies.iter().map(|a| a.class).collect()
+    }
+
+    /// Makes one committed point read observe a version written by an
+    /// aborted transaction of the same key: exactly one G1a, naming both.
+    #[test]
+    fn injected_aborted_read_is_g1a() {
+        let mut txns = history();
+        let aborted: Vec<(u64, u64, String, Key)> = txns
+            .iter()
+            .filter(|t| t.outcome == Outcome::Aborted)
+            .flat_map(|t| {
+                t.ops.iter().filter_map(move |o| match o {
+                    Op::Write {
+                        table,
+                        key,
+                        version,
+                        ..
+                    } => Some((t.id, *version, table.clone(), key.clone())),
+                    _ => None,
+                })
+            })
+            .collect();
+        let mut injected = None;
+        'outer: for t in txns.iter_mut().filter(|t| t.outcome == Outcome::Committed) {
+            for o in t.ops.iter_mut() {
+                if let Op::Read {
+                    table,
+                    key,
+                    version,
+                    ..
+                } = o
+                {
+                    if let Some((w, v, _, _)) =
+                        aborted.iter().find(|(_, _, tb, k)| tb == table && k == key)
+                    {
+                        *version = *v;
+                        injected = Some((*w, t.id));
+                        break 'outer;
+                    }
+                }
+            }
+        }
+        let Some((writer, reader)) = injected else {
+            panic!("no read to mutate");
+        };
+        let r = check(&txns, Level::ReadCommitted);
+        assert!(!r.valid);
+        let g1a: Vec<&Anomaly> = r
+            .anomalies
+            .iter()
+            .filter(|a| a.class == AnomalyClass::G1a)
+            .collect();
+        assert_eq!(g1a.len(), 1, "{}", r.render(10));
+        let ids: Vec<u64> = g1a[0].txns.iter().map(|t| t.id).collect();
+        assert_eq!(ids, vec![writer, reader]);
+    }
+
+    /// Makes a committed write replace the same version as another
+    /// committed write (a lost update): a fork, and the cycles it implies.
+    #[test]
+    fn injected_lost_update_is_a_fork() {
+        let mut txns = history();
+        let r = check(&txns, Level::Serializable);
+        assert!(r.anomalies.is_empty(), "{}", r.render(5));
+        // The last two committed updates of one key: point the second's
+        // prev at the first's prev.
+        let mut writes: Vec<(usize, usize, u64)> = Vec::new();
+        for (ti, t) in txns.iter().enumerate() {
+            if t.outcome != Outcome::Committed {
+                continue;
+            }
+            for (oi, o) in t.ops.iter().enumerate() {
+                if let Op::Write {
+                    table, key, prev, ..
+                } = o
+                {
+                    if table == "reg" && key.values() == [brine_core::Value::Int(0)] {
+                        writes.push((ti, oi, *prev));
+                    }
+                }
+            }
+        }
+        let n = writes.len();
+        assert!(n > 2);
+        let (ta, _, prev_a) = writes[n - 2];
+        let (tb, ob, _) = writes[n - 1];
+        assert_ne!(ta, tb);
+        if let Op::Write { prev, .. } = &mut txns[tb].ops[ob] {
+            *prev = prev_a;
+        }
+        let r = check(&txns, Level::Serializable);
+        assert!(classes(&r).contains(&AnomalyClass::Fork), "{}", r.render(5));
+        assert!(!r.valid);
+    }
+}

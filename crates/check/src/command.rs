@@ -1,0 +1,141 @@
+//! What `brine check` does, kept here so the `brine` binary only parses
+//! flags: read the history, check it, print the summary and witnesses,
+//! optionally export it to Elle, or measure the checker on a generated
+//! history (`--self-bench N`).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use thiserror::Error;
+
+use crate::elle::{self, ElleModel};
+use crate::gen::{generate, GenConfig};
+use crate::reader::{self, ReadError};
+use crate::report::Level;
+
+/// The options of `brine check`.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    pub file: Option<PathBuf>,
+    pub level: Level,
+    pub export_elle: Option<(PathBuf, ElleModel)>,
+    pub max_witnesses: usize,
+    pub json: bool,
+    /// Generate a valid history of this many transactions and time the
+    /// checker on it instead of reading a file.
+    pub self_bench: Option<usize>,
+    pub seed: u64,
+}
+
+#[derive(Debug, Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("cannot write the Elle history to {path}: {source}")]
+    Export {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write the report: {0}")]
+    Output(#[from] std::io::Error),
+    #[error("no history file given (brine check FILE, or --self-bench N)")]
+    NoInput,
+}
+
+/// Runs the command; `Ok(true)` when the history satisfies the level.
+pub fn run<W: Write>(opts: &CheckOptions, out: &mut W) -> Result<bool, CommandError> {
+    if let Some(n) = opts.self_bench {
+        return self_bench(n, opts, out);
+    }
+    let path = opts.file.as_ref().ok_or(CommandError::NoInput)?;
+    let t0 = Instant::now();
+    let history = reader::read_file(path)?;
+    let read_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t1 = Instant::now();
+    let report = crate::check(&history.txns, opts.level);
+    let check_ms = t1.elapsed().as_secs_f64() * 1e3;
+    if let Some((elle_path, model)) = &opts.export_elle {
+        export(&history.txns, elle_path, *model)?;
+    }
+    if opts.json {
+        let mut shown = report.clone();
+        shown.anomalies.truncate(opts.max_witnesses);
+        serde_json::to_writer_pretty(&mut *out, &shown).map_err(std::io::Error::from)?;
+        writeln!(out)?;
+    } else {
+        let h = &history.header;
+        writeln!(
+            out,
+            "history {}: workload {}, protocol {}, isolation {}",
+            path.display(),
+            h.workload,
+            h.protocol,
+            h.isolation
+        )?;
+        write!(out, "{}", report.render(opts.max_witnesses))?;
+        writeln!(out, "read {read_ms:.0} ms, checked {check_ms:.0} ms")?;
+        if let Some((p, m)) = &opts.export_elle {
+            writeln!(
+                out,
+                "Elle history ({}) written to {}",
+                m.name(),
+                p.display()
+            )?;
+        }
+    }
+    Ok(report.valid)
+}
+
+fn export(txns: &[crate::TxnRecord], path: &PathBuf, model: ElleModel) -> Result<(), CommandError> {
+    let err = |source| CommandError::Export {
+        path: path.clone(),
+        source,
+    };
+    let file = File::create(path).map_err(err)?;
+    let mut w = BufWriter::new(file);
+    elle::write_edn(&elle::elle_ops(txns, model), &mut w).map_err(err)?;
+    w.flush().map_err(err)
+}
+
+/// Times generation, serialization, parsing and checking of a valid
+/// history of `n` transactions.
+fn self_bench<W: Write>(n: usize, opts: &CheckOptions, out: &mut W) -> Result<bool, CommandError> {
+    let cfg = GenConfig {
+        txns: n,
+        seed: opts.seed,
+        keys: 1000,
+        lists: 50,
+        ..GenConfig::default()
+    };
+    let t = Instant::now();
+    let history = generate(&cfg);
+    let gen_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let mut bytes = Vec::new();
+    reader::write_history(&mut bytes, &history)?;
+    let write_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let parsed = reader::HistoryReader::new(bytes.as_slice())?.read_all()?;
+    let read_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let report = crate::check(&parsed.txns, opts.level);
+    let check_ms = t.elapsed().as_secs_f64() * 1e3;
+    write!(out, "{}", report.render(opts.max_witnesses))?;
+    writeln!(
+        out,
+        "self-bench: {n} transactions (seed {}, {} keys, {} lists), {:.1} MB of JSON lines",
+        opts.seed,
+        cfg.keys,
+        cfg.lists,
+        bytes.len() as f64 / 1e6
+    )?;
+    writeln!(
+        out,
+        "  generate {gen_ms:.0} ms, serialize {write_ms:.0} ms, parse {read_ms:.0} ms, check {check_ms:.0} ms; parse+check {:.0} ms",
+        read_ms + check_ms
+    )?;
+    Ok(report.valid)
+}

@@ -1,0 +1,31 @@
+//! History recording format and isolation checking.
+//!
+//! ```text
+//!   run (--history FILE) ──► history.jsonl ──► reader ──► checker ──► Report
+//!                                   │                        (G0 G1a G1b G1c
+//!                                   └──► elle (EDN) ──► Elle   G-single G2 salt)
+//! ```
+//!
+//! * [`history`]: the file format (the contract with the recorder).
+//! * [`reader`]: streaming, line-numbered parsing of history files.
+//! * [`checker`]: Adya's direct serialization graph and the anomaly search.
+//! * [`elle`], [`edn`]: export to Jepsen/Elle EDN histories and a reader
+//!   for them.
+//! * [`gen`]: seeded generator of large valid histories (tests, benchmark).
+//! * [`script`]: a compact text notation for hand-made histories.
+
+pub mod checker;
+pub mod command;
+pub mod cycles;
+pub mod edn;
+pub mod elle;
+pub mod gen;
+pub mod history;
+pub mod reader;
+pub mod report;
+pub mod script;
+
+pub use checker::check;
+pub use history::{Header, IndexChange, Op, Outcome, Seen, TxnClass, TxnRecord, WriteKind};
+pub use reader::{read_file, read_str, History, HistoryReader, ReadError};
+pub use report::{Anomaly, AnomalyClass, EdgeInfo, EdgeKind, Level, Report};

@@ -1,0 +1,243 @@
+//! Streaming reader of history files.
+//!
+//! A history is read line by line from any [`BufRead`], so a file of a
+//! million transactions never has to fit in memory as one string. The
+//! first non-empty line must be a [`Header`] whose `brine_history` is
+//! [`FORMAT_VERSION`]; every later non-empty line is one [`TxnRecord`].
+//! A malformed line is an error naming its line number and what is wrong
+//! with it; nothing is skipped silently.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::history::{Header, TxnRecord, FORMAT_VERSION};
+
+/// Why a history could not be read.
+#[derive(Debug, Error)]
+pub enum ReadError {
+    #[error("cannot open history file {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read line {line} of the history: {source}")]
+    Io {
+        line: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the history is empty (expected a header line {{\"brine_history\":{FORMAT_VERSION},...}})"
+    )]
+    Empty,
+    #[error("line {line}: malformed header: {message}")]
+    BadHeader { line: u64, message: String },
+    #[error(
+        "line {line}: history format version {found} is not supported (this checker reads version {FORMAT_VERSION})"
+    )]
+    Version { line: u64, found: u64 },
+    #[error("line {line}: malformed transaction record: {message}")]
+    BadRecord { line: u64, message: String },
+}
+
+/// A whole history in memory: its header and records in file order.
+#[derive(Clone, Debug)]
+pub struct History {
+    pub header: Header,
+    pub txns: Vec<TxnRecord>,
+}
+
+/// Reads records one at a time after the header.
+pub struct HistoryReader<R> {
+    input: R,
+    header: Header,
+    line_no: u64,
+    buf: String,
+}
+
+impl<R: BufRead> HistoryReader<R> {
+    /// Reads and checks the header line.
+    pub fn new(mut input: R) -> Result<Self, ReadError> {
+        let mut buf = String::new();
+        let mut line_no = 0;
+        loop {
+            buf.clear();
+            line_no += 1;
+            let n = input.read_line(&mut buf).map_err(|source| ReadError::Io {
+                line: line_no,
+                source,
+            })?;
+            if n == 0 {
+                return Err(ReadError::Empty);
+            }
+            if !buf.trim().is_empty() {
+                break;
+            }
+        }
+        let header = parse_header(buf.trim(), line_no)?;
+        Ok(HistoryReader {
+            input,
+            header,
+            line_no,
+            buf,
+        })
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The next record, `None` at the end of the input.
+    pub fn next_record(&mut self) -> Result<Option<TxnRecord>, ReadError> {
+        loop {
+            self.buf.clear();
+            self.line_no += 1;
+            let n = self
+                .input
+                .read_line(&mut self.buf)
+                .map_err(|source| ReadError::Io {
+                    line: self.line_no,
+                    source,
+                })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let line = self.buf.trim();
+            if line.is_empty() {
+                continue;
+            }
+            return serde_json::from_str::<TxnRecord>(line)
+                .map(Some)
+                .map_err(|e| ReadError::BadRecord {
+                    line: self.line_no,
+                    message: json_message(&e),
+                });
+        }
+    }
+
+    /// Reads every remaining record.
+    pub fn read_all(mut self) -> Result<History, ReadError> {
+        let mut txns = Vec::new();
+        while let Some(r) = self.next_record()? {
+            txns.push(r);
+        }
+        Ok(History {
+            header: self.header,
+            txns,
+        })
+    }
+}
+
+/// serde_json's message without its "at line 1 column N" (every record is
+/// one line; the file line is in the error already).
+fn json_message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&suffix) {
+        Some(m) => format!("{m} (column {})", e.column()),
+        None => text,
+    }
+}
+
+fn parse_header(line: &str, line_no: u64) -> Result<Header, ReadError> {
+    let json: serde_json::Value = serde_json::from_str(line).map_err(|e| ReadError::BadHeader {
+        line: line_no,
+        message: e.to_string(),
+    })?;
+    // Check the version before the other fields so a future format gets the
+    // message that matters.
+    match json.get("brine_history").and_then(|v| v.as_u64()) {
+        Some(v) if v == u64::from(FORMAT_VERSION) => {}
+        Some(found) => {
+            return Err(ReadError::Version {
+                line: line_no,
+                found,
+            })
+        }
+        None => {
+            return Err(ReadError::BadHeader {
+                line: line_no,
+                message: "the first line must be a header with a numeric `brine_history` field \
+                          (is this a history file?)"
+                    .into(),
+            })
+        }
+    }
+    serde_json::from_value(json).map_err(|e| ReadError::BadHeader {
+        line: line_no,
+        message: json_message(&e),
+    })
+}
+
+/// Reads a whole history from a string (tests, small files).
+pub fn read_str(text: &str) -> Result<History, ReadError> {
+    HistoryReader::new(text.as_bytes())?.read_all()
+}
+
+/// Reads a whole history file.
+pub fn read_file(path: &Path) -> Result<History, ReadError> {
+    let file = File::open(path).map_err(|source| ReadError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    HistoryReader::new(BufReader::with_capacity(1 << 16, file))?.read_all()
+}
+
+/// Writes a history as JSON lines (the inverse of the reader; used by the
+/// generator and tests).
+pub fn write_history<W: std::io::Write>(out: &mut W, history: &History) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, &history.header)?;
+    out.write_all(b"\n")?;
+    for t in &history.txns {
+        serde_json::to_writer(&mut *out, t)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str =
+        r#"{"brine_history":1,"workload":"w","protocol":"acid","isolation":"serializable"}"#;
+
+    #[test]
+    fn reads_header_and_records() {
+        let text = format!(
+            "{HEADER}\n\n{}\n",
+            r#"{"id":1,"ts":1,"class":"acid","outcome":"committed","start_us":0,"end_us":1,"ops":[{"op":"r","t":"a","k":[1],"v":0}]}"#
+        );
+        let h = read_str(&text).map_err(|e| e.to_string());
+        assert!(h.as_ref().is_ok_and(|h| h.txns.len() == 1), "{h:?}");
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let text = format!("{HEADER}\n{{\"id\":1}}\n");
+        let e = read_str(&text).map(|_| ()).map_err(|e| e.to_string());
+        assert!(
+            matches!(&e, Err(m) if m.starts_with("line 2: malformed transaction record")),
+            "{e:?}"
+        );
+        let e = read_str("").map(|_| ()).map_err(|e| e.to_string());
+        assert!(matches!(&e, Err(m) if m.contains("empty")), "{e:?}");
+        let e = read_str(r#"{"brine_history":7,"workload":"w","protocol":"p","isolation":"i"}"#)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert!(matches!(&e, Err(m) if m.contains("version 7")), "{e:?}");
+        let e = read_str("not json").map(|_| ()).map_err(|e| e.to_string());
+        assert!(
+            matches!(&e, Err(m) if m.starts_with("line 1: malformed header")),
+            "{e:?}"
+        );
+        let e = read_str(r#"{"x":1}"#)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert!(matches!(&e, Err(m) if m.contains("brine_history")), "{e:?}");
+    }
+}

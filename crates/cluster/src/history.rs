@@ -1,0 +1,348 @@
+//! Recording a run's history for the isolation checker.
+//!
+//! ```text
+//!  partition: execute_recorded -> ops (versions read / installed) in the reply
+//!  coordinator: TxnState.rec collects the ops of every statement
+//!  commit / abort ends the attempt -> TxnRecord -> channel -> writer thread
+//!                                                      -> JSON lines file
+//! ```
+//!
+//! Every attempt that ran at least one statement is recorded once, when its
+//! outcome is known at the coordinator: committed, aborted, or unknown (the
+//! commit's fate could not be learned). The file format is
+//! `brine_check::history` (docs/history-format.md). Serializing and writing
+//! happen on the writer thread, off the transactions' path; a transaction
+//! pays for collecting its ops and one channel send.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use brine_check::{Header, Op, Outcome, Seen, TxnClass, TxnRecord};
+use brine_core::access::key_in_range;
+use brine_core::{Error, Key, Result, TxnId};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+enum Msg {
+    Record(Box<TxnRecord>),
+    /// Flush everything sent so far; answer with the records written.
+    Flush(Sender<io::Result<u64>>),
+}
+
+/// Where a cluster's history goes.
+pub struct HistorySink {
+    tx: Sender<Msg>,
+    t0: Instant,
+    path: PathBuf,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What an attempt collects while it runs, when the run records.
+pub struct TxnRecording {
+    procedure: Option<String>,
+    start: Instant,
+    pub ops: Vec<Op>,
+}
+
+impl HistorySink {
+    /// Creates `path` (truncating it), writes the header line and starts
+    /// the writer thread.
+    pub fn create(path: &Path, header: &Header) -> Result<HistorySink> {
+        let io_err = |e: io::Error| {
+            Error::Config(format!("cannot write history file {}: {e}", path.display()))
+        };
+        let file = File::create(path).map_err(io_err)?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        serde_json::to_writer(&mut out, header)
+            .map_err(|e| Error::Internal(format!("encoding the history header: {e}")))?;
+        out.write_all(b"\n").map_err(io_err)?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let shown = path.display().to_string();
+        let writer = std::thread::Builder::new()
+            .name("brine-history".into())
+            .spawn(move || write_loop(rx, out, shown))
+            .map_err(|e| Error::Internal(format!("cannot start the history writer: {e}")))?;
+        Ok(HistorySink {
+            tx,
+            t0: Instant::now(),
+            path: path.to_path_buf(),
+            writer: Mutex::new(Some(writer)),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Starts collecting an attempt's operations.
+    pub fn begin(&self, procedure: Option<&str>) -> Box<TxnRecording> {
+        Box::new(TxnRecording {
+            procedure: procedure.map(str::to_owned),
+            start: Instant::now(),
+            ops: Vec::new(),
+        })
+    }
+
+    /// Records an ended attempt. Attempts that ran no statement are skipped.
+    pub fn end(&self, txn: TxnId, rec: TxnRecording, outcome: Outcome) {
+        if rec.ops.is_empty() {
+            return;
+        }
+        let us = |t: Instant| t.saturating_duration_since(self.t0).as_micros() as u64;
+        let record = TxnRecord {
+            id: txn.id,
+            ts: txn.ts,
+            procedure: rec.procedure,
+            class: TxnClass::Acid,
+            group: None,
+            outcome,
+            accepted: false,
+            start_us: us(rec.start),
+            end_us: us(Instant::now()),
+            ops: rec.ops,
+        };
+        // The writer only goes away with the sink.
+        let _ = self.tx.send(Msg::Record(Box::new(record)));
+    }
+
+    /// Waits until everything recorded so far is in the file; returns the
+    /// number of transactions written.
+    pub fn flush(&self) -> Result<u64> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.tx
+            .send(Msg::Flush(tx))
+            .map_err(|_| Error::Internal("the history writer stopped".into()))?;
+        rx.recv()
+            .map_err(|_| Error::Internal("the history writer stopped".into()))?
+            .map_err(|e| {
+                Error::Config(format!(
+                    "cannot write history file {}: {e}",
+                    self.path.display()
+                ))
+            })
+    }
+}
+
+impl Drop for HistorySink {
+    fn drop(&mut self) {
+        // Close the channel so the writer drains, flushes and exits.
+        let (dead, _) = crossbeam_channel::bounded(0);
+        drop(std::mem::replace(&mut self.tx, dead));
+        if let Some(h) = self.writer.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn write_loop(rx: Receiver<Msg>, mut out: BufWriter<File>, path: String) {
+    let mut written = 0u64;
+    let mut failed: Option<io::Error> = None;
+    for msg in rx {
+        match msg {
+            Msg::Record(rec) => {
+                if failed.is_some() {
+                    continue;
+                }
+                let r = serde_json::to_writer(&mut out, &*rec)
+                    .map_err(io::Error::other)
+                    .and_then(|()| out.write_all(b"\n"));
+                match r {
+                    Ok(()) => written += 1,
+                    Err(e) => {
+                        tracing::error!("history file {path}: {e}; recording stops");
+                        failed = Some(e);
+                    }
+                }
+            }
+            Msg::Flush(answer) => {
+                let r = match &failed {
+                    Some(e) => Err(io::Error::new(e.kind(), e.to_string())),
+                    None => out.flush().map(|()| written),
+                };
+                let _ = answer.send(r);
+            }
+        }
+    }
+    if let Err(e) = out.flush() {
+        tracing::error!("history file {path}: {e}");
+    }
+}
+
+/// Merges what the partitions of one broadcast statement recorded into
+/// what the statement observed as a whole.
+///
+/// Each partition scanned the same interval of its own slice of the table,
+/// so their range reads (at most one per partition) are one range read of
+/// the statement, over the interval every partition observed completely:
+/// when LIMIT stopped partitions at different keys, the interval ends at
+/// the earliest stop, and rows seen beyond it become point reads (they
+/// were observed, but the absence of others there was not). For a
+/// secondary index the rows' index keys are not recorded, so a stopped
+/// broadcast keeps only the point reads. Writes pass through unchanged.
+pub fn merge_broadcast(parts: Vec<Vec<Op>>) -> Vec<Op> {
+    let mut out = Vec::new();
+    let mut ranges = Vec::new();
+    for part in parts {
+        for op in part {
+            match op {
+                Op::RangeRead { .. } => ranges.push(op),
+                other => out.push(other),
+            }
+        }
+    }
+    let mut ranges = ranges.into_iter();
+    let Some(Op::RangeRead {
+        table,
+        index,
+        mut lo,
+        mut hi,
+        mut seen,
+        sub,
+    }) = ranges.next()
+    else {
+        return out;
+    };
+    let mut same_bounds = true;
+    for r in ranges {
+        let Op::RangeRead {
+            lo: l,
+            hi: h,
+            seen: s,
+            ..
+        } = r
+        else {
+            continue;
+        };
+        if l != lo || h != hi {
+            same_bounds = false;
+            if lower_is_tighter(&l, &lo) {
+                lo = l;
+            }
+            if upper_is_tighter(&h, &hi) {
+                hi = h;
+            }
+        }
+        seen.extend(s);
+    }
+    if !same_bounds {
+        let (inside, outside): (Vec<Seen>, Vec<Seen>) = seen
+            .into_iter()
+            .partition(|s| index == 0 && key_in_range(&s.key, &lo, &hi));
+        out.extend(outside.into_iter().map(|s| Op::Read {
+            table: table.clone(),
+            key: s.key,
+            version: s.version,
+            sub,
+        }));
+        if index != 0 {
+            return out;
+        }
+        seen = inside;
+    }
+    out.push(Op::RangeRead {
+        table,
+        index,
+        lo,
+        hi,
+        seen,
+        sub,
+    });
+    out
+}
+
+/// `a` excludes more of the low end than `b`.
+fn lower_is_tighter(a: &Bound<Key>, b: &Bound<Key>) -> bool {
+    match (a, b) {
+        (_, Bound::Unbounded) => !matches!(a, Bound::Unbounded),
+        (Bound::Unbounded, _) => false,
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y))
+            if x != y =>
+        {
+            x > y
+        }
+        (Bound::Excluded(_), Bound::Included(_)) => true,
+        _ => false,
+    }
+}
+
+/// `a` excludes more of the high end than `b`.
+fn upper_is_tighter(a: &Bound<Key>, b: &Bound<Key>) -> bool {
+    match (a, b) {
+        (_, Bound::Unbounded) => !matches!(a, Bound::Unbounded),
+        (Bound::Unbounded, _) => false,
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y))
+            if x != y =>
+        {
+            x < y
+        }
+        (Bound::Excluded(_), Bound::Included(_)) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brine_core::Value;
+
+    fn key(i: i64) -> Key {
+        Key::new([Value::Int(i)])
+    }
+
+    fn rr(lo: Bound<Key>, hi: Bound<Key>, seen: &[i64]) -> Op {
+        Op::RangeRead {
+            table: "t".into(),
+            index: 0,
+            lo,
+            hi,
+            seen: seen
+                .iter()
+                .map(|&k| Seen {
+                    key: key(k),
+                    version: 0,
+                    deleted: false,
+                })
+                .collect(),
+            sub: None,
+        }
+    }
+
+    #[test]
+    fn a_full_broadcast_scan_is_one_range_read_of_every_row() {
+        let all = (Bound::Included(key(0)), Bound::Included(key(9)));
+        let merged = merge_broadcast(vec![
+            vec![rr(all.0.clone(), all.1.clone(), &[0, 2, 4])],
+            vec![rr(all.0.clone(), all.1.clone(), &[1, 3])],
+        ]);
+        assert_eq!(merged, vec![rr(all.0, all.1, &[0, 2, 4, 1, 3])]);
+    }
+
+    #[test]
+    fn a_stopped_broadcast_scan_claims_only_what_every_partition_covered() {
+        let lo = Bound::Included(key(0));
+        let merged = merge_broadcast(vec![
+            vec![rr(lo.clone(), Bound::Included(key(4)), &[0, 2, 4])],
+            vec![rr(lo.clone(), Bound::Included(key(3)), &[1, 3])],
+        ]);
+        assert_eq!(merged.len(), 2);
+        assert!(matches!(&merged[0], Op::Read { key: k, .. } if *k == key(4)));
+        assert_eq!(merged[1], rr(lo, Bound::Included(key(3)), &[0, 2, 1, 3]));
+    }
+
+    #[test]
+    fn bound_tightness() {
+        let inc = |i| Bound::Included(key(i));
+        let exc = |i| Bound::Excluded(key(i));
+        assert!(upper_is_tighter(&inc(3), &Bound::Unbounded));
+        assert!(upper_is_tighter(&exc(3), &inc(3)));
+        assert!(upper_is_tighter(&inc(2), &exc(3)));
+        assert!(!upper_is_tighter(&inc(3), &inc(3)));
+        assert!(lower_is_tighter(&exc(3), &inc(3)));
+        assert!(lower_is_tighter(&inc(4), &exc(3)));
+        assert!(!lower_is_tighter(&Bound::Unbounded, &inc(0)));
+    }
+}

@@ -1,0 +1,226 @@
+//! Checkpoints: a consistent snapshot of one partition's committed rows at
+//! a log position, plus the transactions prepared there and not yet
+//! decided (with their redo), so recovery starts at the checkpoint's lsn and
+//! every older log segment can be deleted.
+//!
+//! ```text
+//!  file <lsn, 20 digits>.ckpt (written as .ckpt.tmp, fsynced, renamed):
+//!   magic "BRINECKP" . format u32 . log id u32 . lsn u64 . chain crc u32
+//!   u32 tables; per table: name (u32 len, utf-8) . columns u16 . rows u64 . row^rows
+//!   u32 in-doubt; per txn: txn . coordinator u32 . redo list
+//!   crc32c of everything above, u32
+//! ```
+//!
+//! The partition actor encodes a checkpoint between two messages, so the
+//! snapshot and `lsn` agree: every frame below `lsn` is reflected (commits
+//! applied, prepared transactions listed as in doubt) and none above. The
+//! log writer installs it only after the log is durable up to `lsn`.
+
+use std::path::{Path, PathBuf};
+
+use brine_core::{Catalog, Error, Result, TxnId};
+
+use crate::wal::codec::{put_bytes, put_txn, put_u16, put_u32, put_u64, put_values, Decoder};
+use crate::wal::record::{decode_redo, RedoOp};
+use crate::wal::segment::io_err;
+use crate::wal::writer::LogPosition;
+use crate::PartitionStore;
+
+pub const CHECKPOINT_MAGIC: &[u8; 8] = b"BRINECKP";
+pub const CHECKPOINT_FORMAT: u32 = 1;
+
+pub fn checkpoint_path(dir: &Path, lsn: u64) -> PathBuf {
+    dir.join(format!("{lsn:020}.ckpt"))
+}
+
+pub fn tmp_checkpoint_path(dir: &Path, lsn: u64) -> PathBuf {
+    dir.join(format!("{lsn:020}.ckpt.tmp"))
+}
+
+/// Installed checkpoints in `dir`, oldest first.
+pub fn list_checkpoints(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(io_err("listing", dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| io_err("listing", dir, e))?;
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".ckpt")) else {
+            continue;
+        };
+        if stem.len() == 20 {
+            if let Ok(lsn) = stem.parse::<u64>() {
+                out.push((lsn, entry.path()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A transaction prepared at the partition and not decided at checkpoint
+/// time (or at the end of the log, during recovery).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InDoubt {
+    pub txn: TxnId,
+    pub coordinator: u32,
+    pub redo: Vec<RedoOp>,
+}
+
+impl PartitionStore {
+    /// Encodes a checkpoint of the committed state at `pos`, listing the
+    /// prepared transactions `in_doubt` (txn, coordinator node) with their
+    /// redo taken from the current state.
+    pub fn encode_checkpoint(
+        &self,
+        log_id: u32,
+        pos: LogPosition,
+        in_doubt: &[(TxnId, u32)],
+    ) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(1 << 16);
+        buf.extend_from_slice(CHECKPOINT_MAGIC);
+        put_u32(&mut buf, CHECKPOINT_FORMAT);
+        put_u32(&mut buf, log_id);
+        put_u64(&mut buf, pos.lsn);
+        put_u32(&mut buf, pos.crc);
+        let tables = self.catalog.tables();
+        put_u32(&mut buf, tables.len() as u32);
+        let mut count_at = vec![0usize; tables.len()];
+        let mut counts = vec![0u64; tables.len()];
+        // Rows arrive grouped by table, in table order.
+        let mut current: Option<usize> = None;
+        let open_table = |buf: &mut Vec<u8>, t: usize, count_at: &mut Vec<usize>| {
+            let def = &tables[t];
+            put_bytes(buf, def.name.as_bytes());
+            put_u16(buf, def.columns.len() as u16);
+            count_at[t] = buf.len();
+            put_u64(buf, 0);
+        };
+        self.for_each_committed_row(|table, row| {
+            let t = table.0 as usize;
+            while current.is_none_or(|c| c < t) {
+                let next = current.map_or(0, |c| c + 1);
+                open_table(&mut buf, next, &mut count_at);
+                current = Some(next);
+            }
+            put_values(&mut buf, row);
+            counts[t] += 1;
+        });
+        let mut next = current.map_or(0, |c| c + 1);
+        while next < tables.len() {
+            open_table(&mut buf, next, &mut count_at);
+            next += 1;
+        }
+        for (t, &at) in count_at.iter().enumerate() {
+            buf[at..at + 8].copy_from_slice(&counts[t].to_le_bytes());
+        }
+        put_u32(&mut buf, in_doubt.len() as u32);
+        for &(txn, coordinator) in in_doubt {
+            put_txn(&mut buf, txn);
+            put_u32(&mut buf, coordinator);
+            self.encode_redo(txn, &mut buf);
+        }
+        let crc = crc32c::crc32c(&buf);
+        put_u32(&mut buf, crc);
+        buf
+    }
+}
+
+/// A checkpoint read back.
+pub struct LoadedCheckpoint {
+    pub position: LogPosition,
+    pub store: PartitionStore,
+    pub in_doubt: Vec<InDoubt>,
+}
+
+/// Reads and validates a checkpoint file into a fresh store.
+pub fn load_checkpoint(
+    path: &Path,
+    catalog: &std::sync::Arc<Catalog>,
+    log_id: u32,
+) -> Result<LoadedCheckpoint> {
+    let data = std::fs::read(path).map_err(|e| io_err("reading", path, e))?;
+    let bad = |offset: usize, reason: String| Error::Corrupt {
+        file: path.display().to_string(),
+        offset: offset as u64,
+        reason,
+    };
+    if data.len() < 32 || &data[..8] != CHECKPOINT_MAGIC {
+        return Err(bad(0, "not a brine checkpoint".into()));
+    }
+    let body = &data[..data.len() - 4];
+    let mut stored = [0u8; 4];
+    stored.copy_from_slice(&data[data.len() - 4..]);
+    if crc32c::crc32c(body) != u32::from_le_bytes(stored) {
+        return Err(bad(data.len() - 4, "checkpoint checksum mismatch".into()));
+    }
+    let mut d = Decoder::new(&body[8..]);
+    let res = (|| -> std::result::Result<LoadedCheckpoint, String> {
+        let e = |x: crate::wal::codec::DecodeError| x.0;
+        let format = d.u32("format").map_err(e)?;
+        if format != CHECKPOINT_FORMAT {
+            return Err(format!(
+                "checkpoint format {format}; this build reads {CHECKPOINT_FORMAT}"
+            ));
+        }
+        let id = d.u32("log id").map_err(e)?;
+        if id != log_id {
+            return Err(format!("checkpoint of log {id}, expected {log_id}"));
+        }
+        let position = LogPosition {
+            lsn: d.u64("lsn").map_err(e)?,
+            crc: d.u32("crc").map_err(e)?,
+        };
+        let mut store = PartitionStore::new(catalog.clone());
+        let ntables = d.u32("tables").map_err(e)? as usize;
+        if ntables != catalog.tables().len() {
+            return Err(format!(
+                "checkpoint has {ntables} tables, the schema has {}",
+                catalog.tables().len()
+            ));
+        }
+        for def in catalog.tables() {
+            let name = d.bytes("table name").map_err(e)?;
+            let cols = d.u16("columns").map_err(e)? as usize;
+            if name != def.name.as_bytes() || cols != def.columns.len() {
+                return Err(format!(
+                    "checkpoint table `{}` with {cols} columns does not match schema table `{}` with {} columns",
+                    String::from_utf8_lossy(name),
+                    def.name,
+                    def.columns.len()
+                ));
+            }
+            let rows = d.u64("rows").map_err(e)?;
+            for _ in 0..rows {
+                let row = d.row().map_err(e)?;
+                store
+                    .load(def.id, row)
+                    .map_err(|x| format!("row of `{}`: {x}", def.name))?;
+            }
+        }
+        let n = d.u32("in-doubt count").map_err(e)? as usize;
+        let mut in_doubt = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
+            let txn = d.txn().map_err(e)?;
+            let coordinator = d.u32("coordinator").map_err(e)?;
+            let ops = decode_redo(&mut d).map_err(e)?;
+            in_doubt.push(InDoubt {
+                txn,
+                coordinator,
+                redo: ops,
+            });
+        }
+        if !d.is_empty() {
+            return Err("trailing bytes in checkpoint".into());
+        }
+        Ok(LoadedCheckpoint {
+            position,
+            store,
+            in_doubt,
+        })
+    })();
+    res.map_err(|why| bad(0, why))
+}
