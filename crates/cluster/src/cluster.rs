@@ -385,6 +385,8 @@ impl Cluster {
             aborts_deadlock: c.aborts_deadlock.load(Ordering::Relaxed),
             aborts_timeout: c.aborts_timeout.load(Ordering::Relaxed),
             aborts_cascade: c.aborts_cascade.load(Ordering::Relaxed),
+            base_accepted: c.base_accepted.load(Ordering::Relaxed),
+            base_replays: c.base_replays.load(Ordering::Relaxed),
             ..Default::default()
         };
         for p in self.partition_counters.iter() {

@@ -136,6 +136,8 @@ pub struct TxnState {
     pub finished: bool,
     /// The attempt's operations, when the run records a history.
     pub rec: Option<Box<TxnRecording>>,
+    /// Set when the transaction runs as a Salt BASE transaction.
+    pub(crate) base: Option<Box<crate::salt::BaseState>>,
 }
 
 impl TxnState {
@@ -146,6 +148,7 @@ impl TxnState {
             doomed: None,
             finished: false,
             rec: None,
+            base: None,
         }
     }
 
@@ -164,7 +167,7 @@ impl TxnState {
         }
     }
 
-    fn add_participant(&mut self, p: usize) {
+    pub(crate) fn add_participant(&mut self, p: usize) {
         if !self.participants.contains(&p) {
             self.participants.push(p);
         }
@@ -174,10 +177,10 @@ impl TxnState {
 /// What a procedure body sees: a handle to execute its declared statements
 /// inside the current transaction attempt.
 pub struct ProcCtx {
-    shared: Arc<Shared>,
-    node: NodeId,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) node: NodeId,
     proc: Option<Arc<PreparedProc>>,
-    state: Arc<Mutex<TxnState>>,
+    pub(crate) state: Arc<Mutex<TxnState>>,
 }
 
 impl ProcCtx {
@@ -214,6 +217,27 @@ impl ProcCtx {
         self.exec_plan(plan, args).await
     }
 
+    /// Opens an alkaline subtransaction of a BASE procedure (Salt): the
+    /// statements until [`ProcCtx::end_alkaline`] commit or roll back
+    /// together. Statements outside a block are single-statement alkaline
+    /// subtransactions. Under a protocol without BASE transactions, and in
+    /// ACID procedures, the marks do nothing: the whole body is one ACID
+    /// transaction.
+    pub fn begin_alkaline(&mut self) -> Result<()> {
+        if self.state.lock().base.is_none() {
+            return Ok(());
+        }
+        crate::salt::begin_alkaline(self)
+    }
+
+    /// Commits the open alkaline subtransaction (see `begin_alkaline`).
+    pub async fn end_alkaline(&mut self) -> Result<()> {
+        if self.state.lock().base.is_none() {
+            return Ok(());
+        }
+        crate::salt::end_alkaline(self).await
+    }
+
     /// Aborts the transaction on the user's behalf: returns the error the
     /// body should return.
     pub fn abort(&self, reason: impl Into<String>) -> Error {
@@ -221,13 +245,14 @@ impl ProcCtx {
     }
 
     /// Sends one statement to partition `p` and awaits its result.
-    async fn execute_at(
+    pub(crate) async fn execute_at(
         &self,
         p: usize,
         txn: TxnId,
         plan: Arc<Plan>,
         params: Vec<Value>,
         lock: LockSpec,
+        base: Option<crate::message::BaseStmt>,
     ) -> Result<Executed> {
         self.shared
             .request(self.node, p, move |reply| PartitionMsg::Execute {
@@ -235,13 +260,14 @@ impl ProcCtx {
                 plan,
                 params,
                 lock,
+                base,
                 reply,
             })
             .await?
     }
 
     /// Adds a statement's recorded operations to the attempt's history.
-    fn record_ops(&self, ops: Vec<Op>) {
+    pub(crate) fn record_ops(&self, ops: Vec<Op>) {
         if !ops.is_empty() {
             if let Some(rec) = &mut self.state.lock().rec {
                 rec.ops.extend(ops);
@@ -254,6 +280,9 @@ impl ProcCtx {
         plan: Arc<Plan>,
         args: Vec<Value>,
     ) -> Result<QueryResult> {
+        if self.state.lock().base.is_some() {
+            return crate::salt::exec(self, plan, args).await;
+        }
         let txn = {
             let st = self.state.lock();
             if let Some(cause) = st.doomed {
@@ -273,7 +302,7 @@ impl ProcCtx {
             Route::Partition(v) => {
                 let p = self.shared.partition_for(&v);
                 self.state.lock().add_participant(p);
-                self.execute_at(p, txn, plan.clone(), params, lock)
+                self.execute_at(p, txn, plan.clone(), params, lock, None)
                     .await
                     .map(|e| {
                         self.record_ops(e.ops);
@@ -288,8 +317,8 @@ impl ProcCtx {
                         st.add_participant(p);
                     }
                 }
-                let futs =
-                    (0..n).map(|p| self.execute_at(p, txn, plan.clone(), params.clone(), lock));
+                let futs = (0..n)
+                    .map(|p| self.execute_at(p, txn, plan.clone(), params.clone(), lock, None));
                 let mut parts = Vec::with_capacity(n);
                 let mut ops = Vec::new();
                 let mut first_err = None;
@@ -350,19 +379,38 @@ async fn commit_attempt(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) 
         st.finished = true;
         (st.txn, st.participants.clone())
     };
+    commit_at(shared, node, txn, None, &participants).await
+}
+
+/// Commits `txn` at `participants`: one round for one participant,
+/// two-phase commit (with a durable decision when logging) for several.
+/// `keep`: `txn` is an alkaline subtransaction of that BASE transaction,
+/// whose locks are downgraded instead of released.
+pub(crate) async fn commit_at(
+    shared: &Shared,
+    node: NodeId,
+    txn: TxnId,
+    keep: Option<TxnId>,
+    participants: &[usize],
+) -> Result<()> {
     match participants.len() {
         0 => Ok(()),
         1 => {
             shared
                 .request(node, participants[0], |reply| PartitionMsg::Commit {
                     txn,
+                    keep,
                     reply,
                 })
                 .await
         }
         _ => {
             let votes = futures::future::join_all(participants.iter().map(|&p| {
-                shared.request(node, p, move |reply| PartitionMsg::Prepare { txn, reply })
+                shared.request(node, p, move |reply| PartitionMsg::Prepare {
+                    txn,
+                    keep,
+                    reply,
+                })
             }))
             .await;
             let all_yes = votes
@@ -375,7 +423,7 @@ async fn commit_attempt(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) 
             let mut log_error = None;
             let any_yes = votes.iter().any(|v| matches!(v, Ok(Vote::Yes)));
             if let (true, true, Some(wal)) = (decision_commit, any_yes, &shared.wal) {
-                if let Err(e) = wal.log_decision(node, txn, &participants).await {
+                if let Err(e) = wal.log_decision(node, txn, participants).await {
                     decision_commit = false;
                     log_error = Some(e);
                 }
@@ -390,9 +438,9 @@ async fn commit_attempt(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) 
                 }
                 let (reply, _rx) = Reply::channel(&shared.link, shared.partitions[p].node, node);
                 let msg = if decision_commit {
-                    PartitionMsg::Commit { txn, reply }
+                    PartitionMsg::Commit { txn, keep, reply }
                 } else {
-                    PartitionMsg::Abort { txn, reply }
+                    PartitionMsg::Abort { txn, keep, reply }
                 };
                 shared.send(node, p, msg);
             }
@@ -425,18 +473,32 @@ pub async fn abort(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) {
         st.finished = true;
         (st.txn, st.participants.clone())
     };
-    let acks = futures::future::join_all(
-        participants
-            .iter()
-            .map(|&p| shared.request(node, p, move |reply| PartitionMsg::Abort { txn, reply })),
-    )
+    abort_at(shared, node, txn, None, &participants).await;
+    state.lock().record_end(shared, Outcome::Aborted);
+}
+
+/// Aborts `txn` at `participants` and waits for every acknowledgement
+/// (`keep` as in [`commit_at`]).
+pub(crate) async fn abort_at(
+    shared: &Shared,
+    node: NodeId,
+    txn: TxnId,
+    keep: Option<TxnId>,
+    participants: &[usize],
+) {
+    let acks = futures::future::join_all(participants.iter().map(|&p| {
+        shared.request(node, p, move |reply| PartitionMsg::Abort {
+            txn,
+            keep,
+            reply,
+        })
+    }))
     .await;
     for a in acks {
         if let Err(e) = a {
             tracing::warn!(%txn, "abort not acknowledged: {e}");
         }
     }
-    state.lock().record_end(shared, Outcome::Aborted);
 }
 
 /// Runs a procedure to completion: attempts, retries of concurrency-control
@@ -447,6 +509,11 @@ pub async fn run_procedure(
     proc: &Arc<PreparedProc>,
     args: Vec<Value>,
 ) -> Result<CallOutcome> {
+    if proc.base {
+        if let Some(opts) = shared.protocol.salt() {
+            return crate::salt::run_base(shared, node, proc, args, opts).await;
+        }
+    }
     let mut ts = None;
     let mut attempt = 0u32;
     loop {
@@ -491,7 +558,7 @@ pub async fn run_procedure(
     }
 }
 
-async fn backoff(policy: &RetryPolicy, attempt: u32, seed: u64) {
+pub(crate) async fn backoff(policy: &RetryPolicy, attempt: u32, seed: u64) {
     if attempt <= 1 {
         tokio::task::yield_now().await;
         return;

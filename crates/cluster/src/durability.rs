@@ -497,7 +497,13 @@ impl PartitionWal {
     /// record and are acknowledged once it is durable; commits of a
     /// prepared transaction log its Outcome (the coordinator's decision
     /// record is the durable one) and are acknowledged at once.
-    pub fn commit(&mut self, store: &PartitionStore, txn: TxnId, reply: Reply<()>) {
+    pub fn commit<T: Send + 'static>(
+        &mut self,
+        store: &PartitionStore,
+        txn: TxnId,
+        reply: Reply<T>,
+        value: T,
+    ) {
         if self.prepared.remove(&txn).is_some() {
             if let Err(e) = self
                 .log
@@ -505,11 +511,11 @@ impl PartitionWal {
             {
                 tracing::error!(partition = self.id, %txn, "cannot log an outcome: {e}");
             }
-            reply.send(());
+            reply.send(value);
             return;
         }
         if !store.has_writes(txn) {
-            self.after_durable(reply, ());
+            self.after_durable(reply, value);
             return;
         }
         let _ = self.log.append_then(
@@ -519,7 +525,7 @@ impl PartitionWal {
                 store.encode_redo(txn, buf);
             },
             Box::new(move |r| match r {
-                Ok(()) => reply.send(()),
+                Ok(()) => reply.send(value),
                 // No answer: the caller sees the commit fail, never a false ack.
                 Err(e) => tracing::error!(%txn, "commit not durable: {e}"),
             }),

@@ -24,6 +24,7 @@ pub mod message;
 pub mod partition;
 pub mod procedure;
 pub mod protocol;
+pub(crate) mod salt;
 pub mod stats;
 
 pub use cluster::{Client, Cluster, ClusterConfig, Placement, Txn};
@@ -31,7 +32,7 @@ pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
 pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};
 pub use link::LinkConfig;
 pub use procedure::{Application, ProcedureDef};
-pub use protocol::{Isolation, Mutation, Protocol};
+pub use protocol::{Isolation, Mutation, Protocol, Salt, SaltOptions};
 pub use stats::StatsSnapshot;
 
 pub use brine_lock::{DeadlockPolicy, LockConfig};

@@ -39,6 +39,27 @@ pub struct LockSpec {
 pub struct Executed {
     pub result: QueryResult,
     pub ops: Vec<Op>,
+    /// Salt: the statement accessed a row that another BASE transaction
+    /// wrote and has not released (a read-after-write dependency).
+    pub dirty: bool,
+}
+
+/// Salt: what a statement of a BASE transaction adds to `Execute`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BaseStmt {
+    /// The BASE transaction: owner of the locks, which outlive the
+    /// alkaline subtransaction (`Execute.txn`) that takes them.
+    pub owner: TxnId,
+    /// Position of the statement in the BASE transaction (program order),
+    /// for the write-after-read release rule.
+    pub seq: u32,
+    /// Local-transaction optimization: the statement is a whole alkaline
+    /// subtransaction on one partition; commit and downgrade as soon as it
+    /// has run.
+    pub autocommit: bool,
+    /// The saline release-order rules are on (off only to show the
+    /// indirect dirty read they prevent).
+    pub release_order: bool,
 }
 
 /// A participant's vote in the first phase of two-phase commit.
@@ -66,20 +87,36 @@ pub enum PartitionMsg {
         plan: Arc<Plan>,
         params: Vec<Value>,
         lock: LockSpec,
+        /// Set for a statement of a BASE transaction (Salt).
+        base: Option<BaseStmt>,
         reply: Reply<Result<Executed>>,
     },
+    /// `keep`: an alkaline subtransaction of the BASE transaction `keep`;
+    /// its locks are downgraded to saline, not released.
     Prepare {
         txn: TxnId,
+        keep: Option<TxnId>,
         reply: Reply<Vote>,
     },
     /// Commit; for a single-participant transaction this is the only commit
     /// message (one round).
     Commit {
         txn: TxnId,
+        keep: Option<TxnId>,
         reply: Reply<()>,
     },
     Abort {
         txn: TxnId,
+        keep: Option<TxnId>,
+        reply: Reply<()>,
+    },
+    /// Salt: the BASE transaction `owner` ended; release its saline locks
+    /// taken by statements at positions `<= upto` (all with `None`),
+    /// each when its release-order dependencies allow. Answered once all
+    /// of them are released.
+    Release {
+        owner: TxnId,
+        upto: Option<u32>,
         reply: Reply<()>,
     },
     Load {

@@ -21,14 +21,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use brine_check::Op;
-use brine_core::{AbortCause, Access, Catalog, Error, LockNeed, PartitionId, Result, TxnId, Value};
-use brine_lock::{Acquire, LockConfig, LockTable, Mode, StandardCompat, Ticket, Wakeup};
+use brine_core::{
+    AbortCause, Access, Catalog, Error, LockNeed, LockTarget, PartitionId, Result, TxnId, Value,
+};
+use brine_lock::{
+    Acquire, LockClass, LockConfig, LockTable, Mode, ReleaseOutcome, StandardCompat, Ticket, Wakeup,
+};
 use brine_sql::{Plan, QueryResult};
 use brine_storage::PartitionStore;
 use tokio::sync::mpsc;
 
 use crate::durability::PartitionWal;
-use crate::message::{Executed, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote};
+use crate::message::{BaseStmt, Executed, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote};
 
 /// Counters a partition keeps; read by the cluster's stats without locking.
 #[derive(Debug, Default)]
@@ -57,7 +61,14 @@ impl PartitionCounters {
 
 /// A statement in progress at this partition.
 struct Stmt {
+    /// The transaction whose writes it makes (an alkaline subtransaction
+    /// for a BASE statement).
     txn: TxnId,
+    /// Who holds its locks: `txn`, or the BASE transaction.
+    owner: TxnId,
+    base: Option<BaseStmt>,
+    /// Salt: it accessed a row another BASE transaction wrote and holds.
+    dirty: bool,
     plan: Arc<Plan>,
     params: Vec<Value>,
     lock: LockSpec,
@@ -88,6 +99,40 @@ pub struct Partition {
     wakeups: Vec<Wakeup>,
     /// The partition's write-ahead log (`None`: durability off).
     wal: Option<PartitionWal>,
+    /// Salt: the long-term locks of each BASE transaction here, with the
+    /// position of the latest statement that took each.
+    base_locks: HashMap<TxnId, Vec<BaseLock>>,
+    /// Salt: end-of-BASE releases still held back by release-order
+    /// dependencies.
+    releases: Vec<PendingRelease>,
+}
+
+/// A long-term lock of a BASE transaction.
+struct BaseLock {
+    target: LockTarget,
+    accesses: [bool; 3],
+    /// The latest statement that needed it: the write-after-read rule
+    /// holds the lock until every dirty read before that statement is
+    /// released.
+    seq: u32,
+}
+
+fn access_index(a: Access) -> usize {
+    match a {
+        Access::Read => 0,
+        Access::RangeRead => 1,
+        Access::Write => 2,
+    }
+}
+
+const ACCESSES: [Access; 3] = [Access::Read, Access::RangeRead, Access::Write];
+
+/// A `Release` waiting for some of its locks.
+struct PendingRelease {
+    owner: TxnId,
+    /// `None`: a whole release (`release_all`), answered on `Released`.
+    targets: Option<Vec<LockTarget>>,
+    reply: Reply<()>,
 }
 
 /// The partition's clock: tokio's, so a test on a paused runtime (virtual
@@ -131,6 +176,8 @@ impl Partition {
             needs: Vec::new(),
             wakeups: Vec::new(),
             wal: None,
+            base_locks: HashMap::new(),
+            releases: Vec::new(),
         }
     }
 
@@ -184,11 +231,15 @@ impl Partition {
                 plan,
                 params,
                 lock,
+                base,
                 reply,
             } => {
                 self.counters.statements.fetch_add(1, Ordering::Relaxed);
                 self.run_statement(Stmt {
                     txn,
+                    owner: base.map_or(txn, |b| b.owner),
+                    base,
+                    dirty: false,
                     plan,
                     params,
                     lock,
@@ -197,7 +248,7 @@ impl Partition {
                     ops: Vec::new(),
                 });
             }
-            PartitionMsg::Prepare { txn, reply } => {
+            PartitionMsg::Prepare { txn, keep, reply } => {
                 // Nothing can make a live participant refuse yet (no
                 // constraint is deferred to commit, and no log can fail);
                 // a participant that wrote nothing is done after phase one.
@@ -207,33 +258,36 @@ impl Partition {
                         None => reply.send(Vote::Yes),
                     }
                 } else {
-                    self.end_txn(txn, true);
+                    self.end_txn(txn, keep, true);
                     match &self.wal {
                         Some(wal) => wal.after_durable(reply, Vote::ReadOnly),
                         None => reply.send(Vote::ReadOnly),
                     }
                 }
             }
-            PartitionMsg::Commit { txn, reply } => {
+            PartitionMsg::Commit { txn, keep, reply } => {
                 // Logged before the store forgets the undo the redo is read
                 // from; acknowledged by the log writer once durable.
                 match &mut self.wal {
                     Some(wal) => {
-                        wal.commit(&self.store, txn, reply);
-                        self.end_txn(txn, true);
+                        wal.commit(&self.store, txn, reply, ());
+                        self.end_txn(txn, keep, true);
                     }
                     None => {
-                        self.end_txn(txn, true);
+                        self.end_txn(txn, keep, true);
                         reply.send(());
                     }
                 }
             }
-            PartitionMsg::Abort { txn, reply } => {
+            PartitionMsg::Abort { txn, keep, reply } => {
                 if let Some(wal) = &mut self.wal {
                     wal.abort(txn);
                 }
-                self.end_txn(txn, false);
+                self.end_txn(txn, keep, false);
                 reply.send(());
+            }
+            PartitionMsg::Release { owner, upto, reply } => {
+                self.release_base(owner, upto, reply);
             }
             PartitionMsg::Load { table, rows, reply } if self.wal.is_some() => {
                 if let Some(wal) = &mut self.wal {
@@ -273,10 +327,16 @@ impl Partition {
         }
     }
 
-    fn end_txn(&mut self, txn: TxnId, commit: bool) {
-        if let Some(p) = self.parked.remove(&txn) {
+    /// Ends `txn` here: its writes are kept or undone, and its locks
+    /// released, or, for an alkaline subtransaction of the BASE
+    /// transaction `keep`, downgraded to saline (kept to the BASE
+    /// transaction's end, also after a rollback: conservative, and the
+    /// end-of-BASE release accounts for them).
+    fn end_txn(&mut self, txn: TxnId, keep: Option<TxnId>, commit: bool) {
+        let owner = keep.unwrap_or(txn);
+        if let Some(p) = self.parked.remove(&owner) {
             // Abort while a statement waits (the coordinator gave up on it).
-            self.locks.cancel_waits(txn, &mut self.wakeups);
+            self.locks.cancel_waits(owner, &mut self.wakeups);
             p.stmt.reply.send(Err(Error::Aborted(AbortCause::Cascade)));
         }
         if commit {
@@ -286,10 +346,143 @@ impl Partition {
             self.store.abort(txn);
             self.counters.aborts.fetch_add(1, Ordering::Relaxed);
         }
-        // `acid` sets no release-order dependencies, so this completes now;
-        // protocols that do (salt, callas) hear of the end via a wakeup.
-        let _ = self.locks.release_all(txn, &mut self.wakeups);
+        match keep {
+            Some(owner) => {
+                self.locks.downgrade_all(
+                    owner,
+                    LockClass::Alkaline,
+                    LockClass::Saline,
+                    &mut self.wakeups,
+                );
+            }
+            // `acid` sets no release-order dependencies, so this completes
+            // now.
+            None => {
+                let _ = self.locks.release_all(txn, &mut self.wakeups);
+            }
+        }
         self.process_wakeups();
+    }
+
+    /// Salt: releases the locks of BASE transaction `owner` taken by
+    /// statements up to `upto` (all with `None`), each once its
+    /// release-order dependencies allow; answers when all are released.
+    fn release_base(&mut self, owner: TxnId, upto: Option<u32>, reply: Reply<()>) {
+        let Some(upto) = upto else {
+            self.base_locks.remove(&owner);
+            match self.locks.release_all(owner, &mut self.wakeups) {
+                ReleaseOutcome::Done => reply.send(()),
+                ReleaseOutcome::Deferred => self.releases.push(PendingRelease {
+                    owner,
+                    targets: None,
+                    reply,
+                }),
+            }
+            self.process_wakeups();
+            return;
+        };
+        let mut targets = Vec::new();
+        if let Some(held) = self.base_locks.get_mut(&owner) {
+            let (now, later): (Vec<_>, Vec<_>) = std::mem::take(held)
+                .into_iter()
+                .partition(|l| l.seq <= upto);
+            *held = later;
+            for l in now {
+                for (i, a) in ACCESSES.iter().enumerate() {
+                    if l.accesses[i] {
+                        self.locks.release(owner, &l.target, *a, &mut self.wakeups);
+                    }
+                }
+                targets.push(l.target);
+            }
+        }
+        self.releases.push(PendingRelease {
+            owner,
+            targets: Some(targets),
+            reply,
+        });
+        self.process_wakeups();
+    }
+
+    /// Answers the end-of-BASE releases whose locks are all released now.
+    fn answer_releases(&mut self) {
+        if self.releases.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.releases);
+        for r in pending {
+            let done = match &r.targets {
+                Some(ts) => ts.iter().all(|t| !self.locks.holds(r.owner, t)),
+                // Answered by `Wakeup::Released`.
+                None => false,
+            };
+            if done {
+                r.reply.send(());
+            } else {
+                self.releases.push(r);
+            }
+        }
+    }
+
+    /// Salt, after a BASE statement's lock on `target` was granted:
+    /// remembers it as long-term (with the statement's position) and, if
+    /// other BASE transactions hold saline writes on the row, records the
+    /// read-after-write release dependencies. Returns whether it did (a
+    /// dirty access, whose lock must then outlive the statement).
+    fn base_granted(&mut self, stmt: &Stmt, need: &LockNeed, short: bool) -> bool {
+        let Some(b) = stmt.base else {
+            return false;
+        };
+        let mut dirty = false;
+        // Dependencies point only to transactions that held the row before
+        // this one first took it (the prototype's per-row pointer, seed 000
+        // section 3.4.3): a later access to a row it already holds adds
+        // none, so two BASE transactions writing the same row in turn
+        // cannot wait for each other's release forever.
+        let already = self
+            .base_locks
+            .get(&b.owner)
+            .is_some_and(|held| held.iter().any(|l| l.target == need.target));
+        if b.release_order && !already {
+            let mut writers: smallvec::SmallVec<[TxnId; 4]> = smallvec::SmallVec::new();
+            self.locks.for_each_holder_with(
+                &need.target,
+                Mode::new(LockClass::Saline, Access::Write),
+                b.owner,
+                |t| writers.push(t),
+            );
+            for w in writers {
+                // A bound error leaves the dependency out; the cap is far
+                // above what a transaction reads.
+                if self
+                    .locks
+                    .add_release_dependency(b.owner, Some(&need.target), w, Some(&need.target))
+                    .is_ok()
+                {
+                    dirty = true;
+                }
+            }
+        }
+        if short && !dirty {
+            return false;
+        }
+        let held = self.base_locks.entry(b.owner).or_default();
+        match held.iter_mut().find(|l| l.target == need.target) {
+            Some(l) => {
+                l.accesses[access_index(need.access)] = true;
+                l.seq = l.seq.max(b.seq);
+            }
+            None => {
+                let mut accesses = [false; 3];
+                accesses[access_index(need.access)] = true;
+                held.push(BaseLock {
+                    target: need.target.clone(),
+                    accesses,
+                    seq: b.seq,
+                });
+            }
+        }
+        dirty
     }
 
     /// Acquires every lock the statement needs, then runs it; parks it if a
@@ -316,21 +509,19 @@ impl Partition {
                 class: stmt.lock.class,
                 access: need.access,
             };
-            let outcome = self
-                .locks
-                .acquire(stmt.txn, &need.target, mode, now, &mut self.wakeups);
+            let outcome =
+                self.locks
+                    .acquire(stmt.owner, &need.target, mode, now, &mut self.wakeups);
             let failure = match outcome {
                 Ok(Acquire::Granted { newly }) => {
-                    if newly && short_lived(&stmt.lock, need.access) {
-                        stmt.short.push(need.clone());
-                    }
+                    self.granted(&mut stmt, need, newly);
                     continue;
                 }
                 Ok(Acquire::Waiting(ticket)) => {
                     self.counters.lock_waits.fetch_add(1, Ordering::Relaxed);
-                    let txn = stmt.txn;
+                    let owner = stmt.owner;
                     let prev = self.parked.insert(
-                        txn,
+                        owner,
                         Parked {
                             stmt,
                             waiting: need.clone(),
@@ -359,12 +550,38 @@ impl Partition {
         self.finish(stmt, result);
     }
 
-    /// Ends a statement: releases its short locks and answers.
+    /// A lock of the statement was granted (`newly`: not already held).
+    fn granted(&mut self, stmt: &mut Stmt, need: &LockNeed, newly: bool) {
+        let short = short_lived(&stmt.lock, need.access);
+        if self.base_granted(stmt, need, short) {
+            stmt.dirty = true;
+        } else if newly && short {
+            stmt.short.push(need.clone());
+        }
+    }
+
+    /// Ends a statement: releases its short locks and answers. A BASE
+    /// statement sent with the local-transaction optimization is its own
+    /// alkaline subtransaction: committed (or rolled back) here at once.
     fn finish(&mut self, mut stmt: Stmt, result: Result<QueryResult>) {
-        self.release_short(stmt.txn, &mut stmt.short);
-        let ops = stmt.ops;
-        stmt.reply
-            .send(result.map(|result| Executed { result, ops }));
+        self.release_short(stmt.owner, &mut stmt.short);
+        let (ops, dirty) = (stmt.ops, stmt.dirty);
+        let executed = result.map(|result| Executed { result, ops, dirty });
+        match stmt.base {
+            Some(b) if b.autocommit => {
+                let ok = executed.is_ok();
+                match (&mut self.wal, ok) {
+                    (Some(wal), true) => wal.commit(&self.store, stmt.txn, stmt.reply, executed),
+                    (Some(wal), false) => {
+                        wal.abort(stmt.txn);
+                        stmt.reply.send(executed);
+                    }
+                    (None, _) => stmt.reply.send(executed),
+                }
+                self.end_txn(stmt.txn, Some(b.owner), ok);
+            }
+            _ => stmt.reply.send(executed),
+        }
     }
 
     fn release_short(&mut self, txn: TxnId, short: &mut Vec<LockNeed>) {
@@ -394,9 +611,7 @@ impl Partition {
                         .lock_wait_ns
                         .fetch_add(waited, Ordering::Relaxed);
                     let mut stmt = p.stmt;
-                    if short_lived(&stmt.lock, p.waiting.access) {
-                        stmt.short.push(p.waiting);
-                    }
+                    self.granted(&mut stmt, &p.waiting, true);
                     self.run_statement(stmt);
                 }
                 Wakeup::Aborted { txn, ticket, cause } => {
@@ -407,8 +622,17 @@ impl Partition {
                     self.counters.count_victim(cause);
                     self.finish(p.stmt, Err(Error::Aborted(cause)));
                 }
-                Wakeup::Released { .. } => {}
+                Wakeup::Released { txn } => {
+                    if let Some(i) = self
+                        .releases
+                        .iter()
+                        .position(|r| r.owner == txn && r.targets.is_none())
+                    {
+                        self.releases.swap_remove(i).reply.send(());
+                    }
+                }
             }
         }
+        self.answer_releases();
     }
 }

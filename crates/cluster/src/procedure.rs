@@ -38,6 +38,10 @@ pub struct ProcedureDef {
     /// `(statement name, SQL)`, in declaration order.
     pub statements: Vec<(String, String)>,
     pub body: ProcBody,
+    /// A BASE procedure (Salt): its body marks alkaline subtransactions
+    /// with `ProcCtx::begin_alkaline` / `end_alkaline`. Under `acid` the
+    /// marks are ignored and the whole body is one ACID transaction.
+    pub base: bool,
 }
 
 impl ProcedureDef {
@@ -47,6 +51,7 @@ impl ProcedureDef {
         ProcedureDef {
             name,
             statements: Vec::new(),
+            base: false,
             body: Arc::new(move |_, _| {
                 let missing = missing.clone();
                 Box::pin(async move {
@@ -56,6 +61,12 @@ impl ProcedureDef {
                 })
             }),
         }
+    }
+
+    /// Marks the procedure BASE (Salt). See [`ProcedureDef::base`] field.
+    pub fn base(mut self) -> Self {
+        self.base = true;
+        self
     }
 
     pub fn statement(mut self, name: impl Into<String>, sql: impl Into<String>) -> Self {
@@ -76,6 +87,7 @@ impl ProcedureDef {
 /// A procedure with its statements prepared against the catalog.
 pub struct PreparedProc {
     pub name: String,
+    pub base: bool,
     pub statements: HashMap<String, Arc<Plan>>,
     pub statement_order: Vec<String>,
     pub body: ProcBody,
@@ -99,6 +111,7 @@ impl PreparedProc {
         }
         Ok(PreparedProc {
             name: def.name,
+            base: def.base,
             statements,
             statement_order,
             body: def.body,

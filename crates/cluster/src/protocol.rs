@@ -61,6 +61,46 @@ impl fmt::Display for Isolation {
 pub trait Protocol: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     fn lock_spec(&self, isolation: Isolation) -> LockSpec;
+    /// Salt's settings if the protocol runs BASE procedures as BASE
+    /// transactions; `None`: their alkaline marks are ignored and they run
+    /// as ACID transactions.
+    fn salt(&self) -> Option<SaltOptions> {
+        None
+    }
+}
+
+/// How Salt runs BASE transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SaltOptions {
+    /// Local-transaction optimization (seed 000 section 3.4.4): a
+    /// single-statement alkaline subtransaction on one partition commits
+    /// there as soon as the statement has run, without a commit round.
+    pub local_commit: bool,
+}
+
+/// Salt (DESIGN 4.3): ACID procedures as in `acid`; BASE procedures as
+/// sequences of alkaline subtransactions under alkaline and saline locks.
+#[derive(Debug)]
+pub struct Salt {
+    pub options: SaltOptions,
+}
+
+impl Protocol for Salt {
+    fn name(&self) -> &'static str {
+        if self.options.local_commit {
+            "salt"
+        } else {
+            "salt-nolocal"
+        }
+    }
+
+    fn lock_spec(&self, isolation: Isolation) -> LockSpec {
+        Acid.lock_spec(isolation)
+    }
+
+    fn salt(&self) -> Option<SaltOptions> {
+        Some(self.options)
+    }
 }
 
 /// Strict two-phase locking with two-phase commit: the baseline every other
@@ -95,6 +135,11 @@ pub enum Mutation {
     /// Write locks are released when the statement ends: uncommitted
     /// writes become visible and can be overwritten.
     EarlyWriteRelease,
+    /// Salt without its saline release-order rules: a BASE transaction
+    /// releases its saline locks at its end whatever it read, so an ACID
+    /// transaction can read another BASE transaction's unfinished state
+    /// through it (the indirect dirty read of seed 000 Fig. 3.3).
+    NoSalineReleaseOrder,
 }
 
 impl Mutation {
@@ -103,6 +148,7 @@ impl Mutation {
         match self {
             Mutation::EarlyReadRelease => spec.short_reads = true,
             Mutation::EarlyWriteRelease => spec.short_writes = true,
+            Mutation::NoSalineReleaseOrder => {}
         }
         spec
     }
@@ -112,8 +158,13 @@ impl Mutation {
 pub fn protocol_by_name(name: &str) -> Result<std::sync::Arc<dyn Protocol>, Error> {
     match name {
         "acid" => Ok(std::sync::Arc::new(Acid)),
+        "salt" | "salt-nolocal" => Ok(std::sync::Arc::new(Salt {
+            options: SaltOptions {
+                local_commit: name == "salt",
+            },
+        })),
         other => Err(Error::Config(format!(
-            "unknown protocol `{other}` (available: acid)"
+            "unknown protocol `{other}` (available: acid, salt, salt-nolocal)"
         ))),
     }
 }

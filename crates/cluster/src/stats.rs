@@ -14,6 +14,11 @@ pub struct ClusterCounters {
     pub aborts_deadlock: AtomicU64,
     pub aborts_timeout: AtomicU64,
     pub aborts_cascade: AtomicU64,
+    /// Salt: BASE transactions accepted (first subtransaction committed).
+    pub base_accepted: AtomicU64,
+    /// Salt: bodies run again after acceptance because a subtransaction
+    /// was a concurrency-control victim (replayed from the context table).
+    pub base_replays: AtomicU64,
 }
 
 impl ClusterCounters {
@@ -42,6 +47,8 @@ pub struct StatsSnapshot {
     pub statements: u64,
     pub lock_waits: u64,
     pub lock_wait_us_total: u64,
+    pub base_accepted: u64,
+    pub base_replays: u64,
 }
 
 impl StatsSnapshot {
@@ -62,6 +69,8 @@ impl StatsSnapshot {
             statements: self.statements - earlier.statements,
             lock_waits: self.lock_waits - earlier.lock_waits,
             lock_wait_us_total: self.lock_wait_us_total - earlier.lock_wait_us_total,
+            base_accepted: self.base_accepted - earlier.base_accepted,
+            base_replays: self.base_replays - earlier.base_replays,
         }
     }
 }

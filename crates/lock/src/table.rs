@@ -943,6 +943,31 @@ impl LockTable {
             .unwrap_or_default()
     }
 
+    /// Calls `f` for every other transaction that holds a lock of `mode`
+    /// on exactly `target` (Salt: the BASE transactions whose saline
+    /// writes a new access depends on). Allocation-free.
+    pub fn for_each_holder_with(
+        &self,
+        target: &LockTarget,
+        mode: Mode,
+        except: TxnId,
+        mut f: impl FnMut(TxnId),
+    ) {
+        let (sk, local) = split(target);
+        if let Some(e) = self.spaces.get(&sk).and_then(|s| s.entry(local)) {
+            for h in e.holders.iter() {
+                if h.txn != except && h.mode == mode {
+                    f(h.txn);
+                }
+            }
+        }
+    }
+
+    /// Whether `txn` holds any lock on exactly `target`.
+    pub fn holds(&self, txn: TxnId, target: &LockTarget) -> bool {
+        self.txns.get(&txn).is_some_and(|s| s.held.contains(target))
+    }
+
     /// Waiting requests on exactly `target`, in queue order.
     pub fn waiters(&self, target: &LockTarget) -> Vec<(Ticket, TxnId, Mode)> {
         let (sk, local) = split(target);

@@ -1,0 +1,531 @@
+//! Salt at the coordinator: BASE transactions as sequences of alkaline
+//! subtransactions (seed 000 chapter 3, seed 001; DESIGN 4.3).
+//!
+//! ```text
+//!  call(BASE proc) ──► body ── begin_alkaline ─ exec.. ─ end_alkaline ──► commit_at(sub, keep owner)
+//!                        │        (a statement outside a block is its own      │ partitions downgrade
+//!                        │         single-statement subtransaction)            ▼ alkaline -> saline
+//!                        │                                   first subtransaction committed: ACCEPTED
+//!                        ▼ body returned: COMPLETED ──► release saline locks (background), in stages:
+//!                          Release{upto: d1} ... Release{upto: dk}, Release{all}
+//!                          (d1 < .. < dk: statements that read another BASE transaction's
+//!                           unreleased write; write-after-read rule)
+//! ```
+//!
+//! One `TxnId` (the *owner*) holds every lock of the BASE transaction; each
+//! alkaline subtransaction writes, prepares, logs and commits under a
+//! `TxnId` of its own (same timestamp, so wait-die sees one age).
+//!
+//! Retries. A concurrency-control victim before acceptance aborts the
+//! whole BASE transaction, which is retried like an ACID one. After
+//! acceptance nothing rolls back: the victim subtransaction is undone and
+//! the body is run again from the start against the *context table*, the
+//! results (and errors) of every statement already executed, which are
+//! replayed, not re-executed, up to the subtransaction that failed. Bodies
+//! are deterministic (DESIGN 3), so the replay takes the same path; the
+//! same mechanism will roll accepted transactions forward after a crash.
+//!
+//! Errors. A statement error inside a subtransaction rolls the
+//! subtransaction back and closes it; the body's handler decides what
+//! follows. Before acceptance such an error ends the call with it.
+//!
+//! Not yet here (see `docs/salt.md`): durable acceptance and roll-forward
+//! recovery, BASE transactions in recorded histories.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use brine_core::{Error, NodeId, Result, TxnId, Value};
+use brine_lock::LockClass;
+use brine_sql::{Plan, QueryResult, Route};
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+use crate::coordinator::{abort_at, backoff, commit_at, CallOutcome, ProcCtx, Shared, TxnState};
+use crate::message::{BaseStmt, PartitionMsg};
+use crate::procedure::PreparedProc;
+use crate::protocol::{Mutation, SaltOptions};
+
+/// A BASE transaction's state at its coordinator.
+pub(crate) struct BaseState {
+    opts: SaltOptions,
+    release_order: bool,
+    /// Position of the next statement in program order.
+    seq: u32,
+    /// Statements before this position are answered from `context`.
+    replay_until: u32,
+    /// The context table: each executed statement's result, by position.
+    context: Vec<Option<Result<QueryResult>>>,
+    /// The open alkaline subtransaction, if any.
+    block: Option<Block>,
+    /// Blocks the body left with an error (it opened the next one without
+    /// ending them): rolled back before anything else is sent.
+    abandoned: Vec<Block>,
+    accepted: bool,
+    /// An error that ended a subtransaction before acceptance.
+    first_error: Option<Error>,
+    /// Where the BASE transaction holds locks.
+    touched: SmallVec<[usize; 4]>,
+    /// Positions of statements that read another BASE transaction's
+    /// unreleased write (ascending).
+    dirty: Vec<u32>,
+    /// First position of the subtransaction a concurrency-control abort
+    /// hit (the replay resumes there).
+    doomed_at: Option<u32>,
+}
+
+/// An open alkaline subtransaction.
+struct Block {
+    explicit: bool,
+    start: u32,
+    /// `None` while replaying: nothing is sent.
+    live: Option<Sub>,
+}
+
+struct Sub {
+    txn: TxnId,
+    participants: SmallVec<[usize; 4]>,
+}
+
+impl BaseState {
+    fn new(shared: &Shared, opts: SaltOptions) -> Self {
+        BaseState {
+            opts,
+            release_order: shared.mutation != Some(Mutation::NoSalineReleaseOrder),
+            seq: 0,
+            replay_until: 0,
+            context: Vec::new(),
+            block: None,
+            abandoned: Vec::new(),
+            accepted: false,
+            first_error: None,
+            touched: SmallVec::new(),
+            dirty: Vec::new(),
+            doomed_at: None,
+        }
+    }
+
+    fn touch(&mut self, p: usize) {
+        if !self.touched.contains(&p) {
+            self.touched.push(p);
+        }
+    }
+
+    fn open(&mut self, shared: &Shared, owner: TxnId, explicit: bool) {
+        let live = (self.seq >= self.replay_until).then(|| Sub {
+            txn: shared.new_txn(Some(owner.ts)),
+            participants: SmallVec::new(),
+        });
+        self.block = Some(Block {
+            explicit,
+            start: self.seq,
+            live,
+        });
+    }
+
+    fn remember(&mut self, seq: u32, result: &Result<QueryResult>) {
+        let i = seq as usize;
+        if self.context.len() <= i {
+            self.context.resize(i + 1, None);
+        }
+        self.context[i] = Some(result.clone());
+    }
+}
+
+fn base_mut(st: &mut TxnState) -> &mut BaseState {
+    st.base.as_deref_mut().expect("a BASE transaction")
+}
+
+pub(crate) fn begin_alkaline(ctx: &mut ProcCtx) -> Result<()> {
+    let shared = ctx.shared.clone();
+    let mut st = ctx.state.lock();
+    if let Some(cause) = st.doomed {
+        return Err(Error::Aborted(cause));
+    }
+    let owner = st.txn;
+    let b = base_mut(&mut st);
+    match b.block.take() {
+        // The body left the previous block with an error (`?` out of it):
+        // it is rolled back, as an exception in it would.
+        Some(prev) if prev.explicit => b.abandoned.push(prev),
+        Some(_) => {
+            return Err(Error::Internal(
+                "begin_alkaline inside a single-statement subtransaction".into(),
+            ))
+        }
+        None => {}
+    }
+    b.open(&shared, owner, true);
+    Ok(())
+}
+
+/// Rolls back the blocks the body abandoned.
+async fn roll_back_abandoned(ctx: &ProcCtx) {
+    let blocks = std::mem::take(&mut base_mut(&mut ctx.state.lock()).abandoned);
+    for block in blocks {
+        roll_back(ctx, block).await;
+    }
+}
+
+pub(crate) async fn end_alkaline(ctx: &mut ProcCtx) -> Result<()> {
+    roll_back_abandoned(ctx).await;
+    let block = {
+        let mut st = ctx.state.lock();
+        if let Some(cause) = st.doomed {
+            return Err(Error::Aborted(cause));
+        }
+        let b = base_mut(&mut st);
+        match b.block.take() {
+            Some(block) if block.explicit => block,
+            other => {
+                b.block = other;
+                return Err(Error::TxnState(
+                    "end_alkaline: no alkaline subtransaction is open (a failed statement closes it)"
+                        .into(),
+                ));
+            }
+        }
+    };
+    finish_block(ctx, block).await
+}
+
+/// Commits a subtransaction whose statements all succeeded.
+async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
+    let Some(sub) = block.live else {
+        return Ok(()); // replayed: committed in an earlier run of the body
+    };
+    let owner = ctx.state.lock().txn;
+    match commit_at(
+        &ctx.shared,
+        ctx.node,
+        sub.txn,
+        Some(owner),
+        &sub.participants,
+    )
+    .await
+    {
+        Ok(()) => {
+            base_mut(&mut ctx.state.lock()).accepted = true;
+            Ok(())
+        }
+        Err(e) => {
+            let mut st = ctx.state.lock();
+            if let Error::Aborted(cause) = e {
+                st.doomed = Some(cause);
+                base_mut(&mut st).doomed_at = Some(block.start);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Undoes a live subtransaction; its locks stay, downgraded to saline.
+async fn roll_back(ctx: &ProcCtx, block: Block) {
+    if let Some(sub) = block.live {
+        let owner = ctx.state.lock().txn;
+        abort_at(
+            &ctx.shared,
+            ctx.node,
+            sub.txn,
+            Some(owner),
+            &sub.participants,
+        )
+        .await;
+    }
+}
+
+/// Runs one statement of a BASE transaction.
+pub(crate) async fn exec(
+    ctx: &mut ProcCtx,
+    plan: Arc<Plan>,
+    args: Vec<Value>,
+) -> Result<QueryResult> {
+    let params = plan.bind(args)?;
+    let shared = ctx.shared.clone();
+    roll_back_abandoned(ctx).await;
+    // Position, replay, and the subtransaction it belongs to.
+    let (owner, seq, sub_txn, implicit, opts, release_order) = {
+        let mut st = ctx.state.lock();
+        if let Some(cause) = st.doomed {
+            return Err(Error::Aborted(cause));
+        }
+        let owner = st.txn;
+        let b = base_mut(&mut st);
+        let seq = b.seq;
+        b.seq += 1;
+        if seq < b.replay_until {
+            let r = b.context[seq as usize].clone().unwrap_or_else(|| {
+                Err(Error::Internal(format!(
+                    "replay of {owner}: no result for statement {seq}"
+                )))
+            });
+            if r.is_err() {
+                b.block = None;
+            }
+            return r;
+        }
+        let implicit = b.block.is_none();
+        if implicit {
+            b.open(&shared, owner, false);
+        }
+        let sub_txn = b
+            .block
+            .as_ref()
+            .and_then(|bl| bl.live.as_ref())
+            .map(|s| s.txn)
+            .expect("a live subtransaction");
+        (owner, seq, sub_txn, implicit, b.opts, b.release_order)
+    };
+    let mut lock = shared.protocol.lock_spec(shared.isolation);
+    lock.class = LockClass::Alkaline;
+    let route = plan.route(&params, &shared.catalog);
+    let targets: SmallVec<[usize; 4]> = match &route {
+        Route::Partition(v) => SmallVec::from_elem(
+            brine_core::schema::partition_of(v, shared.partitions.len() as u32) as usize,
+            1,
+        ),
+        Route::Broadcast => (0..shared.partitions.len()).collect(),
+    };
+    let autocommit = implicit && opts.local_commit && targets.len() == 1;
+    {
+        let mut st = ctx.state.lock();
+        let b = base_mut(&mut st);
+        for &p in &targets {
+            b.touch(p);
+            if let Some(sub) = b.block.as_mut().and_then(|bl| bl.live.as_mut()) {
+                if !sub.participants.contains(&p) {
+                    sub.participants.push(p);
+                }
+            }
+        }
+    }
+    let base = BaseStmt {
+        owner,
+        seq,
+        autocommit,
+        release_order,
+    };
+    let futs = targets
+        .iter()
+        .map(|&p| ctx.execute_at(p, sub_txn, plan.clone(), params.clone(), lock, Some(base)));
+    let mut parts = Vec::with_capacity(targets.len());
+    let mut first_err: Option<Error> = None;
+    let mut dirty = false;
+    for r in futures::future::join_all(futs).await {
+        match r {
+            Ok(e) => {
+                dirty |= e.dirty;
+                ctx.record_ops(e.ops);
+                parts.push(e.result);
+            }
+            Err(e) => {
+                if first_err.is_none() || e.is_retryable() {
+                    first_err = Some(e);
+                }
+            }
+        }
+    }
+    let result = match first_err {
+        Some(e) => Err(e),
+        None if parts.len() == 1 => Ok(parts.pop().expect("one part")),
+        None => Ok(plan.merge(parts)),
+    };
+    // A concurrency-control victim: the body is run again (see module doc).
+    if let Err(Error::Aborted(cause)) = &result {
+        let mut st = ctx.state.lock();
+        st.doomed = Some(*cause);
+        let b = base_mut(&mut st);
+        b.doomed_at = b.block.as_ref().map(|bl| bl.start);
+        return result;
+    }
+    {
+        let mut st = ctx.state.lock();
+        let b = base_mut(&mut st);
+        b.remember(seq, &result);
+        if dirty {
+            b.dirty.push(seq);
+        }
+    }
+    match &result {
+        Ok(_) if implicit => {
+            let block = base_mut(&mut ctx.state.lock())
+                .block
+                .take()
+                .expect("the implicit block");
+            if autocommit {
+                // Committed at the partition (local-transaction optimization).
+                base_mut(&mut ctx.state.lock()).accepted = true;
+            } else {
+                finish_block(ctx, block).await?;
+            }
+        }
+        Ok(_) => {}
+        Err(e) => {
+            let block = {
+                let mut st = ctx.state.lock();
+                let b = base_mut(&mut st);
+                if !b.accepted && b.first_error.is_none() {
+                    b.first_error = Some(e.clone());
+                }
+                b.block.take()
+            };
+            if let Some(block) = block {
+                roll_back(ctx, block).await;
+            }
+        }
+    }
+    result
+}
+
+/// Runs a BASE procedure to completion under Salt.
+pub(crate) async fn run_base(
+    shared: &Arc<Shared>,
+    node: NodeId,
+    proc: &Arc<PreparedProc>,
+    args: Vec<Value>,
+    opts: SaltOptions,
+) -> Result<CallOutcome> {
+    let mut ts = None;
+    let mut attempt = 0u32;
+    let mut slot: Option<Arc<Mutex<TxnState>>> = None;
+    loop {
+        attempt += 1;
+        // A fresh BASE transaction, or the same one replaying after a
+        // victim subtransaction once it was accepted.
+        let state = match slot.take() {
+            Some(s) => s,
+            None => {
+                let txn = shared.new_txn(ts);
+                ts = Some(txn.ts);
+                let mut st = TxnState::new(txn);
+                st.base = Some(Box::new(BaseState::new(shared, opts)));
+                Arc::new(Mutex::new(st))
+            }
+        };
+        let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
+        let body_result = (proc.body)(ctx, args.clone()).await;
+        let owner = state.lock().txn;
+        let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
+        let doomed = state.lock().doomed;
+        if let Some(cause) = doomed {
+            roll_back_abandoned(&ctx).await;
+            let block = base_mut(&mut state.lock()).block.take();
+            if let Some(block) = block {
+                roll_back(&ctx, block).await;
+            }
+            shared.counters.count_abort(cause);
+            shared.counters.retries.fetch_add(1, Ordering::Relaxed);
+            let accepted = base_mut(&mut state.lock()).accepted;
+            if accepted {
+                // Replay up to the victim subtransaction, then go on live.
+                {
+                    let mut st = state.lock();
+                    st.doomed = None;
+                    let b = base_mut(&mut st);
+                    let resume = b.doomed_at.take().unwrap_or(b.seq);
+                    b.replay_until = resume;
+                    b.context.truncate(resume as usize);
+                    b.dirty.retain(|&d| d < resume);
+                    b.seq = 0;
+                    b.block = None;
+                }
+                shared.counters.base_replays.fetch_add(1, Ordering::Relaxed);
+                backoff(&shared.retry, attempt, shared.seed ^ owner.id).await;
+                slot = Some(state);
+                continue;
+            }
+            let touched = base_mut(&mut state.lock()).touched.clone();
+            release(shared.clone(), node, owner, touched, vec![None]).await;
+            if attempt >= shared.retry.max_attempts {
+                return Err(Error::RetriesExhausted {
+                    attempts: attempt,
+                    last: cause,
+                });
+            }
+            backoff(&shared.retry, attempt, shared.seed ^ owner.id).await;
+            continue;
+        }
+        // The body returned: finish an open subtransaction.
+        roll_back_abandoned(&ctx).await;
+        let block = base_mut(&mut state.lock()).block.take();
+        if let Some(block) = block {
+            match &body_result {
+                Ok(_) => {
+                    if let Err(e) = finish_block(&ctx, block).await {
+                        if matches!(e, Error::Aborted(_)) {
+                            // The commit round failed: handled as a victim
+                            // on the next turn (the state is doomed).
+                            slot = Some(state);
+                            attempt -= 1;
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                }
+                Err(_) => roll_back(&ctx, block).await,
+            }
+        }
+        let (accepted, touched, stages, first_error) = {
+            let mut st = state.lock();
+            st.finished = true;
+            let b = base_mut(&mut st);
+            let stages: Vec<Option<u32>> = if b.release_order {
+                b.dirty.iter().map(|&d| Some(d)).chain([None]).collect()
+            } else {
+                vec![None]
+            };
+            (b.accepted, b.touched.clone(), stages, b.first_error.take())
+        };
+        if !accepted {
+            // Nothing committed: the BASE transaction aborted before
+            // acceptance (or did nothing).
+            release(shared.clone(), node, owner, touched, vec![None]).await;
+            if let Some(e) = first_error {
+                shared.counters.user_aborts.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        } else {
+            shared
+                .counters
+                .base_accepted
+                .fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(release(shared.clone(), node, owner, touched, stages));
+        }
+        return match body_result {
+            Ok(values) => {
+                shared.counters.commits.fetch_add(1, Ordering::Relaxed);
+                Ok(CallOutcome {
+                    values,
+                    attempts: attempt,
+                })
+            }
+            Err(e) => Err(e),
+        };
+    }
+}
+
+/// Releases the BASE transaction's locks at every partition it touched,
+/// stage by stage (see the module doc).
+async fn release(
+    shared: Arc<Shared>,
+    node: NodeId,
+    owner: TxnId,
+    touched: SmallVec<[usize; 4]>,
+    stages: Vec<Option<u32>>,
+) {
+    for upto in stages {
+        let acks = futures::future::join_all(touched.iter().map(|&p| {
+            shared.request(node, p, move |reply| PartitionMsg::Release {
+                owner,
+                upto,
+                reply,
+            })
+        }))
+        .await;
+        for a in acks {
+            if let Err(e) = a {
+                tracing::warn!(%owner, "release not acknowledged: {e}");
+            }
+        }
+    }
+}
