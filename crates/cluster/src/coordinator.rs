@@ -161,7 +161,7 @@ impl TxnState {
     }
 
     /// Hands the attempt's record to the history, with its outcome.
-    fn record_end(&mut self, shared: &Shared, outcome: Outcome) {
+    pub(crate) fn record_end(&mut self, shared: &Shared, outcome: Outcome) {
         if let (Some(h), Some(rec)) = (&shared.history, self.rec.take()) {
             h.end(self.txn, *rec, outcome);
         }

@@ -46,6 +46,10 @@ pub struct TxnRecording {
     procedure: Option<String>,
     start: Instant,
     pub ops: Vec<Op>,
+    /// `Base` for a Salt BASE transaction (whose ops carry `sub`).
+    pub class: TxnClass,
+    /// BASE: its first alkaline subtransaction committed.
+    pub accepted: bool,
 }
 
 impl HistorySink {
@@ -84,6 +88,8 @@ impl HistorySink {
             procedure: procedure.map(str::to_owned),
             start: Instant::now(),
             ops: Vec::new(),
+            class: TxnClass::Acid,
+            accepted: false,
         })
     }
 
@@ -97,10 +103,10 @@ impl HistorySink {
             id: txn.id,
             ts: txn.ts,
             procedure: rec.procedure,
-            class: TxnClass::Acid,
+            class: rec.class,
             group: None,
             outcome,
-            accepted: false,
+            accepted: rec.accepted,
             start_us: us(rec.start),
             end_us: us(Instant::now()),
             ops: rec.ops,

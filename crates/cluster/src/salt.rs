@@ -41,6 +41,8 @@ use brine_sql::{Plan, QueryResult, Route};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
+use brine_check::{Op, Outcome, TxnClass};
+
 use crate::coordinator::{abort_at, backoff, commit_at, CallOutcome, ProcCtx, Shared, TxnState};
 use crate::message::{BaseStmt, PartitionMsg};
 use crate::procedure::PreparedProc;
@@ -64,6 +66,8 @@ pub(crate) struct BaseState {
     accepted: bool,
     /// An error that ended a subtransaction before acceptance.
     first_error: Option<Error>,
+    /// Subtransactions opened so far (in this run of the body).
+    subs: u32,
     /// Where the BASE transaction holds locks.
     touched: SmallVec<[usize; 4]>,
     /// Positions of statements that read another BASE transaction's
@@ -78,6 +82,10 @@ pub(crate) struct BaseState {
 struct Block {
     explicit: bool,
     start: u32,
+    /// Its number in the BASE transaction (the history's `sub`).
+    no: u32,
+    /// Recorded operations before it (history recording).
+    mark: usize,
     /// `None` while replaying: nothing is sent.
     live: Option<Sub>,
 }
@@ -99,6 +107,7 @@ impl BaseState {
             abandoned: Vec::new(),
             accepted: false,
             first_error: None,
+            subs: 0,
             touched: SmallVec::new(),
             dirty: Vec::new(),
             doomed_at: None,
@@ -111,7 +120,7 @@ impl BaseState {
         }
     }
 
-    fn open(&mut self, shared: &Shared, owner: TxnId, explicit: bool) {
+    fn open(&mut self, shared: &Shared, owner: TxnId, explicit: bool, mark: usize) {
         let live = (self.seq >= self.replay_until).then(|| Sub {
             txn: shared.new_txn(Some(owner.ts)),
             participants: SmallVec::new(),
@@ -119,8 +128,11 @@ impl BaseState {
         self.block = Some(Block {
             explicit,
             start: self.seq,
+            no: self.subs,
+            mark,
             live,
         });
+        self.subs += 1;
     }
 
     fn remember(&mut self, seq: u32, result: &Result<QueryResult>) {
@@ -136,6 +148,18 @@ fn base_mut(st: &mut TxnState) -> &mut BaseState {
     st.base.as_deref_mut().expect("a BASE transaction")
 }
 
+/// Operations recorded so far (0 when the run records no history).
+fn rec_len(st: &TxnState) -> usize {
+    st.rec.as_ref().map_or(0, |r| r.ops.len())
+}
+
+/// Marks a recorded operation with its alkaline subtransaction.
+fn tag(op: &mut Op, no: u32) {
+    match op {
+        Op::Read { sub, .. } | Op::Write { sub, .. } | Op::RangeRead { sub, .. } => *sub = Some(no),
+    }
+}
+
 pub(crate) fn begin_alkaline(ctx: &mut ProcCtx) -> Result<()> {
     let shared = ctx.shared.clone();
     let mut st = ctx.state.lock();
@@ -143,6 +167,7 @@ pub(crate) fn begin_alkaline(ctx: &mut ProcCtx) -> Result<()> {
         return Err(Error::Aborted(cause));
     }
     let owner = st.txn;
+    let mark = rec_len(&st);
     let b = base_mut(&mut st);
     match b.block.take() {
         // The body left the previous block with an error (`?` out of it):
@@ -155,7 +180,7 @@ pub(crate) fn begin_alkaline(ctx: &mut ProcCtx) -> Result<()> {
         }
         None => {}
     }
-    b.open(&shared, owner, true);
+    b.open(&shared, owner, true, mark);
     Ok(())
 }
 
@@ -220,9 +245,16 @@ async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
 }
 
 /// Undoes a live subtransaction; its locks stay, downgraded to saline.
+/// Its recorded operations are dropped: it installed nothing.
 async fn roll_back(ctx: &ProcCtx, block: Block) {
     if let Some(sub) = block.live {
-        let owner = ctx.state.lock().txn;
+        let owner = {
+            let mut st = ctx.state.lock();
+            if let Some(rec) = &mut st.rec {
+                rec.ops.truncate(block.mark);
+            }
+            st.txn
+        };
         abort_at(
             &ctx.shared,
             ctx.node,
@@ -244,12 +276,13 @@ pub(crate) async fn exec(
     let shared = ctx.shared.clone();
     roll_back_abandoned(ctx).await;
     // Position, replay, and the subtransaction it belongs to.
-    let (owner, seq, sub_txn, implicit, opts, release_order) = {
+    let (owner, seq, sub_txn, sub_no, implicit, opts, release_order) = {
         let mut st = ctx.state.lock();
         if let Some(cause) = st.doomed {
             return Err(Error::Aborted(cause));
         }
         let owner = st.txn;
+        let mark = rec_len(&st);
         let b = base_mut(&mut st);
         let seq = b.seq;
         b.seq += 1;
@@ -266,15 +299,22 @@ pub(crate) async fn exec(
         }
         let implicit = b.block.is_none();
         if implicit {
-            b.open(&shared, owner, false);
+            b.open(&shared, owner, false, mark);
         }
-        let sub_txn = b
+        let (sub_txn, sub_no) = b
             .block
             .as_ref()
-            .and_then(|bl| bl.live.as_ref())
-            .map(|s| s.txn)
+            .and_then(|bl| bl.live.as_ref().map(|s| (s.txn, bl.no)))
             .expect("a live subtransaction");
-        (owner, seq, sub_txn, implicit, b.opts, b.release_order)
+        (
+            owner,
+            seq,
+            sub_txn,
+            sub_no,
+            implicit,
+            b.opts,
+            b.release_order,
+        )
     };
     let mut lock = shared.protocol.lock_spec(shared.isolation);
     lock.class = LockClass::Alkaline;
@@ -313,8 +353,11 @@ pub(crate) async fn exec(
     let mut dirty = false;
     for r in futures::future::join_all(futs).await {
         match r {
-            Ok(e) => {
+            Ok(mut e) => {
                 dirty |= e.dirty;
+                for op in &mut e.ops {
+                    tag(op, sub_no);
+                }
                 ctx.record_ops(e.ops);
                 parts.push(e.result);
             }
@@ -397,7 +440,10 @@ pub(crate) async fn run_base(
             None => {
                 let txn = shared.new_txn(ts);
                 ts = Some(txn.ts);
-                let mut st = TxnState::new(txn);
+                let mut st = TxnState::begin(shared, txn, Some(&proc.name));
+                if let Some(rec) = &mut st.rec {
+                    rec.class = TxnClass::Base;
+                }
                 st.base = Some(Box::new(BaseState::new(shared, opts)));
                 Arc::new(Mutex::new(st))
             }
@@ -427,6 +473,7 @@ pub(crate) async fn run_base(
                     b.context.truncate(resume as usize);
                     b.dirty.retain(|&d| d < resume);
                     b.seq = 0;
+                    b.subs = 0;
                     b.block = None;
                 }
                 shared.counters.base_replays.fetch_add(1, Ordering::Relaxed);
@@ -434,7 +481,12 @@ pub(crate) async fn run_base(
                 slot = Some(state);
                 continue;
             }
-            let touched = base_mut(&mut state.lock()).touched.clone();
+            let touched = {
+                let mut st = state.lock();
+                st.finished = true;
+                st.record_end(shared, Outcome::Aborted);
+                base_mut(&mut st).touched.clone()
+            };
             release(shared.clone(), node, owner, touched, vec![None]).await;
             if attempt >= shared.retry.max_attempts {
                 return Err(Error::RetriesExhausted {
@@ -474,7 +526,17 @@ pub(crate) async fn run_base(
             } else {
                 vec![None]
             };
-            (b.accepted, b.touched.clone(), stages, b.first_error.take())
+            let out = (b.accepted, b.touched.clone(), stages, b.first_error.take());
+            if let Some(rec) = &mut st.rec {
+                rec.accepted = out.0;
+            }
+            let outcome = if out.0 {
+                Outcome::Committed
+            } else {
+                Outcome::Aborted
+            };
+            st.record_end(shared, outcome);
+            out
         };
         if !accepted {
             // Nothing committed: the BASE transaction aborted before
