@@ -427,7 +427,28 @@ impl Client {
             .get(procedure)
             .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?
             .clone();
-        coordinator::run_procedure(&self.cluster.shared, self.node, &proc, args).await
+        coordinator::run_procedure(&self.cluster.shared, self.node, &proc, args, None).await
+    }
+
+    /// Starts a call and returns at once with its two moments (Salt): a
+    /// BASE transaction is *accepted* when its first alkaline
+    /// subtransaction commits (it will then complete whatever happens) and
+    /// *completed* when its body has run; any other call is accepted when
+    /// it commits. Needs a tokio runtime.
+    pub fn submit(&self, procedure: &str, args: Vec<Value>) -> Result<Submitted> {
+        let proc = self
+            .cluster
+            .procedures
+            .get(procedure)
+            .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?
+            .clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let shared = self.cluster.shared.clone();
+        let node = self.node;
+        let done = tokio::spawn(async move {
+            coordinator::run_procedure(&shared, node, &proc, args, Some(tx)).await
+        });
+        Ok(Submitted { accepted: rx, done })
     }
 
     /// Begins an interactive transaction. Interactive transactions are not
@@ -443,6 +464,29 @@ impl Client {
             cluster: self.cluster.clone(),
             node: self.node,
         }
+    }
+}
+
+/// A call started with [`Client::submit`].
+pub struct Submitted {
+    accepted: tokio::sync::oneshot::Receiver<()>,
+    done: tokio::task::JoinHandle<Result<CallOutcome>>,
+}
+
+impl Submitted {
+    /// Waits until the call is accepted. An error means it ended without
+    /// being accepted (it aborted; `completed` tells why).
+    pub async fn accepted(&mut self) -> Result<()> {
+        (&mut self.accepted).await.map_err(|_| {
+            Error::TxnState("the call ended without being accepted (see completed())".into())
+        })
+    }
+
+    /// Waits until the call completed, with its result.
+    pub async fn completed(self) -> Result<CallOutcome> {
+        self.done
+            .await
+            .map_err(|e| Error::Internal(format!("the call's task failed: {e}")))?
     }
 }
 

@@ -508,10 +508,11 @@ pub async fn run_procedure(
     node: NodeId,
     proc: &Arc<PreparedProc>,
     args: Vec<Value>,
+    on_accept: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<CallOutcome> {
     if proc.base {
         if let Some(opts) = shared.protocol.salt() {
-            return crate::salt::run_base(shared, node, proc, args, opts).await;
+            return crate::salt::run_base(shared, node, proc, args, opts, on_accept).await;
         }
     }
     let mut ts = None;
@@ -528,6 +529,9 @@ pub async fn run_procedure(
             (Ok(values), None) => match commit(shared, node, &state).await {
                 Ok(()) => {
                     shared.counters.commits.fetch_add(1, Ordering::Relaxed);
+                    if let Some(tx) = on_accept {
+                        let _ = tx.send(());
+                    }
                     return Ok(CallOutcome {
                         values,
                         attempts: attempt,

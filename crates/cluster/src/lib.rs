@@ -27,7 +27,7 @@ pub mod protocol;
 pub(crate) mod salt;
 pub mod stats;
 
-pub use cluster::{Client, Cluster, ClusterConfig, Placement, Txn};
+pub use cluster::{Client, Cluster, ClusterConfig, Placement, Submitted, Txn};
 pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
 pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};
 pub use link::LinkConfig;

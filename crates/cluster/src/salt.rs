@@ -73,6 +73,8 @@ pub(crate) struct BaseState {
     /// Positions of statements that read another BASE transaction's
     /// unreleased write (ascending).
     dirty: Vec<u32>,
+    /// Told when the transaction is accepted.
+    on_accept: Option<tokio::sync::oneshot::Sender<()>>,
     /// First position of the subtransaction a concurrency-control abort
     /// hit (the replay resumes there).
     doomed_at: Option<u32>,
@@ -111,6 +113,15 @@ impl BaseState {
             touched: SmallVec::new(),
             dirty: Vec::new(),
             doomed_at: None,
+            on_accept: None,
+        }
+    }
+
+    /// The first alkaline subtransaction committed: the client may be told.
+    fn accept(&mut self) {
+        self.accepted = true;
+        if let Some(tx) = self.on_accept.take() {
+            let _ = tx.send(());
         }
     }
 
@@ -230,7 +241,7 @@ async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
     .await
     {
         Ok(()) => {
-            base_mut(&mut ctx.state.lock()).accepted = true;
+            base_mut(&mut ctx.state.lock()).accept();
             Ok(())
         }
         Err(e) => {
@@ -397,7 +408,7 @@ pub(crate) async fn exec(
                 .expect("the implicit block");
             if autocommit {
                 // Committed at the partition (local-transaction optimization).
-                base_mut(&mut ctx.state.lock()).accepted = true;
+                base_mut(&mut ctx.state.lock()).accept();
             } else {
                 finish_block(ctx, block).await?;
             }
@@ -427,6 +438,7 @@ pub(crate) async fn run_base(
     proc: &Arc<PreparedProc>,
     args: Vec<Value>,
     opts: SaltOptions,
+    mut on_accept: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<CallOutcome> {
     let mut ts = None;
     let mut attempt = 0u32;
@@ -444,7 +456,9 @@ pub(crate) async fn run_base(
                 if let Some(rec) = &mut st.rec {
                     rec.class = TxnClass::Base;
                 }
-                st.base = Some(Box::new(BaseState::new(shared, opts)));
+                let mut b = BaseState::new(shared, opts);
+                b.on_accept = on_accept.take();
+                st.base = Some(Box::new(b));
                 Arc::new(Mutex::new(st))
             }
         };
@@ -485,7 +499,10 @@ pub(crate) async fn run_base(
                 let mut st = state.lock();
                 st.finished = true;
                 st.record_end(shared, Outcome::Aborted);
-                base_mut(&mut st).touched.clone()
+                let b = base_mut(&mut st);
+                // The next attempt tells the client.
+                on_accept = b.on_accept.take();
+                b.touched.clone()
             };
             release(shared.clone(), node, owner, touched, vec![None]).await;
             if attempt >= shared.retry.max_attempts {

@@ -645,3 +645,52 @@ async fn a_recorded_concurrent_run_satisfies_salt_isolation() {
     let report = brine_check::check(&h.txns, brine_check::Level::Salt);
     assert!(report.valid, "{:?}", report.anomalies);
 }
+
+// The client sees the two moments: accepted after the first alkaline
+// subtransaction, completed when the body has run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_sees_acceptance_before_completion() {
+    let (c, gates) = start("salt", None).await;
+    let mut call = c
+        .client()
+        .submit(
+            "two_step",
+            vec![Value::Int(6), Value::Int(10), Value::Int(30), s("m1")],
+        )
+        .expect("submit");
+    gates.open("m1-in");
+    tokio::time::timeout(Duration::from_secs(20), call.accepted())
+        .await
+        .expect("accepted while the body waits between its subtransactions")
+        .expect("accepted");
+    gates.open("m1-between");
+    call.completed().await.expect("completed");
+    assert_eq!(acid_get(&c, 6).await, 30);
+    // Under acid the same procedure is one ACID transaction, accepted when
+    // it commits.
+    let gates = Gates::default();
+    let c = Cluster::start(
+        config("acid", None, DeadlockPolicy::Detect),
+        app(gates.clone()),
+    )
+    .expect("start");
+    c.load("kv", vec![vec![Value::Int(6), Value::Int(0)]])
+        .await
+        .unwrap();
+    let mut call = c
+        .client()
+        .submit(
+            "two_step",
+            vec![Value::Int(6), Value::Int(10), Value::Int(30), s("m2")],
+        )
+        .unwrap();
+    gates.open("m2-in");
+    let early = tokio::time::timeout(Duration::from_millis(150), call.accepted()).await;
+    assert!(
+        early.is_err(),
+        "an ACID call is not accepted before it commits"
+    );
+    gates.open("m2-between");
+    call.accepted().await.expect("accepted at commit");
+    call.completed().await.expect("completed");
+}
