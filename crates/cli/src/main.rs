@@ -8,16 +8,20 @@
 //! brine bench bank --check --isolation serializable
 //! ```
 
+mod analyze;
+
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use brine_bench::driver::BenchSpec;
-use brine_bench::list::{parse_counts, parse_names};
+use brine_bench::list::{parse_counts, parse_names, parse_percents};
+use brine_bench::workloads::base::BaseSet;
 use brine_bench::workloads::ticket::{self, Ticket, TicketParams};
 use brine_bench::workloads::{
-    bank, checking, micro, tpcc, Bank, ListAppend, Micro, Register, Tpcc,
+    bank, checking, micro, micro2, micro3, tpcc, Bank, ListAppend, Micro, Micro2, Micro3, Register,
+    Tpcc,
 };
 use brine_bench::{render_point, BenchError, Workload};
 use brine_cluster::{
@@ -60,6 +64,10 @@ peaks and the protocol ratios (DESIGN section 7).\n\n\
 Workloads:\n  \
 micro  Salt microbenchmark 1: each transaction updates 5 distinct rows drawn uniformly from \
 --rows N (default 10000); contention rises as N falls.\n  \
+micro2 Salt microbenchmark 2: 10 updates, one of them on one of 10 shared rows, at --position \
+LIST (1-10; 10 - position updates follow it).\n  \
+micro3 Salt microbenchmark 3: read 5 or write 5 of --rows N (default 100) rows; \
+--read-only-percent LIST sweeps the share of read-only transactions.\n  \
 bank   transfers between two random accounts (90%) and a broadcast SUM of every balance (10%) \
 that must always equal the initial total; --check enforces it.\n  \
 register     randomized read / write / range-read transactions over --keys N (default 8) hot \
@@ -72,12 +80,21 @@ non-standard database for quick runs. Reports new_order_per_min (tpmC-style, not
 TPC result).\n  \
 ticket ticketing modelled on the sources' description of Fusion Ticket: one event, two \
 categories of --seats N (default 10000) seats, 11 booking-flow procedures with a hot create_order; \
---check verifies seats, counters, payments and tickets.",
+--check verifies seats, counters, payments and tickets.\n\n\
+Under --protocol salt (or salt-nolocal), the procedures named by --base LIST run as BASE \
+transactions (Salt's alkaline subtransactions); under acid they are ordinary ACID transactions, so \
+--compare acid,salt runs the same application code. Defaults: the sources' choices (micro update5, \
+micro2 update10, micro3 read5,write5, bank transfer, tpcc new_order,payment, ticket create_order); \
+`none` BASE-ifies nothing, `all` every procedure the workload can BASE-ify.",
         after_long_help = "Examples:\n  \
 brine bench micro\n  \
 brine bench micro --rows 10,100,1000,100000 --clients 64 --check\n  \
 brine bench bank --check --isolation read-committed\n  \
 brine bench micro --compare acid,acid --clients 8,64 --json micro.json\n  \
+brine bench micro --rows 10,100,1000,10000 --compare acid,salt-nolocal,salt --clients 64\n  \
+brine bench micro2 --position 1,4,7,10 --compare acid,salt-nolocal,salt --clients 64\n  \
+brine bench micro3 --read-only-percent 0,50,95 --compare acid,salt --clients 64\n  \
+brine bench tpcc --mix salt --base new_order,payment --compare acid,salt --check\n  \
 brine bench register --clients 64 --history h.jsonl && brine check h.jsonl --level serializable"
     )]
     // Boxed: the bench flags make this variant far larger than the others.
@@ -100,12 +117,19 @@ brine check h.jsonl --export-elle h.edn --elle-model rw-register\n  \
 brine check --self-bench 100000"
     )]
     Check(CheckArgs),
+    /// Static analysis for Runtime Pipelining: ranks, pieces per procedure,
+    /// remaining conflicts, classic chopping; Graphviz DOT with --dot.
+    Analyze(analyze::AnalyzeArgs),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 enum WorkloadName {
     /// Salt microbenchmark 1: 5 updates of N rows (contention sweep with --rows).
     Micro,
+    /// Salt microbenchmark 2: 10 updates, one contended (position sweep with --position).
+    Micro2,
+    /// Salt microbenchmark 3: read 5 or write 5 of 100 rows (--read-only-percent sweep).
+    Micro3,
     /// Bank transfers with a constant total (the invariant workload).
     Bank,
     /// TPC-C: the five transactions, spec data, consistency checks.
@@ -225,9 +249,23 @@ struct BenchArgs {
     #[arg(long)]
     check: bool,
 
-    /// micro: table sizes to sweep, comma-separated (default 10000).
+    /// micro, micro3: table sizes to sweep, comma-separated (default 10000; micro3: 100).
     #[arg(long, value_name = "LIST")]
     rows: Option<String>,
+
+    /// micro2: positions (1-10) of the contended update to sweep, comma-separated
+    /// (default 1: nine updates follow it).
+    #[arg(long, value_name = "LIST")]
+    position: Option<String>,
+
+    /// micro3: percentages of read-only transactions to sweep, comma-separated (default 50).
+    #[arg(long, value_name = "LIST")]
+    read_only_percent: Option<String>,
+
+    /// Procedures to run as BASE transactions under salt, comma-separated, or none,
+    /// or all (default: the sources' choice for the workload; see the workload list).
+    #[arg(long, value_name = "LIST")]
+    base: Option<String>,
 
     /// bank: number of accounts (default 10000).
     #[arg(long, value_name = "N")]
@@ -409,8 +447,30 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
     ) {
         only(args.keys.is_some(), "--keys", "register and list-append")?;
     }
+    if args.workload != WorkloadName::Micro2 {
+        only(args.position.is_some(), "--position", "micro2")?;
+    }
+    if args.workload != WorkloadName::Micro3 {
+        only(
+            args.read_only_percent.is_some(),
+            "--read-only-percent",
+            "micro3",
+        )?;
+    }
+    // --base: procedure names of the workload that can be BASE.
+    let base = |known: &[&'static str]| -> Result<Option<BaseSet>, BenchError> {
+        args.base
+            .as_deref()
+            .map(|list| BaseSet::parse(list, known))
+            .transpose()
+    };
     match args.workload {
         WorkloadName::Register | WorkloadName::ListAppend => {
+            only(
+                args.base.is_some(),
+                "--base",
+                "micro, micro2, micro3, bank, tpcc and ticket",
+            )?;
             only(args.rows.is_some(), "--rows", "micro")?;
             only(args.accounts.is_some(), "--accounts", "bank")?;
             only(args.total_percent.is_some(), "--total-percent", "bank")?;
@@ -433,6 +493,10 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
                     .unwrap_or(ticket::DEFAULT_ABANDON_PERCENT),
                 ..TicketParams::default()
             })?;
+            let w = match base(&ticket::procedures::BASE_CAPABLE)? {
+                Some(b) => w.with_base(b),
+                None => w,
+            };
             Ok(vec![Arc::new(w)])
         }
         WorkloadName::Tpcc => {
@@ -448,6 +512,10 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
                 seconds(args.warmup, "--warmup")?,
                 seconds(args.duration, "--duration")?,
             );
+            let w = match base(&tpcc::PROCEDURES)? {
+                Some(b) => w.with_base(b),
+                None => w,
+            };
             Ok(vec![Arc::new(w)])
         }
         WorkloadName::Micro => {
@@ -459,9 +527,68 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
                 }
                 None => vec![micro::DEFAULT_ROWS],
             };
+            let b = base(&micro::PROCEDURES)?;
             rows.into_iter()
-                .map(|n| Micro::new(n).map(|m| Arc::new(m) as Arc<dyn Workload>))
+                .map(|n| {
+                    let m = Micro::new(n)?;
+                    let m = match &b {
+                        Some(b) => m.with_base(b.clone()),
+                        None => m,
+                    };
+                    Ok(Arc::new(m) as Arc<dyn Workload>)
+                })
                 .collect()
+        }
+        WorkloadName::Micro2 => {
+            only(args.rows.is_some(), "--rows", "micro and micro3")?;
+            only(args.accounts.is_some(), "--accounts", "bank")?;
+            only(args.total_percent.is_some(), "--total-percent", "bank")?;
+            let positions = match &args.position {
+                Some(list) => parse_counts(list, "--position", micro2::UPDATES_PER_TXN as u64)
+                    .map_err(BenchError::Config)?,
+                None => vec![micro2::DEFAULT_POSITION],
+            };
+            let b = base(&micro2::PROCEDURES)?;
+            positions
+                .into_iter()
+                .map(|p| {
+                    let m = Micro2::new(p)?;
+                    let m = match &b {
+                        Some(b) => m.with_base(b.clone()),
+                        None => m,
+                    };
+                    Ok(Arc::new(m) as Arc<dyn Workload>)
+                })
+                .collect()
+        }
+        WorkloadName::Micro3 => {
+            only(args.accounts.is_some(), "--accounts", "bank")?;
+            only(args.total_percent.is_some(), "--total-percent", "bank")?;
+            let rows = match &args.rows {
+                Some(list) => {
+                    parse_counts(list, "--rows", micro3::MAX_ROWS).map_err(BenchError::Config)?
+                }
+                None => vec![micro3::DEFAULT_ROWS],
+            };
+            let percents = match &args.read_only_percent {
+                Some(list) => {
+                    parse_percents(list, "--read-only-percent").map_err(BenchError::Config)?
+                }
+                None => vec![micro3::DEFAULT_READ_ONLY_PERCENT],
+            };
+            let b = base(&micro3::PROCEDURES)?;
+            let mut out: Vec<Arc<dyn Workload>> = Vec::new();
+            for &n in &rows {
+                for &pct in &percents {
+                    let m = Micro3::new(n, pct)?;
+                    let m = match &b {
+                        Some(b) => m.with_base(b.clone()),
+                        None => m,
+                    };
+                    out.push(Arc::new(m));
+                }
+            }
+            Ok(out)
         }
         WorkloadName::Bank => {
             only(args.rows.is_some(), "--rows", "micro")?;
@@ -469,6 +596,10 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
                 args.accounts.unwrap_or(bank::DEFAULT_ACCOUNTS),
                 args.total_percent.unwrap_or(bank::DEFAULT_TOTAL_PERCENT),
             )?;
+            let bank = match base(&bank::PROCEDURES)? {
+                Some(b) => bank.with_base(b),
+                None => bank,
+            };
             Ok(vec![Arc::new(bank)])
         }
     }
@@ -610,13 +741,16 @@ fn main() -> ExitCode {
     if let Command::Check(args) = &cli.command {
         return run_check(args);
     }
+    if let Command::Analyze(args) = &cli.command {
+        return analyze::run(args);
+    }
     let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
     // A delayed link runs its own delivery thread, which must not compete
     // with the workers for a core or every delivery comes late; so it gets
     // one core of its own when there is more than one.
     let link_delayed = match &cli.command {
         Command::Bench(b) => b.link_delay > 0 || b.jitter > 0,
-        Command::Check(_) => false,
+        Command::Check(_) | Command::Analyze(_) => false,
     };
     let default_threads = if link_delayed && cores > 1 {
         cores - 1
@@ -639,7 +773,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Bench(args) => runtime.block_on(bench(*args)),
-        Command::Check(_) => Ok(()),
+        Command::Check(_) | Command::Analyze(_) => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -756,7 +890,7 @@ mod tests {
             "acid"
         ])
         .is_err());
-        let spec = spec_from(&parse(&["micro", "--compare", "acid,salt"]));
+        let spec = spec_from(&parse(&["micro", "--compare", "acid,nope"]));
         assert!(spec.is_ok_and(|s| s.validate().is_err()));
     }
 
@@ -776,6 +910,46 @@ mod tests {
         assert_eq!(p.get("scale"), Some(&serde_json::json!("standard")));
         let w = workloads_from(&parse(&["tpcc", "--tpcc-scale", "small"]))?;
         assert_eq!(w[0].params().get("warehouses"), Some(&serde_json::json!(2)));
+        Ok(())
+    }
+
+    #[test]
+    fn salt_microbenchmark_sweeps() -> Result<(), BenchError> {
+        let w = workloads_from(&parse(&["micro2", "--position", "1,5,10"]))?;
+        assert_eq!(w.len(), 3);
+        assert_eq!(
+            w[2].params().get("ops_after_hot"),
+            Some(&serde_json::json!(0))
+        );
+        assert!(workloads_from(&parse(&["micro2", "--position", "11"])).is_err());
+        assert!(workloads_from(&parse(&["micro2", "--rows", "10"])).is_err());
+        assert!(workloads_from(&parse(&["micro", "--position", "1"])).is_err());
+        let w = workloads_from(&parse(&["micro3", "--read-only-percent", "0,50,95"]))?;
+        assert_eq!(w.len(), 3);
+        assert_eq!(w[0].params().get("rows"), Some(&serde_json::json!(100)));
+        assert!(workloads_from(&parse(&["micro3", "--read-only-percent", "101"])).is_err());
+        assert!(workloads_from(&parse(&["bank", "--read-only-percent", "5"])).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn base_lists() -> Result<(), BenchError> {
+        let base = |args: &[&str]| -> Result<serde_json::Value, BenchError> {
+            let w = workloads_from(&parse(args))?;
+            Ok(w[0].params().get("base").cloned().unwrap_or_default())
+        };
+        assert_eq!(base(&["tpcc"])?, "new_order,payment");
+        assert_eq!(base(&["tpcc", "--base", "none"])?, "none");
+        assert_eq!(
+            base(&["tpcc", "--base", "payment,new_order,delivery"])?,
+            "delivery,new_order,payment"
+        );
+        assert_eq!(base(&["ticket"])?, "create_order");
+        assert_eq!(base(&["bank", "--base", "none"])?, "none");
+        assert_eq!(base(&["micro3", "--base", "write5"])?, "write5");
+        assert!(workloads_from(&parse(&["tpcc", "--base", "neworder"])).is_err());
+        assert!(workloads_from(&parse(&["ticket", "--base", "pay"])).is_err());
+        assert!(workloads_from(&parse(&["register", "--base", "none"])).is_err());
         Ok(())
     }
 

@@ -1,0 +1,141 @@
+//! What the analysis knows about the built-in workloads beyond their
+//! declared statements: the notes their bodies justify, the groups the
+//! sources chose, and the rollback microbenchmark of seed 000 section
+//! 4.6.6 (not yet a runnable workload).
+//!
+//! Notes describe the bodies in `crates/bench/src/workloads/`; if a body
+//! changes, its notes must follow (the Callas runtime rejects a statement
+//! whose rank is below the current piece's, so a stale note shows up as
+//! an error, not as a silent anomaly).
+
+use crate::spec::{ProcNotes, ProcSource};
+
+/// Notes for procedure `proc` of application `app`, if the analysis has
+/// any.
+pub fn notes(app: &str, proc: &str) -> Option<ProcNotes> {
+    match (app, proc) {
+        ("tpcc", "new_order") => Some(
+            // crates/bench/src/workloads/tpcc/procedures.rs, new_order():
+            // items first (a missing item is the 1% user rollback), the
+            // customer, stock per line, the district counter, the inserts
+            // keyed by the order id taken from it, the warehouse last.
+            ProcNotes::new()
+                .order(&[
+                    "item",
+                    "customer",
+                    "stock",
+                    "update_stock",
+                    "bump_district",
+                    "district",
+                    "insert_order",
+                    "insert_new_order",
+                    "insert_line",
+                    "warehouse",
+                ])
+                .looped(&["item"])
+                .looped(&["stock", "update_stock"])
+                .looped(&["insert_line"])
+                .rollback("item")
+                .unique_key("insert_order", "bump_district")
+                .unique_key("insert_new_order", "bump_district")
+                .unique_key("insert_line", "bump_district"),
+        ),
+        ("tpcc", "payment") => Some(
+            // The customer block, then district and warehouse (increment,
+            // then read the names), then the history row.
+            ProcNotes::new().order(&[
+                "customer_by_name",
+                "pay_customer",
+                "customer",
+                "customer_data",
+                "pay_district",
+                "district",
+                "pay_warehouse",
+                "warehouse",
+                "insert_history",
+            ]),
+        ),
+        // The body repeats every statement once per district.
+        ("tpcc", "delivery") => Some(ProcNotes::new().looped(&[
+            "oldest_new_order",
+            "delete_new_order",
+            "set_carrier",
+            "order_customer",
+            "stamp_lines",
+            "sum_lines",
+            "credit_customer",
+        ])),
+        ("tpcc", "stock_level") => Some(ProcNotes::new().looped(&["stock"])),
+        ("callas_rollback", rollback_micro::PROC) => Some(rollback_micro::notes()),
+        _ => None,
+    }
+}
+
+/// The groups the sources report for an application (seed 000 section
+/// 4.6.1: TPC-C's tool-chosen grouping).
+pub fn default_groups(app: &str) -> Option<Vec<Vec<&'static str>>> {
+    match app {
+        "tpcc" => Some(vec![
+            vec!["new_order", "payment"],
+            vec!["delivery"],
+            vec!["order_status", "stock_level"],
+        ]),
+        _ => None,
+    }
+}
+
+/// The rollback microbenchmark of seed 000 section 4.6.6: tables A, B and
+/// C of ten rows; one transaction of eleven operations. Operations 1-2
+/// check and update row i of A, 3-4 of B, 5-6 of C (operation 5's check
+/// may fail and roll the transaction back); 7-11 update rows private to
+/// the instance. The seed does not say where the private rows live; they
+/// must be five separately ranked objects for the chopping it reports, so
+/// here they are five tables P1..P5 keyed by client. Their updates are
+/// plain assignments: the analysis cannot know the rows are private.
+pub mod rollback_micro {
+    use super::*;
+
+    pub const APP: &str = "callas_rollback";
+    pub const PROC: &str = "rollback11";
+
+    pub const DDL: &str = "
+CREATE TABLE a (id INT PRIMARY KEY, val INT NOT NULL);
+CREATE TABLE b (id INT PRIMARY KEY, val INT NOT NULL);
+CREATE TABLE c (id INT PRIMARY KEY, val INT NOT NULL);
+CREATE TABLE p1 (client INT PRIMARY KEY, val INT NOT NULL);
+CREATE TABLE p2 (client INT PRIMARY KEY, val INT NOT NULL);
+CREATE TABLE p3 (client INT PRIMARY KEY, val INT NOT NULL);
+CREATE TABLE p4 (client INT PRIMARY KEY, val INT NOT NULL);
+CREATE TABLE p5 (client INT PRIMARY KEY, val INT NOT NULL);
+";
+
+    /// The transaction's statements, in execution order.
+    pub fn source() -> ProcSource {
+        let mut statements = Vec::new();
+        for t in ["a", "b", "c"] {
+            statements.push((
+                format!("check_{t}"),
+                format!("SELECT val FROM {t} WHERE id = $i"),
+            ));
+            statements.push((
+                format!("update_{t}"),
+                format!("UPDATE {t} SET val = $v WHERE id = $i"),
+            ));
+        }
+        for k in 1..=5 {
+            statements.push((
+                format!("private_{k}"),
+                format!("UPDATE p{k} SET val = $v WHERE client = $c"),
+            ));
+        }
+        ProcSource {
+            name: PROC.into(),
+            statements,
+        }
+    }
+
+    /// Operation 5 (the check on C) may roll back.
+    pub fn notes() -> ProcNotes {
+        ProcNotes::new().rollback("check_c")
+    }
+}

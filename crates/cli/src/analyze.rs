@@ -1,0 +1,227 @@
+//! `brine analyze`: the static analysis of Runtime Pipelining on a
+//! workload's procedures (crates/analysis, docs/analysis.md).
+//!
+//! ```text
+//! brine analyze tpcc                       # the sources' TPC-C groups
+//! brine analyze tpcc --group new_order     # one group
+//! brine analyze tpcc --off column          # measure a refinement
+//! brine analyze callas-rollback --dot g.dot
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use brine_analysis::workloads::{self, rollback_micro};
+use brine_analysis::{
+    analyze_group, classic, report, select, specs_from_sources, ProcSource, ProcSpec, Refinements,
+};
+use brine_bench::workloads::{
+    bank, checking, micro, micro2, micro3, ticket, tpcc, Bank, ListAppend, Micro, Micro2, Micro3,
+    Register, Ticket, Tpcc,
+};
+use brine_bench::Workload;
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct AnalyzeArgs {
+    /// Workload: tpcc, ticket, micro, micro2, micro3, bank, register,
+    /// list-append, or callas-rollback (seed 000 section 4.6.6).
+    pub workload: String,
+    /// A group of procedures, comma-separated; repeat for several groups.
+    /// Default: the sources' grouping for tpcc, otherwise one group of
+    /// every procedure.
+    #[arg(long = "group", value_name = "A,B")]
+    pub groups: Vec<String>,
+    /// Write Graphviz DOT of every group's graphs (object dependency graph,
+    /// pieces, C-edges) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub dot: Option<PathBuf>,
+    /// Switch refinements off, comma-separated: column, commutative,
+    /// uniqueness, larger-first, or all.
+    #[arg(long, value_name = "LIST")]
+    pub off: Option<String>,
+}
+
+/// The workload's application as `(name, DDL, procedures)`.
+fn application(workload: &str) -> Result<(String, String, Vec<ProcSource>), String> {
+    let w: Box<dyn Workload> = match workload {
+        "callas-rollback" => {
+            return Ok((
+                rollback_micro::APP.into(),
+                rollback_micro::DDL.into(),
+                vec![rollback_micro::source()],
+            ))
+        }
+        "tpcc" => Box::new(
+            Tpcc::new(
+                tpcc::DEFAULT_WAREHOUSES,
+                tpcc::Scale::by_name("standard").map_err(|e| e.to_string())?,
+                tpcc::Mix::by_name("standard").map_err(|e| e.to_string())?,
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+        "ticket" => {
+            Box::new(Ticket::new(ticket::TicketParams::default()).map_err(|e| e.to_string())?)
+        }
+        "micro" => Box::new(Micro::new(micro::DEFAULT_ROWS).map_err(|e| e.to_string())?),
+        "micro2" => Box::new(Micro2::new(micro2::DEFAULT_POSITION).map_err(|e| e.to_string())?),
+        "micro3" => Box::new(
+            Micro3::new(micro3::DEFAULT_ROWS, micro3::DEFAULT_READ_ONLY_PERCENT)
+                .map_err(|e| e.to_string())?,
+        ),
+        "bank" => Box::new(
+            Bank::new(bank::DEFAULT_ACCOUNTS, bank::DEFAULT_TOTAL_PERCENT)
+                .map_err(|e| e.to_string())?,
+        ),
+        "register" => Box::new(Register::new(checking::DEFAULT_KEYS).map_err(|e| e.to_string())?),
+        "list-append" => {
+            Box::new(ListAppend::new(checking::DEFAULT_KEYS).map_err(|e| e.to_string())?)
+        }
+        other => {
+            return Err(format!(
+                "unknown workload `{other}` (known: tpcc, ticket, micro, micro2, micro3, bank, \
+                 register, list-append, callas-rollback)"
+            ))
+        }
+    };
+    let app = w.application();
+    let procs = app
+        .procedures
+        .iter()
+        .map(|p| ProcSource {
+            name: p.name.clone(),
+            statements: p.statements.clone(),
+        })
+        .collect();
+    Ok((app.name, app.ddl, procs))
+}
+
+fn refinements(off: Option<&str>) -> Result<Refinements, String> {
+    let mut r = Refinements::ALL;
+    for name in off.into_iter().flat_map(|l| l.split(',')).map(str::trim) {
+        if name.is_empty() {
+            continue;
+        }
+        if name == "all" {
+            r = Refinements::NONE;
+            continue;
+        }
+        r = r.without(name).ok_or_else(|| {
+            format!(
+                "--off: unknown refinement `{name}` (known: {}, all)",
+                Refinements::NAMES.join(", ")
+            )
+        })?;
+    }
+    Ok(r)
+}
+
+fn run_inner(args: &AnalyzeArgs) -> Result<(), String> {
+    let r = refinements(args.off.as_deref())?;
+    let (app, ddl, procs) = application(&args.workload)?;
+    let notes: Vec<(String, Option<brine_analysis::ProcNotes>)> = procs
+        .iter()
+        .map(|p| (p.name.clone(), workloads::notes(&app, &p.name)))
+        .collect();
+    let (_catalog, specs) = specs_from_sources(&ddl, &procs, |name| {
+        notes
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, n)| n.as_ref())
+    })
+    .map_err(|e| e.to_string())?;
+
+    let groups: Vec<Vec<String>> = if !args.groups.is_empty() {
+        args.groups
+            .iter()
+            .map(|g| g.split(',').map(|s| s.trim().to_string()).collect())
+            .collect()
+    } else if let Some(g) = workloads::default_groups(&app) {
+        g.iter()
+            .map(|g| g.iter().map(|s| s.to_string()).collect())
+            .collect()
+    } else {
+        vec![specs.iter().map(|s| s.name.clone()).collect()]
+    };
+
+    println!("application {app}: {} procedures", specs.len());
+    for (name, n) in &notes {
+        if n.is_none() {
+            println!(
+                "  {name}: no notes; assuming declaration order, dependencies on every earlier read"
+            );
+        }
+    }
+    println!();
+
+    let mut dot = String::new();
+    let mut grouped: Vec<&ProcSpec> = Vec::new();
+    for (k, g) in groups.iter().enumerate() {
+        let names: Vec<&str> = g.iter().map(String::as_str).collect();
+        let members = select(&specs, &names).map_err(|e| e.to_string())?;
+        let result = analyze_group(&members, r).map_err(|e| e.to_string())?;
+        print!("{}", report::render_group(&members, &result));
+        println!();
+        dot.push_str(&report::render_dot(
+            &members,
+            &result,
+            &format!("group{}", k + 1),
+        ));
+        grouped.extend(members.iter().copied());
+    }
+
+    // The comparison point: classic chopping (SC-cycle analysis), for the
+    // whole application and within the groups.
+    let all: Vec<&ProcSpec> = specs.iter().collect();
+    println!("classic transaction chopping (SC-graph, rollback-safe, no SC-cycles; {r}):");
+    println!("  whole application, every procedure chopped against all:");
+    let whole = classic::classic_chopping(&all, r);
+    for (s, c) in all.iter().zip(&whole) {
+        println!("    {:<20} {}", s.name, report::compact(c));
+    }
+    let cycle = classic::find_sc_cycle(&all, &whole, &classic::two_of_each(all.len()), r, false);
+    println!(
+        "    SC-cycles: {}",
+        cycle
+            .as_deref()
+            .unwrap_or("none (as the theory guarantees)")
+    );
+    println!("  within each group:");
+    for g in &groups {
+        let names: Vec<&str> = g.iter().map(String::as_str).collect();
+        let members = select(&specs, &names).map_err(|e| e.to_string())?;
+        let c = classic::classic_chopping(&members, r);
+        for (s, c) in members.iter().zip(&c) {
+            println!("    {:<20} {}", s.name, report::compact(c));
+        }
+    }
+    let ungrouped: Vec<&str> = specs
+        .iter()
+        .filter(|s| !grouped.iter().any(|g| g.name == s.name))
+        .map(|s| s.name.as_str())
+        .collect();
+    if !ungrouped.is_empty() {
+        println!(
+            "  not in any group (default group, no chopping): {}",
+            ungrouped.join(", ")
+        );
+    }
+
+    if let Some(path) = &args.dot {
+        std::fs::write(path, dot)
+            .map_err(|e| format!("cannot write --dot {}: {e}", path.display()))?;
+        println!("\nwrote Graphviz DOT to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs `brine analyze`; needs no cluster and no async runtime.
+pub fn run(args: &AnalyzeArgs) -> ExitCode {
+    match run_inner(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
