@@ -247,7 +247,13 @@ impl Cluster {
             }
             None => None,
         };
+        let unfinished = wal
+            .as_ref()
+            .map(|w| std::mem::take(&mut *w.unfinished_base.lock()))
+            .unwrap_or_default();
+        let (ready_tx, ready) = tokio::sync::watch::channel(unfinished.is_empty());
         let shared = Arc::new(Shared {
+            ready,
             history,
             mutation: config.mutation,
             catalog,
@@ -261,14 +267,31 @@ impl Cluster {
             seed: config.seed,
             wal,
         });
+        let procedures = Arc::new(procedures);
+        if !unfinished.is_empty() {
+            // Salt: accepted BASE transactions that had not finished are
+            // rolled forward before anything else runs.
+            let (shared, procedures) = (shared.clone(), procedures.clone());
+            let node = NodeId(config.nodes);
+            tokio::spawn(async move {
+                crate::salt::roll_forward(&shared, node, &procedures, unfinished).await;
+                let _ = ready_tx.send(true);
+            });
+        }
         Ok(Cluster {
             shared,
             config: Arc::new(config),
-            procedures: Arc::new(procedures),
+            procedures,
             partition_counters: Arc::new(partition_counters),
             adhoc: Default::default(),
             next_client: Default::default(),
         })
+    }
+
+    /// Waits until recovery has rolled every unfinished BASE transaction
+    /// forward; calls wait for it by themselves.
+    pub async fn wait_ready(&self) {
+        self.shared.wait_ready().await;
     }
 
     /// Waits until every transaction recorded so far is in the history
@@ -506,6 +529,7 @@ impl Txn {
 
     /// Executes one SQL statement of the supported subset.
     pub async fn execute(&mut self, sql: &str, args: Vec<Value>) -> Result<QueryResult> {
+        self.cluster.shared.wait_ready().await;
         let plan = self.cluster.adhoc_plan(sql)?;
         self.ctx.exec_plan(plan, args).await
     }

@@ -58,6 +58,9 @@ pub struct Shared {
     pub mutation: Option<Mutation>,
     /// The cluster's logs (`None`: durability off).
     pub wal: Option<Arc<crate::durability::WalSet>>,
+    /// False while recovery rolls unfinished BASE transactions forward:
+    /// new work waits (it must not see their intermediate state).
+    pub ready: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Where a partition lives and how to send it a message.
@@ -113,6 +116,16 @@ impl Shared {
 
     fn partition_for(&self, v: &Value) -> usize {
         partition_of(v, self.partitions.len() as u32) as usize
+    }
+
+    /// Waits until recovery has rolled every unfinished BASE transaction
+    /// forward (at once in the common case).
+    pub async fn wait_ready(&self) {
+        if *self.ready.borrow() {
+            return;
+        }
+        let mut rx = self.ready.clone();
+        let _ = rx.wait_for(|ready| *ready).await;
     }
 
     pub fn new_txn(&self, ts: Option<u64>) -> TxnId {
@@ -252,8 +265,12 @@ impl ProcCtx {
         plan: Arc<Plan>,
         params: Vec<Value>,
         lock: LockSpec,
-        base: Option<crate::message::BaseStmt>,
+        salt: Option<(crate::message::BaseStmt, crate::message::Intro)>,
     ) -> Result<Executed> {
+        let (base, intro) = match salt {
+            Some((b, i)) => (Some(b), i),
+            None => (None, None),
+        };
         self.shared
             .request(self.node, p, move |reply| PartitionMsg::Execute {
                 txn,
@@ -261,6 +278,7 @@ impl ProcCtx {
                 params,
                 lock,
                 base,
+                intro,
                 reply,
             })
             .await?
@@ -510,9 +528,10 @@ pub async fn run_procedure(
     args: Vec<Value>,
     on_accept: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<CallOutcome> {
+    shared.wait_ready().await;
     if proc.base {
         if let Some(opts) = shared.protocol.salt() {
-            return crate::salt::run_base(shared, node, proc, args, opts, on_accept).await;
+            return crate::salt::run_base(shared, node, proc, args, opts, on_accept, None).await;
         }
     }
     let mut ts = None;

@@ -40,10 +40,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brine_core::{Catalog, Error, NodeId, Result, Row, TableId, TxnId};
-use brine_storage::checkpoint::{checkpoint_path, list_checkpoints, tmp_checkpoint_path};
+use brine_storage::checkpoint::{
+    checkpoint_path, list_checkpoints, tmp_checkpoint_path, BaseContexts,
+};
 use brine_storage::recovery::{read_decisions, recover_partition, RecoveryStats};
 use brine_storage::wal::codec::{put_txn, put_u32};
-use brine_storage::wal::record::{encode_decision, encode_outcome, RedoWriter};
+use brine_storage::wal::record::{
+    encode_base_context, encode_decision, encode_outcome, BaseContext, RedoWriter,
+};
 use brine_storage::wal::segment::{list_segments, sync_dir};
 use brine_storage::wal::{CrashSwitch, Log, LogConfig, LogPosition, LogStatsSnapshot, RecordKind};
 use brine_storage::PartitionStore;
@@ -151,6 +155,8 @@ pub struct RecoveryReport {
     pub decisions: usize,
     pub in_doubt_committed: usize,
     pub in_doubt_aborted: usize,
+    /// Salt: accepted BASE transactions found unfinished (rolled forward).
+    pub base_unfinished: usize,
 }
 
 /// Write-ahead log statistics of a cluster.
@@ -185,6 +191,12 @@ pub struct WalSet {
     pub report: RecoveryReport,
     /// First transaction id of this run (above every id of earlier runs).
     pub txn_base: u64,
+    /// Salt: each partition's recovered BASE contexts, taken by its
+    /// `PartitionWal`.
+    recovered_base: parking_lot::Mutex<Vec<BaseContexts>>,
+    /// Salt: the accepted BASE transactions that had not ended, merged
+    /// over the partitions, to roll forward (taken once at start).
+    pub(crate) unfinished_base: parking_lot::Mutex<Vec<BaseContext>>,
 }
 
 fn part_dir(root: &Path, p: u32) -> PathBuf {
@@ -269,6 +281,7 @@ impl WalSet {
 
         // 1. Every decision any coordinator made durable.
         let mut committed: HashSet<TxnId> = HashSet::new();
+        let mut base_ended: HashSet<TxnId> = HashSet::new();
         let mut decision_ends: HashMap<u32, LogPosition> = HashMap::new();
         let entries = std::fs::read_dir(&root).map_err(|e| io("listing", &root, e))?;
         for e in entries.flatten() {
@@ -280,8 +293,9 @@ impl WalSet {
             else {
                 continue;
             };
-            let (set, end) = read_decisions(&e.path(), n)?;
-            committed.extend(set);
+            let (found, end) = read_decisions(&e.path(), n)?;
+            committed.extend(found.committed);
+            base_ended.extend(found.base_ended);
             decision_ends.insert(n, end.position);
         }
         let mut report = RecoveryReport {
@@ -294,22 +308,43 @@ impl WalSet {
         //    fresh checkpoint so the old log (and the decisions) can go.
         let mut stores = Vec::with_capacity(partitions as usize);
         let mut ends = Vec::with_capacity(partitions as usize);
+        let mut recovered_base = Vec::with_capacity(partitions as usize);
         for p in 0..partitions {
             let dir = part_dir(&root, p);
             std::fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
             let mut rec = recover_partition(&dir, catalog, p)?;
             let (c, a) = rec.resolve(&committed)?;
+            // A BASE transaction whose end its coordinator logged is done,
+            // whatever this partition logged of its end.
+            for owner in &base_ended {
+                rec.base.end(*owner);
+            }
             report.in_doubt_committed += c;
             report.in_doubt_aborted += a;
             if rec.stats.records > 0 || c + a > 0 || list_checkpoints(&dir)?.is_empty() {
-                let bytes = rec.store.encode_checkpoint(p, rec.end, &[]);
+                let bytes = rec.store.encode_checkpoint(p, rec.end, &[], &rec.base);
                 write_atomic(&checkpoint_path(&dir, rec.end.lsn), &bytes)?;
                 let _ = std::fs::remove_file(tmp_checkpoint_path(&dir, rec.end.lsn));
             }
             report.partitions.push(rec.stats.clone());
             ends.push((dir, rec.end));
             stores.push(rec.store);
+            recovered_base.push(rec.base);
         }
+        // Salt: an accepted BASE transaction that did not end is rolled
+        // forward from what all partitions logged of it.
+        let mut unfinished: std::collections::BTreeMap<TxnId, BaseContext> = Default::default();
+        for b in &recovered_base {
+            for c in b.open.values() {
+                match unfinished.get_mut(&c.owner) {
+                    Some(u) => u.absorb(c.clone()),
+                    None => {
+                        unfinished.insert(c.owner, c.clone());
+                    }
+                }
+            }
+        }
+        report.base_unfinished = unfinished.len();
         if partition_dirs_beyond(&root, partitions)? {
             return Err(Error::Config(format!(
                 "data directory {} holds more than {partitions} partitions",
@@ -382,6 +417,8 @@ impl WalSet {
                 checkpoint_every_bytes: durability.checkpoint_every_bytes,
                 report,
                 txn_base: epoch << EPOCH_SHIFT,
+                recovered_base: parking_lot::Mutex::new(recovered_base),
+                unfinished_base: parking_lot::Mutex::new(unfinished.into_values().collect()),
             },
             stores,
         ))
@@ -389,9 +426,16 @@ impl WalSet {
 
     /// The actor-side handle of partition `p`'s log.
     pub(crate) fn partition_wal(&self, p: usize) -> Option<PartitionWal> {
+        let base = self
+            .recovered_base
+            .lock()
+            .get_mut(p)
+            .map(std::mem::take)
+            .unwrap_or_default();
         Some(PartitionWal {
             log: self.partitions.get(p)?.clone(),
             id: p as u32,
+            base,
             prepared: HashMap::new(),
             checkpoint_every_bytes: self.checkpoint_every_bytes,
             last_checkpoint_lsn: 0,
@@ -408,22 +452,45 @@ impl WalSet {
         txn: TxnId,
         participants: &[usize],
     ) -> Result<()> {
+        let parts: smallvec::SmallVec<[u32; 8]> = participants.iter().map(|&p| p as u32).collect();
+        self.log_at_coordinator(node, txn, RecordKind::Decision, |buf| {
+            encode_decision(buf, txn, &parts)
+        })
+        .await
+    }
+
+    /// Salt: the BASE transaction `owner` ended; logged (durably) at its
+    /// coordinator before any partition drops its context, so recovery
+    /// never rolls it forward from a partial context.
+    pub async fn log_base_end(&self, node: NodeId, owner: TxnId) -> Result<()> {
+        self.log_at_coordinator(node, owner, RecordKind::BaseEnd, |buf| put_txn(buf, owner))
+            .await
+    }
+
+    /// Appends a record to coordinator `node`'s decision log and waits
+    /// until it is durable.
+    async fn log_at_coordinator(
+        &self,
+        node: NodeId,
+        txn: TxnId,
+        kind: RecordKind,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<()> {
         let log = self.decisions.get(node.0 as usize).ok_or_else(|| {
             Error::Internal(format!("no decision log for coordinator node {}", node.0))
         })?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let parts: smallvec::SmallVec<[u32; 8]> = participants.iter().map(|&p| p as u32).collect();
         // On an error the waiter already carries it to `rx`.
         let _ = log.append_then(
-            RecordKind::Decision,
-            |buf| encode_decision(buf, txn, &parts),
+            kind,
+            encode,
             Box::new(move |r| {
                 let _ = tx.send(r);
             }),
         );
         rx.await.map_err(|_| {
             Error::Storage(format!(
-                "the decision log of node {} stopped before the decision of {txn} was durable",
+                "the decision log of node {} stopped before the {kind:?} record of {txn} was durable",
                 node.0
             ))
         })?
@@ -438,6 +505,16 @@ impl WalSet {
             s.decisions.add(&l.stats());
         }
         s
+    }
+
+    /// Nothing more can commit: a log failed or the power was cut.
+    pub fn is_down(&self) -> bool {
+        self.crash.is_crashed()
+            || self
+                .partitions
+                .iter()
+                .chain(&self.decisions)
+                .any(|l| l.is_down())
     }
 
     /// Simulated power loss: every writer stops at once and loses what it
@@ -489,9 +566,41 @@ pub struct PartitionWal {
     last_checkpoint_lsn: u64,
     checkpointing: Arc<AtomicBool>,
     scratch: Vec<u8>,
+    /// Salt: BASE contexts not yet ended (kept in checkpoints).
+    base: BaseContexts,
 }
 
 impl PartitionWal {
+    /// Salt: logs what alkaline subtransaction `c.sub` ran here, just
+    /// before its Commit (`committed`: it commits with that record) or
+    /// Prepare record, which forces it.
+    pub fn log_base(&mut self, c: BaseContext, committed: bool) {
+        if let Err(e) = self
+            .log
+            .append(RecordKind::BaseContext, |b| encode_base_context(b, &c))
+        {
+            tracing::error!(partition = self.id, "cannot log a BASE context: {e}");
+            return;
+        }
+        if committed {
+            self.base.commit(c);
+        } else {
+            self.base.pending.insert(c.sub, c);
+        }
+    }
+
+    /// Salt: the BASE transaction `owner` ended (its coordinator logged it
+    /// durably); its context here can go.
+    pub fn base_end(&mut self, owner: TxnId) {
+        if !self.base.open.contains_key(&owner) {
+            return;
+        }
+        if let Err(e) = self.log.append(RecordKind::BaseEnd, |b| put_txn(b, owner)) {
+            tracing::error!(partition = self.id, "cannot log a BASE end: {e}");
+        }
+        self.base.end(owner);
+    }
+
     /// Commit of `txn` at this partition; call before the store commits
     /// (the redo is read from its undo). One-round commits log a Commit
     /// record and are acknowledged once it is durable; commits of a
@@ -505,6 +614,7 @@ impl PartitionWal {
         value: T,
     ) {
         if self.prepared.remove(&txn).is_some() {
+            self.base.decide(txn, true);
             if let Err(e) = self
                 .log
                 .append(RecordKind::Outcome, |b| encode_outcome(b, txn, true))
@@ -554,6 +664,7 @@ impl PartitionWal {
 
     /// An abort; a prepared transaction's is logged (unforced).
     pub fn abort(&mut self, txn: TxnId) {
+        self.base.decide(txn, false);
         if self.prepared.remove(&txn).is_some() {
             if let Err(e) = self
                 .log
@@ -649,7 +760,7 @@ impl PartitionWal {
         self.checkpointing.store(true, Ordering::Release);
         let mut in_doubt: Vec<(TxnId, u32)> = self.prepared.iter().map(|(&t, &c)| (t, c)).collect();
         in_doubt.sort();
-        let bytes = store.encode_checkpoint(self.id, pos, &in_doubt);
+        let bytes = store.encode_checkpoint(self.id, pos, &in_doubt, &self.base);
         let flag = self.checkpointing.clone();
         let id = self.id;
         self.log.checkpoint(

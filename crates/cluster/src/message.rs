@@ -44,6 +44,10 @@ pub struct Executed {
     pub dirty: bool,
 }
 
+/// Salt with a log: a BASE transaction's procedure and arguments, sent
+/// with its first statement and logged with its first subtransaction.
+pub type Intro = Option<Arc<(String, Vec<Value>)>>;
+
 /// Salt: what a statement of a BASE transaction adds to `Execute`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BaseStmt {
@@ -89,6 +93,10 @@ pub enum PartitionMsg {
         lock: LockSpec,
         /// Set for a statement of a BASE transaction (Salt).
         base: Option<BaseStmt>,
+        /// Salt with a log: the procedure and its arguments, sent with a
+        /// BASE transaction's first statement and logged with its first
+        /// subtransaction (durable acceptance).
+        intro: Intro,
         reply: Reply<Result<Executed>>,
     },
     /// `keep`: an alkaline subtransaction of the BASE transaction `keep`;

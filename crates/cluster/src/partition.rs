@@ -28,6 +28,7 @@ use brine_lock::{
     Acquire, LockClass, LockConfig, LockTable, Mode, ReleaseOutcome, StandardCompat, Ticket, Wakeup,
 };
 use brine_sql::{Plan, QueryResult};
+use brine_storage::wal::record::{BaseContext, BaseEntry};
 use brine_storage::PartitionStore;
 use tokio::sync::mpsc;
 
@@ -69,6 +70,7 @@ struct Stmt {
     base: Option<BaseStmt>,
     /// Salt: it accessed a row another BASE transaction wrote and holds.
     dirty: bool,
+    intro: Option<Arc<(String, Vec<Value>)>>,
     plan: Arc<Plan>,
     params: Vec<Value>,
     lock: LockSpec,
@@ -105,6 +107,9 @@ pub struct Partition {
     /// Salt: end-of-BASE releases still held back by release-order
     /// dependencies.
     releases: Vec<PendingRelease>,
+    /// Salt with a log: what each running alkaline subtransaction ran
+    /// here, logged when it commits or prepares.
+    base_results: HashMap<TxnId, BaseContext>,
 }
 
 /// A long-term lock of a BASE transaction.
@@ -178,6 +183,7 @@ impl Partition {
             wal: None,
             base_locks: HashMap::new(),
             releases: Vec::new(),
+            base_results: HashMap::new(),
         }
     }
 
@@ -232,6 +238,7 @@ impl Partition {
                 params,
                 lock,
                 base,
+                intro,
                 reply,
             } => {
                 self.counters.statements.fetch_add(1, Ordering::Relaxed);
@@ -240,6 +247,7 @@ impl Partition {
                     owner: base.map_or(txn, |b| b.owner),
                     base,
                     dirty: false,
+                    intro,
                     plan,
                     params,
                     lock,
@@ -252,9 +260,17 @@ impl Partition {
                 // Nothing can make a live participant refuse yet (no
                 // constraint is deferred to commit, and no log can fail);
                 // a participant that wrote nothing is done after phase one.
-                if self.store.has_writes(txn) {
+                // A BASE subtransaction that ran statements here logs their
+                // results even if it wrote nothing: they are its context.
+                let context = self.base_results.remove(&txn);
+                if self.store.has_writes(txn) || context.is_some() {
                     match &mut self.wal {
-                        Some(wal) => wal.prepare(&self.store, txn, reply),
+                        Some(wal) => {
+                            if let Some(c) = context {
+                                wal.log_base(c, false);
+                            }
+                            wal.prepare(&self.store, txn, reply)
+                        }
                         None => reply.send(Vote::Yes),
                     }
                 } else {
@@ -270,6 +286,9 @@ impl Partition {
                 // from; acknowledged by the log writer once durable.
                 match &mut self.wal {
                     Some(wal) => {
+                        if let Some(c) = self.base_results.remove(&txn) {
+                            wal.log_base(c, true);
+                        }
                         wal.commit(&self.store, txn, reply, ());
                         self.end_txn(txn, keep, true);
                     }
@@ -280,6 +299,7 @@ impl Partition {
                 }
             }
             PartitionMsg::Abort { txn, keep, reply } => {
+                self.base_results.remove(&txn);
                 if let Some(wal) = &mut self.wal {
                     wal.abort(txn);
                 }
@@ -287,6 +307,9 @@ impl Partition {
                 reply.send(());
             }
             PartitionMsg::Release { owner, upto, reply } => {
+                if let (None, Some(wal)) = (upto, &mut self.wal) {
+                    wal.base_end(owner);
+                }
                 self.release_base(owner, upto, reply);
             }
             PartitionMsg::Load { table, rows, reply } if self.wal.is_some() => {
@@ -565,11 +588,36 @@ impl Partition {
     /// alkaline subtransaction: committed (or rolled back) here at once.
     fn finish(&mut self, mut stmt: Stmt, result: Result<QueryResult>) {
         self.release_short(stmt.owner, &mut stmt.short);
+        if let (Some(b), Some(_), Ok(r)) = (stmt.base, &self.wal, &result) {
+            let c = self
+                .base_results
+                .entry(stmt.txn)
+                .or_insert_with(|| BaseContext {
+                    sub: stmt.txn,
+                    owner: b.owner,
+                    intro: None,
+                    entries: Vec::new(),
+                });
+            if let Some(intro) = &stmt.intro {
+                c.intro = Some((intro.0.clone(), intro.1.clone()));
+            }
+            c.entries.push(BaseEntry {
+                seq: b.seq,
+                columns: r.columns.to_vec(),
+                rows: r.rows.clone(),
+                affected: r.affected,
+            });
+        }
         let (ops, dirty) = (stmt.ops, stmt.dirty);
         let executed = result.map(|result| Executed { result, ops, dirty });
         match stmt.base {
             Some(b) if b.autocommit => {
                 let ok = executed.is_ok();
+                if let Some(c) = self.base_results.remove(&stmt.txn) {
+                    if let (Some(wal), true) = (&mut self.wal, ok) {
+                        wal.log_base(c, true);
+                    }
+                }
                 match (&mut self.wal, ok) {
                     (Some(wal), true) => wal.commit(&self.store, stmt.txn, stmt.reply, executed),
                     (Some(wal), false) => {

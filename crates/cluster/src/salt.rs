@@ -73,6 +73,12 @@ pub(crate) struct BaseState {
     /// Positions of statements that read another BASE transaction's
     /// unreleased write (ascending).
     dirty: Vec<u32>,
+    /// With a log: the procedure and arguments, logged with the first
+    /// statement (durable acceptance).
+    intro: Option<Arc<(String, Vec<Value>)>>,
+    /// Roll-forward after a crash: the logged results of the statements
+    /// of committed subtransactions (parts per partition), by position.
+    recovered: std::collections::HashMap<u32, Vec<QueryResult>>,
     /// Told when the transaction is accepted.
     on_accept: Option<tokio::sync::oneshot::Sender<()>>,
     /// First position of the subtransaction a concurrency-control abort
@@ -114,7 +120,16 @@ impl BaseState {
             dirty: Vec::new(),
             doomed_at: None,
             on_accept: None,
+            intro: None,
+            recovered: Default::default(),
         }
+    }
+
+    /// Whether the statement at `seq` is answered from what was recorded
+    /// (the context table, or the log during roll-forward).
+    fn replayed(&self, seq: u32) -> bool {
+        (seq < self.replay_until && self.context.get(seq as usize).is_some_and(Option::is_some))
+            || self.recovered.contains_key(&seq)
     }
 
     /// The first alkaline subtransaction committed: the client may be told.
@@ -132,7 +147,7 @@ impl BaseState {
     }
 
     fn open(&mut self, shared: &Shared, owner: TxnId, explicit: bool, mark: usize) {
-        let live = (self.seq >= self.replay_until).then(|| Sub {
+        let live = (!self.replayed(self.seq)).then(|| Sub {
             txn: shared.new_txn(Some(owner.ts)),
             participants: SmallVec::new(),
         });
@@ -287,7 +302,7 @@ pub(crate) async fn exec(
     let shared = ctx.shared.clone();
     roll_back_abandoned(ctx).await;
     // Position, replay, and the subtransaction it belongs to.
-    let (owner, seq, sub_txn, sub_no, implicit, opts, release_order) = {
+    let (owner, seq, sub_txn, sub_no, implicit, opts, release_order, intro) = {
         let mut st = ctx.state.lock();
         if let Some(cause) = st.doomed {
             return Err(Error::Aborted(cause));
@@ -297,12 +312,13 @@ pub(crate) async fn exec(
         let b = base_mut(&mut st);
         let seq = b.seq;
         b.seq += 1;
-        if seq < b.replay_until {
-            let r = b.context[seq as usize].clone().unwrap_or_else(|| {
-                Err(Error::Internal(format!(
-                    "replay of {owner}: no result for statement {seq}"
-                )))
-            });
+        if b.replayed(seq) {
+            let r = match b.recovered.remove(&seq) {
+                Some(mut parts) if parts.len() == 1 => Ok(parts.pop().expect("one part")),
+                Some(parts) => Ok(plan.merge(parts)),
+                None => b.context[seq as usize].clone().expect("replayed"),
+            };
+            b.remember(seq, &r);
             if r.is_err() {
                 b.block = None;
             }
@@ -317,6 +333,7 @@ pub(crate) async fn exec(
             .as_ref()
             .and_then(|bl| bl.live.as_ref().map(|s| (s.txn, bl.no)))
             .expect("a live subtransaction");
+        let intro = if seq == 0 { b.intro.clone() } else { None };
         (
             owner,
             seq,
@@ -325,6 +342,7 @@ pub(crate) async fn exec(
             implicit,
             b.opts,
             b.release_order,
+            intro,
         )
     };
     let mut lock = shared.protocol.lock_spec(shared.isolation);
@@ -356,9 +374,16 @@ pub(crate) async fn exec(
         autocommit,
         release_order,
     };
-    let futs = targets
-        .iter()
-        .map(|&p| ctx.execute_at(p, sub_txn, plan.clone(), params.clone(), lock, Some(base)));
+    let futs = targets.iter().map(|&p| {
+        ctx.execute_at(
+            p,
+            sub_txn,
+            plan.clone(),
+            params.clone(),
+            lock,
+            Some((base, intro.clone())),
+        )
+    });
     let mut parts = Vec::with_capacity(targets.len());
     let mut first_err: Option<Error> = None;
     let mut dirty = false;
@@ -439,10 +464,11 @@ pub(crate) async fn run_base(
     args: Vec<Value>,
     opts: SaltOptions,
     mut on_accept: Option<tokio::sync::oneshot::Sender<()>>,
+    resume: Option<Arc<Mutex<TxnState>>>,
 ) -> Result<CallOutcome> {
     let mut ts = None;
     let mut attempt = 0u32;
-    let mut slot: Option<Arc<Mutex<TxnState>>> = None;
+    let mut slot: Option<Arc<Mutex<TxnState>>> = resume;
     loop {
         attempt += 1;
         // A fresh BASE transaction, or the same one replaying after a
@@ -458,6 +484,9 @@ pub(crate) async fn run_base(
                 }
                 let mut b = BaseState::new(shared, opts);
                 b.on_accept = on_accept.take();
+                if shared.wal.is_some() {
+                    b.intro = Some(Arc::new((proc.name.clone(), args.clone())));
+                }
                 st.base = Some(Box::new(b));
                 Arc::new(Mutex::new(st))
             }
@@ -477,6 +506,13 @@ pub(crate) async fn run_base(
             shared.counters.retries.fetch_add(1, Ordering::Relaxed);
             let accepted = base_mut(&mut state.lock()).accepted;
             if accepted {
+                if shared.wal.as_ref().is_some_and(|w| w.is_down()) {
+                    // Nothing can commit any more; recovery rolls the
+                    // transaction forward from its logged context.
+                    return Err(Error::Storage(format!(
+                        "{owner}: accepted, but the log is down: it completes when the node recovers"
+                    )));
+                }
                 // Replay up to the victim subtransaction, then go on live.
                 {
                     let mut st = state.lock();
@@ -592,7 +628,19 @@ async fn release(
     touched: SmallVec<[usize; 4]>,
     stages: Vec<Option<u32>>,
 ) {
-    for upto in stages {
+    for mut upto in stages {
+        if upto.is_none() {
+            if let Some(wal) = &shared.wal {
+                // The end is durable at the coordinator before any
+                // partition forgets the context; if it cannot be logged,
+                // the locks go but the contexts stay (a later recovery
+                // finds the transaction complete by replaying it).
+                if let Err(e) = wal.log_base_end(node, owner).await {
+                    tracing::error!(%owner, "cannot log the end of a BASE transaction: {e}");
+                    upto = Some(u32::MAX);
+                }
+            }
+        }
         let acks = futures::future::join_all(touched.iter().map(|&p| {
             shared.request(node, p, move |reply| PartitionMsg::Release {
                 owner,
@@ -605,6 +653,69 @@ async fn release(
             if let Err(e) = a {
                 tracing::warn!(%owner, "release not acknowledged: {e}");
             }
+        }
+    }
+}
+
+/// Rolls forward, after a crash, the accepted BASE transactions that had
+/// not finished (seed 000 section 3.4.2): each body is run again with the
+/// logged results of its committed subtransactions' statements replayed,
+/// not re-executed, and the rest executed live, under the transaction's
+/// original owner id (so its contexts and end records stay one). Runs
+/// before the cluster accepts new work.
+pub(crate) async fn roll_forward(
+    shared: &Arc<Shared>,
+    node: NodeId,
+    procedures: &std::collections::HashMap<String, Arc<PreparedProc>>,
+    unfinished: Vec<brine_storage::wal::record::BaseContext>,
+) {
+    let Some(opts) = shared.protocol.salt() else {
+        tracing::error!(
+            count = unfinished.len(),
+            "unfinished BASE transactions in the log, but the protocol is not salt: not rolled forward"
+        );
+        return;
+    };
+    let mut tasks = Vec::new();
+    for c in unfinished {
+        let Some((name, args)) = c.intro.clone() else {
+            tracing::error!(owner = %c.owner, "BASE context without its procedure: cannot roll forward");
+            continue;
+        };
+        let Some(proc) = procedures.get(&name).cloned() else {
+            tracing::error!(owner = %c.owner, "unknown procedure `{name}`: cannot roll forward");
+            continue;
+        };
+        let mut b = BaseState::new(shared, opts);
+        b.accepted = true;
+        b.intro = Some(Arc::new((name, args.clone())));
+        for e in c.entries {
+            b.recovered.entry(e.seq).or_default().push(QueryResult {
+                columns: e.columns.into(),
+                rows: e.rows,
+                affected: e.affected,
+            });
+        }
+        // Its saline locks were lost with the crash; its end record goes
+        // to every partition that may hold part of its context.
+        b.touched = (0..shared.partitions.len()).collect();
+        let mut st = TxnState::new(c.owner);
+        st.base = Some(Box::new(b));
+        let state = Arc::new(Mutex::new(st));
+        let shared = shared.clone();
+        tasks.push(tokio::spawn(async move {
+            let owner = c.owner;
+            match run_base(&shared, node, &proc, args, opts, None, Some(state)).await {
+                Ok(_) => tracing::info!(%owner, "BASE transaction rolled forward"),
+                Err(e) => {
+                    tracing::warn!(%owner, "BASE transaction rolled forward, ending with: {e}")
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        if let Err(e) = t.await {
+            tracing::error!("a roll-forward task failed: {e}");
         }
     }
 }

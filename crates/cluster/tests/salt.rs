@@ -8,7 +8,6 @@
 //! BASE transaction between its subtransactions and look at what others
 //! can and cannot do meanwhile.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,40 +15,15 @@ use brine_cluster::{
     Application, Cluster, ClusterConfig, DeadlockPolicy, Isolation, LinkConfig, Mutation,
     ProcedureDef,
 };
-use brine_core::{Error, Value};
-use parking_lot::Mutex;
-use tokio::sync::Semaphore;
+use brine_core::Value;
+
+mod salt_common;
+use salt_common::{fig_3_1_transfer, int, Gates};
 
 const DDL: &str = "
 CREATE TABLE kv (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
 CREATE TABLE ledger (id INT NOT NULL, amt INT NOT NULL, PRIMARY KEY (id)) PARTITION BY (id);
 ";
-
-/// Named gates a BASE body waits at; a test opens them.
-#[derive(Clone, Default)]
-struct Gates(Arc<Mutex<HashMap<String, Arc<Semaphore>>>>);
-
-impl Gates {
-    fn gate(&self, name: &str) -> Arc<Semaphore> {
-        self.0
-            .lock()
-            .entry(name.to_string())
-            .or_insert_with(|| Arc::new(Semaphore::new(0)))
-            .clone()
-    }
-
-    async fn wait(&self, name: &str) {
-        self.gate(name).acquire().await.expect("gate").forget();
-    }
-
-    fn open(&self, name: &str) {
-        self.gate(name).add_permits(1);
-    }
-}
-
-fn int(v: &Value) -> i64 {
-    v.as_int().expect("INT")
-}
 
 fn app(gates: Gates) -> Application {
     let g1 = gates.clone();
@@ -120,63 +94,7 @@ fn app(gates: Gates) -> Application {
                     ctx.end_alkaline().await?;
                     Ok(vec![])
                 }),
-            // BASE: seed 000 Figure 3.1, line by line.
-            ProcedureDef::new("transfer")
-                .base()
-                .statement("bal", "SELECT v FROM kv WHERE k = $id")
-                .statement("add", "UPDATE kv SET v = v + $amt WHERE k = $id")
-                .statement("log", "INSERT INTO ledger (id, amt) VALUES ($id, $amt)")
-                .body(move |mut ctx, args| {
-                    let gates = g2.clone();
-                    async move {
-                        let (sndr, rcvr, amt, id) = (
-                            args[0].clone(),
-                            args[1].clone(),
-                            int(&args[2]),
-                            args[3].clone(),
-                        );
-                        let pause = args.get(4).and_then(Value::as_str).map(str::to_string);
-                        // 3-9: try { alkaline { read sndr; if enough, debit } } catch { return }
-                        let bal = async {
-                            ctx.begin_alkaline()?;
-                            let bal = int(&ctx.exec("bal", vec![sndr.clone()]).await?.rows[0][0]);
-                            if bal >= amt {
-                                ctx.exec("add", vec![Value::Int(-amt), sndr.clone()])
-                                    .await?;
-                            }
-                            ctx.end_alkaline().await?;
-                            Ok::<_, Error>(bal)
-                        }
-                        .await;
-                        let Ok(bal) = bal else { return Ok(vec![]) };
-                        // 10: constraint violation
-                        if bal < amt {
-                            return Ok(vec![Value::Int(0)]);
-                        }
-                        if let Some(g) = pause {
-                            gates.wait(&g).await;
-                        }
-                        // 11-14: try { alkaline { credit rcvr } }
-                        let credited = async {
-                            ctx.begin_alkaline()?;
-                            let r = ctx.exec("add", vec![Value::Int(amt), rcvr.clone()]).await?;
-                            if r.affected == 0 {
-                                return Err(Error::UserAbort("no such receiver".into()));
-                            }
-                            ctx.exec("log", vec![id.clone(), Value::Int(amt)]).await?;
-                            ctx.end_alkaline().await
-                        }
-                        .await;
-                        // 15-18: catch { alkaline { re-credit sndr } }
-                        if credited.is_err() {
-                            ctx.begin_alkaline()?;
-                            ctx.exec("add", vec![Value::Int(amt), sndr]).await?;
-                            ctx.end_alkaline().await?;
-                            return Ok(vec![Value::Int(0)]);
-                        }
-                        Ok(vec![Value::Int(1)])
-                    }
-                }),
+            fig_3_1_transfer(Some(g2)),
         ],
     }
 }

@@ -8,6 +8,7 @@
 //!   magic "BRINECKP" . format u32 . log id u32 . lsn u64 . chain crc u32
 //!   u32 tables; per table: name (u32 len, utf-8) . columns u16 . rows u64 . row^rows
 //!   u32 in-doubt; per txn: txn . coordinator u32 . redo list
+//!   (format 2) u32 BASE contexts; per context: committed u8 . BaseContext payload
 //!   crc32c of everything above, u32
 //! ```
 //!
@@ -21,13 +22,16 @@ use std::path::{Path, PathBuf};
 use brine_core::{Catalog, Error, Result, TxnId};
 
 use crate::wal::codec::{put_bytes, put_txn, put_u16, put_u32, put_u64, put_values, Decoder};
-use crate::wal::record::{decode_redo, RedoOp};
+use crate::wal::record::{
+    decode_base_context, decode_redo, encode_base_context, BaseContext, RedoOp,
+};
 use crate::wal::segment::io_err;
 use crate::wal::writer::LogPosition;
 use crate::PartitionStore;
 
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"BRINECKP";
-pub const CHECKPOINT_FORMAT: u32 = 1;
+/// Format 2 adds the Salt BASE contexts; format 1 files are still read.
+pub const CHECKPOINT_FORMAT: u32 = 2;
 
 pub fn checkpoint_path(dir: &Path, lsn: u64) -> PathBuf {
     dir.join(format!("{lsn:020}.ckpt"))
@@ -79,6 +83,7 @@ impl PartitionStore {
         log_id: u32,
         pos: LogPosition,
         in_doubt: &[(TxnId, u32)],
+        base: &BaseContexts,
     ) -> Vec<u8> {
         let mut buf = Vec::with_capacity(1 << 16);
         buf.extend_from_slice(CHECKPOINT_MAGIC);
@@ -123,9 +128,58 @@ impl PartitionStore {
             put_u32(&mut buf, coordinator);
             self.encode_redo(txn, &mut buf);
         }
+        put_u32(&mut buf, (base.open.len() + base.pending.len()) as u32);
+        for c in base.open.values() {
+            crate::wal::codec::put_u8(&mut buf, 1);
+            encode_base_context(&mut buf, c);
+        }
+        for c in base.pending.values() {
+            crate::wal::codec::put_u8(&mut buf, 0);
+            encode_base_context(&mut buf, c);
+        }
         let crc = crc32c::crc32c(&buf);
         put_u32(&mut buf, crc);
         buf
+    }
+}
+
+/// Salt's BASE contexts at a partition: `open` by owner (committed
+/// subtransactions of BASE transactions that have not ended), `pending` by
+/// subtransaction (prepared here, not yet decided).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BaseContexts {
+    pub open: std::collections::BTreeMap<TxnId, BaseContext>,
+    pub pending: std::collections::BTreeMap<TxnId, BaseContext>,
+}
+
+impl BaseContexts {
+    /// `c` committed here: fold it into its owner's open context.
+    pub fn commit(&mut self, c: BaseContext) {
+        match self.open.get_mut(&c.owner) {
+            Some(o) => o.absorb(c),
+            None => {
+                self.open.insert(c.owner, c);
+            }
+        }
+    }
+
+    /// The pending context of subtransaction `sub` was decided.
+    pub fn decide(&mut self, sub: TxnId, commit: bool) {
+        if let Some(c) = self.pending.remove(&sub) {
+            if commit {
+                self.commit(c);
+            }
+        }
+    }
+
+    /// The BASE transaction `owner` ended.
+    pub fn end(&mut self, owner: TxnId) {
+        self.open.remove(&owner);
+        self.pending.retain(|_, c| c.owner != owner);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty() && self.pending.is_empty()
     }
 }
 
@@ -134,6 +188,7 @@ pub struct LoadedCheckpoint {
     pub position: LogPosition,
     pub store: PartitionStore,
     pub in_doubt: Vec<InDoubt>,
+    pub base: BaseContexts,
 }
 
 /// Reads and validates a checkpoint file into a fresh store.
@@ -161,7 +216,7 @@ pub fn load_checkpoint(
     let res = (|| -> std::result::Result<LoadedCheckpoint, String> {
         let e = |x: crate::wal::codec::DecodeError| x.0;
         let format = d.u32("format").map_err(e)?;
-        if format != CHECKPOINT_FORMAT {
+        if format != CHECKPOINT_FORMAT && format != 1 {
             return Err(format!(
                 "checkpoint format {format}; this build reads {CHECKPOINT_FORMAT}"
             ));
@@ -213,6 +268,19 @@ pub fn load_checkpoint(
                 redo: ops,
             });
         }
+        let mut base = BaseContexts::default();
+        if format >= 2 {
+            let n = d.u32("BASE contexts").map_err(e)? as usize;
+            for _ in 0..n {
+                let committed = d.u8("committed").map_err(e)? != 0;
+                let c = decode_base_context(&mut d).map_err(e)?;
+                if committed {
+                    base.open.insert(c.owner, c);
+                } else {
+                    base.pending.insert(c.sub, c);
+                }
+            }
+        }
         if !d.is_empty() {
             return Err("trailing bytes in checkpoint".into());
         }
@@ -220,6 +288,7 @@ pub fn load_checkpoint(
             position,
             store,
             in_doubt,
+            base,
         })
     })();
     res.map_err(|why| bad(0, why))

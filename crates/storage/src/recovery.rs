@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use brine_core::{Catalog, Error, Result, TxnId};
 
-use crate::checkpoint::{list_checkpoints, load_checkpoint, InDoubt};
+use crate::checkpoint::{list_checkpoints, load_checkpoint, BaseContexts, InDoubt};
 use crate::wal::reader::{read_log, LogEnd, ReadOptions};
 use crate::wal::record::Record;
 use crate::wal::writer::LogPosition;
@@ -44,6 +44,8 @@ pub struct PartitionRecovery {
     pub end: LogPosition,
     pub in_doubt: Vec<InDoubt>,
     pub stats: RecoveryStats,
+    /// Salt: contexts of BASE transactions that had not ended.
+    pub base: BaseContexts,
 }
 
 fn bad_record(dir: &Path, lsn: u64, why: String) -> Error {
@@ -72,17 +74,21 @@ pub fn recover_partition(
             }
         }
     }
-    let (mut store, from, in_doubt) = match list_checkpoints(dir)?.pop() {
+    let (mut store, from, in_doubt, mut base) = match list_checkpoints(dir)?.pop() {
         Some((_, path)) => {
             let c = load_checkpoint(&path, catalog, log_id)?;
-            (c.store, c.position, c.in_doubt)
+            (c.store, c.position, c.in_doubt, c.base)
         }
         None => (
             PartitionStore::new(catalog.clone()),
             LogPosition::default(),
             Vec::new(),
+            BaseContexts::default(),
         ),
     };
+    // Contexts logged just before their subtransaction's Commit/Prepare.
+    let mut logged: std::collections::HashMap<TxnId, crate::wal::record::BaseContext> =
+        std::collections::HashMap::new();
     let mut stats = RecoveryStats {
         checkpoint_lsn: from.lsn,
         ..RecoveryStats::default()
@@ -108,9 +114,12 @@ pub fn recover_partition(
                 Ok(())
             };
             match rec {
-                Record::Commit { redo, .. } => {
+                Record::Commit { txn, redo } => {
                     stats.commits += 1;
                     apply(&mut store, redo)?;
+                    if let Some(c) = logged.remove(&txn) {
+                        base.commit(c);
+                    }
                 }
                 Record::Load { redo } => apply(&mut store, redo)?,
                 Record::Prepare {
@@ -119,6 +128,9 @@ pub fn recover_partition(
                     redo,
                 } => {
                     stats.prepares += 1;
+                    if let Some(c) = logged.remove(&txn) {
+                        base.pending.insert(txn, c);
+                    }
                     doubt.insert(
                         txn,
                         InDoubt {
@@ -129,12 +141,20 @@ pub fn recover_partition(
                     );
                 }
                 Record::Outcome { txn, commit } => {
+                    base.decide(txn, commit);
                     if let Some(d) = doubt.remove(&txn) {
                         if commit {
                             stats.commits += 1;
                             apply(&mut store, d.redo)?;
                         }
                     }
+                }
+                Record::BaseContext(c) => {
+                    logged.insert(c.sub, c);
+                }
+                Record::BaseEnd { owner } => {
+                    base.end(owner);
+                    logged.retain(|_, c| c.owner != owner);
                 }
                 Record::Decision { .. } => {
                     return Err(bad_record(
@@ -154,6 +174,7 @@ pub fn recover_partition(
         end: end.position,
         in_doubt: doubt.into_values().collect(),
         stats,
+        base,
     })
 }
 
@@ -164,7 +185,9 @@ impl PartitionRecovery {
     pub fn resolve(&mut self, committed: &HashSet<TxnId>) -> Result<(usize, usize)> {
         let (mut c, mut a) = (0, 0);
         for d in std::mem::take(&mut self.in_doubt) {
-            if committed.contains(&d.txn) {
+            let commit = committed.contains(&d.txn);
+            self.base.decide(d.txn, commit);
+            if commit {
                 for op in d.redo {
                     self.store.apply_redo(op)?;
                 }
@@ -177,10 +200,19 @@ impl PartitionRecovery {
     }
 }
 
-/// The commit decisions in a coordinator's decision log, and where it ends.
-/// Truncates a torn tail.
-pub fn read_decisions(dir: &Path, log_id: u32) -> Result<(HashSet<TxnId>, LogEnd)> {
-    let mut committed = HashSet::new();
+/// What a coordinator's decision log holds.
+#[derive(Debug, Default)]
+pub struct Decisions {
+    /// Transactions whose commit was decided.
+    pub committed: HashSet<TxnId>,
+    /// Salt: BASE transactions that ended (no roll-forward needed).
+    pub base_ended: HashSet<TxnId>,
+}
+
+/// The commit decisions (and Salt's BASE ends) in a coordinator's decision
+/// log, and where it ends. Truncates a torn tail.
+pub fn read_decisions(dir: &Path, log_id: u32) -> Result<(Decisions, LogEnd)> {
+    let mut found = Decisions::default();
     let end = read_log(
         dir,
         ReadOptions {
@@ -193,7 +225,11 @@ pub fn read_decisions(dir: &Path, log_id: u32) -> Result<(HashSet<TxnId>, LogEnd
             .map_err(|e| bad_record(dir, lsn, e.0))?
         {
             Record::Decision { txn, .. } => {
-                committed.insert(txn);
+                found.committed.insert(txn);
+                Ok(())
+            }
+            Record::BaseEnd { owner } => {
+                found.base_ended.insert(owner);
                 Ok(())
             }
             _ => Err(bad_record(
@@ -203,5 +239,5 @@ pub fn read_decisions(dir: &Path, log_id: u32) -> Result<(HashSet<TxnId>, LogEnd
             )),
         },
     )?;
-    Ok((committed, end))
+    Ok((found, end))
 }

@@ -287,7 +287,9 @@ fn partition_recovery_replays_commits_and_keeps_prepares_in_doubt() {
     rec.store.check_consistency().expect("consistent");
 
     // A checkpoint of the recovered store, then recovery from it alone.
-    let bytes = rec.store.encode_checkpoint(0, rec.end, &[]);
+    let bytes = rec
+        .store
+        .encode_checkpoint(0, rec.end, &[], &Default::default());
     std::fs::write(
         brine_storage::checkpoint::checkpoint_path(dir.path(), rec.end.lsn),
         bytes,

@@ -44,9 +44,16 @@ pub enum RecordKind {
     Decision = 4,
     /// Bulk-loaded rows (outside any transaction): redo only.
     Load = 5,
+    /// Salt: what an alkaline subtransaction ran at this partition (the
+    /// results of its statements, and for the first one the procedure and
+    /// its arguments); written just before the subtransaction's Commit or
+    /// Prepare record, and valid only if that subtransaction committed.
+    BaseContext = 16,
+    /// Salt: the BASE transaction finished (unforced; written when its
+    /// locks are released).
+    BaseEnd = 17,
     // Reserved for later issues, so their numbers are not taken by accident:
-    // 16 Salt logic record (procedure name + arguments), 17 BASE read
-    // record, 18 BASE write record, 32 Mediator write-back record.
+    // 32 Mediator write-back record.
 }
 
 impl RecordKind {
@@ -57,6 +64,8 @@ impl RecordKind {
             3 => RecordKind::Outcome,
             4 => RecordKind::Decision,
             5 => RecordKind::Load,
+            16 => RecordKind::BaseContext,
+            17 => RecordKind::BaseEnd,
             _ => return None,
         })
     }
@@ -92,6 +101,118 @@ pub enum Record {
     Load {
         redo: Vec<RedoOp>,
     },
+    BaseContext(BaseContext),
+    BaseEnd {
+        owner: TxnId,
+    },
+}
+
+/// Salt: one statement's result, as this partition produced it (a
+/// broadcast statement's parts are merged at replay).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BaseEntry {
+    /// Position of the statement in the BASE transaction.
+    pub seq: u32,
+    pub columns: Vec<String>,
+    pub rows: Vec<Row>,
+    pub affected: u64,
+}
+
+/// Salt: the context of a BASE transaction at one partition: what its
+/// alkaline subtransaction `sub` ran here, or (in a checkpoint) what its
+/// committed subtransactions ran here so far.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BaseContext {
+    pub sub: TxnId,
+    pub owner: TxnId,
+    /// The procedure and its arguments (logged with the first statement).
+    pub intro: Option<(String, Vec<brine_core::Value>)>,
+    pub entries: Vec<BaseEntry>,
+}
+
+impl BaseContext {
+    /// Adds what `other` (a later subtransaction of the same owner) ran.
+    pub fn absorb(&mut self, other: BaseContext) {
+        if self.intro.is_none() {
+            self.intro = other.intro;
+        }
+        self.entries.extend(other.entries);
+    }
+}
+
+/// Encodes a BaseContext payload.
+pub fn encode_base_context(buf: &mut Vec<u8>, c: &BaseContext) {
+    put_txn(buf, c.sub);
+    put_txn(buf, c.owner);
+    match &c.intro {
+        Some((name, args)) => {
+            put_u8(buf, 1);
+            super::codec::put_bytes(buf, name.as_bytes());
+            super::codec::put_values(buf, args);
+        }
+        None => put_u8(buf, 0),
+    }
+    put_u32(buf, c.entries.len() as u32);
+    for e in &c.entries {
+        put_u32(buf, e.seq);
+        super::codec::put_u64(buf, e.affected);
+        put_u16(buf, e.columns.len() as u16);
+        for col in &e.columns {
+            super::codec::put_bytes(buf, col.as_bytes());
+        }
+        put_u32(buf, e.rows.len() as u32);
+        for r in &e.rows {
+            super::codec::put_values(buf, r);
+        }
+    }
+}
+
+/// Decodes a BaseContext payload (as written by [`encode_base_context`]).
+pub fn decode_base_context(d: &mut Decoder<'_>) -> DecodeResult<BaseContext> {
+    let sub = d.txn()?;
+    let owner = d.txn()?;
+    let intro = match d.u8("intro flag")? {
+        0 => None,
+        1 => {
+            let name = std::str::from_utf8(d.bytes("procedure")?)
+                .map_err(|e| DecodeError(format!("procedure name is not utf-8: {e}")))?
+                .to_string();
+            Some((name, d.row()?))
+        }
+        f => return Err(DecodeError(format!("bad intro flag {f}"))),
+    };
+    let n = d.u32("entries")? as usize;
+    let mut entries = Vec::with_capacity(n.min(1 << 12));
+    for _ in 0..n {
+        let seq = d.u32("seq")?;
+        let affected = d.u64("affected")?;
+        let ncols = d.u16("columns")? as usize;
+        let mut columns = Vec::with_capacity(ncols);
+        for _ in 0..ncols {
+            columns.push(
+                std::str::from_utf8(d.bytes("column")?)
+                    .map_err(|e| DecodeError(format!("column name is not utf-8: {e}")))?
+                    .to_string(),
+            );
+        }
+        let nrows = d.u32("rows")? as usize;
+        let mut rows = Vec::with_capacity(nrows.min(1 << 12));
+        for _ in 0..nrows {
+            rows.push(d.row()?);
+        }
+        entries.push(BaseEntry {
+            seq,
+            columns,
+            rows,
+            affected,
+        });
+    }
+    Ok(BaseContext {
+        sub,
+        owner,
+        intro,
+        entries,
+    })
 }
 
 /// Redo op tags inside a redo list.
@@ -220,6 +341,8 @@ impl Record {
             RecordKind::Load => Record::Load {
                 redo: decode_redo(&mut d)?,
             },
+            RecordKind::BaseContext => Record::BaseContext(decode_base_context(&mut d)?),
+            RecordKind::BaseEnd => Record::BaseEnd { owner: d.txn()? },
         };
         if !d.is_empty() {
             return Err(DecodeError(format!(
@@ -331,7 +454,7 @@ mod tests {
 
     #[test]
     fn unknown_kinds_and_versions_are_refused() {
-        assert!(Record::decode(16, 1, &[])
+        assert!(Record::decode(99, 1, &[])
             .unwrap_err()
             .0
             .contains("unknown record kind"));

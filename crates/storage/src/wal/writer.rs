@@ -228,6 +228,12 @@ impl Log {
         self.inner.pending.lock().end
     }
 
+    /// The log takes no more records: it failed (an I/O error) or its
+    /// machine crashed (simulated power loss).
+    pub fn is_down(&self) -> bool {
+        self.inner.crash.is_crashed() || self.inner.pending.lock().failed.is_some()
+    }
+
     /// Everything below this lsn is on stable storage.
     pub fn durable_lsn(&self) -> u64 {
         self.inner.durable.load(Ordering::Acquire)
