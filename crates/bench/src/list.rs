@@ -28,6 +28,28 @@ pub fn parse_counts(s: &str, what: &str, max: u64) -> Result<Vec<u64>, String> {
     Ok(out)
 }
 
+/// Parses a comma-separated list of percentages (0 to 100), in the order
+/// given (`--read-only-percent 0,50,95`).
+pub fn parse_percents(s: &str, what: &str) -> Result<Vec<u32>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',') {
+        let t = item.trim();
+        if t.is_empty() {
+            return Err(format!(
+                "{what}: empty item in `{s}` (expected a comma-separated list like 0,50,95)"
+            ));
+        }
+        let v: u32 = t
+            .parse()
+            .map_err(|_| format!("{what}: `{t}` is not a percentage (0 to 100)"))?;
+        if v > 100 {
+            return Err(format!("{what}: {v} is above 100"));
+        }
+        out.push(v);
+    }
+    Ok(out)
+}
+
 /// Parses a comma-separated list of names (protocols), trimmed, non-empty.
 pub fn parse_names(s: &str, what: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
@@ -66,6 +88,17 @@ mod tests {
         assert!(parse_counts("abc", "--clients", 10).is_err());
         let e = parse_counts("11", "--clients", 10).unwrap_err();
         assert!(e.contains("limit"), "{e}");
+    }
+
+    #[test]
+    fn percents_parse_from_zero_to_a_hundred() {
+        assert_eq!(
+            parse_percents("0, 50,100", "--read-only-percent"),
+            Ok(vec![0, 50, 100])
+        );
+        assert!(parse_percents("101", "--read-only-percent").is_err());
+        assert!(parse_percents("5,", "--read-only-percent").is_err());
+        assert!(parse_percents("-1", "--read-only-percent").is_err());
     }
 
     #[test]

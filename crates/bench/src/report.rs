@@ -139,8 +139,8 @@ pub struct BenchReport {
     pub results: Vec<PointResult>,
     /// `"<protocol>/<baseline>"`: peak throughput of the protocol over the
     /// peak of the baseline (the first compared protocol), over all points.
-    /// With a sweep over workload parameters, also one key per variant:
-    /// `"<protocol>/<baseline>@rows=10"`.
+    /// With a sweep over workload parameters, also one key per variant,
+    /// labelled with the swept parameters: `"<protocol>/<baseline>@rows=10"`.
     pub ratios: BTreeMap<String, f64>,
     pub peak: Vec<Peak>,
 }
@@ -220,11 +220,20 @@ impl BenchReport {
                     }
                 }
                 if variants.len() > 1 {
+                    let swept = swept_params(&results);
                     for &v in &variants {
                         let label = results
                             .iter()
                             .find(|r| r.variant == v)
-                            .map(|r| params_label(&r.params))
+                            .map(|r| {
+                                let shown: Map<String, Json> = r
+                                    .params
+                                    .iter()
+                                    .filter(|(k, _)| swept.is_empty() || swept.contains(*k))
+                                    .map(|(k, v)| (k.clone(), v.clone()))
+                                    .collect();
+                                params_label(&shown)
+                            })
                             .unwrap_or_default();
                         if let (Some(p), Some(b)) = (max_tps(pi, Some(v)), max_tps(0, Some(v))) {
                             if b > 0.0 {
@@ -414,6 +423,23 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
 }
 
 /// `rows=10,accounts=5` from a parameter map.
+/// The workload parameters whose values differ between the results'
+/// variants (what a sweep sweeps): variant labels name only these, so a
+/// parameter every variant shares (`base=update5`) does not clutter them.
+fn swept_params(results: &[PointResult]) -> std::collections::BTreeSet<String> {
+    let mut swept = std::collections::BTreeSet::new();
+    if let Some(first) = results.first() {
+        for r in results {
+            for (k, v) in &r.params {
+                if first.params.get(k) != Some(v) {
+                    swept.insert(k.clone());
+                }
+            }
+        }
+    }
+    swept
+}
+
 pub fn params_label(params: &Map<String, Json>) -> String {
     params
         .iter()

@@ -1,17 +1,28 @@
-//! Bank transfers with a constant total: the invariant workload.
+//! Bank transfers with a constant total: the invariant workload, and the
+//! Salt API's worked example (seed 000 Fig. 3.1, line numbers in the code).
 //!
 //! ```text
 //!  account(id INT PK, balance DECIMAL(12,2)), partitioned by id (id mod P)
-//!  transfer(from, to, amount)   (default 90% of calls)
-//!      SELECT balance (from); SELECT balance (to)
-//!      balance(from) < amount  -> user abort "insufficient funds"
-//!      UPDATE from -= amount;  UPDATE to += amount
-//!  total()                      (default 10%)
+//!  transfer(from, to, amount)   BASE (default 90% of calls)
+//!      alkaline 1 (acceptance): SELECT balance (from);
+//!                               if balance >= amount: UPDATE from -= amount
+//!      balance < amount -> return "insufficient funds" (nothing written)
+//!      alkaline 2: UPDATE to += amount
+//!          on failure (no such receiver): alkaline 3: UPDATE from += amount
+//!  total()                      ACID, unchanged (default 10%)
 //!      SELECT SUM(balance) FROM account      -- broadcast to every partition
 //! ```
 //!
+//! Under `acid` the alkaline marks do nothing and `transfer` is one ACID
+//! transaction with the same effect; under `salt` it is a BASE transaction
+//! of two alkaline subtransactions (three if the compensation runs), and
+//! Salt Isolation keeps `total` from seeing a transfer half done. As in the
+//! seed, an insufficient balance is not an abort: the transfer is accepted
+//! and returns without moving money (`"insufficient funds"`), and a missing
+//! receiver is caught and compensated (`"refunded"`), never rolled back.
+//!
 //! Every account starts at 1000.00 and transfers move 0.01..10.00, so an
-//! insufficient-funds abort needs an account to drift ~100 maximal transfers
+//! insufficient balance needs an account to drift ~100 maximal transfers
 //! below its start: rare. `from` and `to` are distinct and uniform, so with
 //! P partitions a transfer spans two partitions with probability (P-1)/P.
 //!
@@ -34,6 +45,7 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use serde_json::{json, Map, Value as Json};
 
+use super::base::{handler_error, BaseSet};
 use super::{decimal_cmp, load_rows, read_scalar};
 use crate::error::{BenchError, Result};
 use crate::workload::{BoxFuture, ClientGen, TxnRequest, Workload};
@@ -47,8 +59,17 @@ pub const INITIAL_BALANCE_CENTS: i64 = 100_000;
 /// Largest transfer, in cents (10.00).
 pub const MAX_TRANSFER_CENTS: i64 = 1_000;
 
-const TRANSFER: &str = "transfer";
-const TOTAL: &str = "total";
+pub const TRANSFER: &str = "transfer";
+pub const TOTAL: &str = "total";
+
+/// `transfer`'s result: the money moved.
+pub const TRANSFERRED: &str = "transferred";
+/// `transfer`'s result: the sender's balance was below the amount; nothing
+/// moved (Fig. 3.1 line 10).
+pub const INSUFFICIENT_FUNDS: &str = "insufficient funds";
+/// `transfer`'s result: crediting the receiver failed and the sender was
+/// re-credited (Fig. 3.1 lines 15-18); nothing moved.
+pub const REFUNDED: &str = "refunded";
 
 /// How many wrong totals are quoted in the error message.
 const QUOTED_VIOLATIONS: usize = 3;
@@ -59,12 +80,17 @@ struct RunCounters {
     total_violations: AtomicU64,
     transfers_committed: AtomicU64,
     insufficient_funds: AtomicU64,
+    refunds: AtomicU64,
     first_violations: Mutex<Vec<String>>,
 }
+
+/// Procedures `--base` may name (`total` stays ACID, as in the seed).
+pub const PROCEDURES: [&str; 1] = [TRANSFER];
 
 pub struct Bank {
     accounts: u64,
     total_percent: u32,
+    base: BaseSet,
     run: Arc<RunCounters>,
 }
 
@@ -88,8 +114,15 @@ impl Bank {
         Ok(Bank {
             accounts,
             total_percent,
+            base: BaseSet::of(&PROCEDURES),
             run: Arc::new(RunCounters::default()),
         })
+    }
+
+    /// Which procedures are BASE (default: `transfer`).
+    pub fn with_base(mut self, base: BaseSet) -> Bank {
+        self.base = base;
+        self
     }
 
     /// The sum every `total` must read, in cents.
@@ -131,6 +164,7 @@ impl Workload for Bank {
     fn params(&self) -> Map<String, Json> {
         let mut m = Map::new();
         m.insert("accounts".into(), json!(self.accounts));
+        m.insert("base".into(), json!(self.base.label()));
         m
     }
 
@@ -146,30 +180,68 @@ impl Workload for Bank {
                 "add",
                 "UPDATE account SET balance = balance + $amount WHERE id = $id",
             )
+            // Fig. 3.1 line 2, `begin BASE transaction`, is `.base()`,
+            // given by `self.base` below (`--base`, default `transfer`).
             .body(|mut ctx, args| async move {
                 let what = "procedure `transfer(from, to, amount)`";
-                let from = arg(&args, 0, what)?;
-                let to = arg(&args, 1, what)?;
-                let amount_v = arg(&args, 2, what)?;
-                let amount = amount_v.as_decimal().ok_or_else(|| {
-                    Error::type_mismatch("transfer amount", "DECIMAL", amount_v.kind())
+                let sndr = arg(&args, 0, what)?;
+                let rcvr = arg(&args, 1, what)?;
+                let amt_v = arg(&args, 2, what)?;
+                let amt = amt_v.as_decimal().ok_or_else(|| {
+                    Error::type_mismatch("transfer amount", "DECIMAL", amt_v.kind())
                 })?;
-                let from_balance = ctx
-                    .exec("balance", vec![from.clone()])
+                let debit = Value::Decimal(Decimal::new(-amt.units, amt.scale));
+
+                // Lines 3-9: the first alkaline subtransaction checks the
+                // constraint and debits the sender; it is the transaction's
+                // acceptance. Line 9's `catch ... return` is the runtime's
+                // answer to a failure here: the call aborts before
+                // acceptance and nothing has changed, so the error simply
+                // propagates (`?`).
+                ctx.begin_alkaline()?; // 4
+                let bal = ctx
+                    .exec("balance", vec![sndr.clone()]) // 5
                     .await?
                     .scalar()
                     .and_then(Value::as_decimal)
-                    .ok_or_else(|| Error::Internal(format!("bank: account {from} not found")))?;
-                if ctx.exec("balance", vec![to.clone()]).await?.is_empty() {
-                    return Err(Error::Internal(format!("bank: account {to} not found")));
+                    .ok_or_else(|| Error::Internal(format!("bank: account {sndr} not found")))?;
+                let enough = decimal_cmp(bal, amt) != Some(std::cmp::Ordering::Less);
+                if enough {
+                    // 6
+                    ctx.exec("add", vec![debit, sndr.clone()]).await?; // 7
                 }
-                if decimal_cmp(from_balance, amount) == Some(std::cmp::Ordering::Less) {
-                    return Err(ctx.abort("insufficient funds"));
+                ctx.end_alkaline().await?; // 8
+
+                if !enough {
+                    return Ok(vec![Value::str(INSUFFICIENT_FUNDS)]); // 10
                 }
-                let debit = Value::Decimal(Decimal::new(-amount.units, amount.scale));
-                ctx.exec("add", vec![debit, from]).await?;
-                ctx.exec("add", vec![amount_v, to]).await?;
-                Ok(vec![])
+
+                // Lines 11-14: credit the receiver.
+                let credited: brine_core::Result<()> = async {
+                    ctx.begin_alkaline()?; // 12
+                    let r = ctx.exec("add", vec![amt_v.clone(), rcvr.clone()]).await?; // 13
+                    ctx.end_alkaline().await?; // 14
+                    if r.affected == 1 {
+                        Ok(())
+                    } else {
+                        // No such receiver: the update wrote nothing, so
+                        // the committed (empty) subtransaction needs no
+                        // undo; raise the seed's exception.
+                        Err(Error::UserAbort(format!("no account {rcvr}")))
+                    }
+                }
+                .await;
+                if let Err(e) = credited {
+                    // 15: `catch (Exception e)`: roll back by hand. A
+                    // concurrency-control abort is the runtime's, not ours.
+                    let e = handler_error(e)?;
+                    tracing::debug!(%sndr, %rcvr, error = %e, "bank: refunding the sender");
+                    ctx.begin_alkaline()?; // 16
+                    ctx.exec("add", vec![amt_v, sndr]).await?; // 17
+                    ctx.end_alkaline().await?; // 18
+                    return Ok(vec![Value::str(REFUNDED)]);
+                }
+                Ok(vec![Value::str(TRANSFERRED)]) // 19: `end BASE transaction`
             });
         let total = ProcedureDef::new(TOTAL)
             .statement("sum", "SELECT SUM(balance) FROM account")
@@ -181,7 +253,7 @@ impl Workload for Bank {
             name: "bank".into(),
             ddl: "CREATE TABLE account (id INT, balance DECIMAL(12,2) NOT NULL, PRIMARY KEY (id)) PARTITION BY (id);"
                 .into(),
-            procedures: vec![transfer, total],
+            procedures: vec![self.base.apply(transfer), total],
         }
     }
 
@@ -192,6 +264,7 @@ impl Workload for Bank {
             r.total_violations.store(0, Ordering::Relaxed);
             r.transfers_committed.store(0, Ordering::Relaxed);
             r.insufficient_funds.store(0, Ordering::Relaxed);
+            r.refunds.store(0, Ordering::Relaxed);
             if let Ok(mut v) = r.first_violations.lock() {
                 v.clear();
             }
@@ -269,6 +342,10 @@ impl Workload for Bank {
             "insufficient_funds".into(),
             json!(r.insufficient_funds.load(Ordering::Relaxed)),
         );
+        m.insert(
+            "transfers_refunded".into(),
+            json!(r.refunds.load(Ordering::Relaxed)),
+        );
         m
     }
 }
@@ -320,11 +397,13 @@ impl ClientGen for BankClient {
                     }
                 }
             }
-            (TRANSFER, Ok(_)) => {
-                r.transfers_committed.fetch_add(1, Ordering::Relaxed);
-            }
-            (TRANSFER, Err(Error::UserAbort(_))) => {
-                r.insufficient_funds.fetch_add(1, Ordering::Relaxed);
+            (TRANSFER, Ok(o)) => {
+                let counter = match o.values.first().and_then(Value::as_str) {
+                    Some(INSUFFICIENT_FUNDS) => &r.insufficient_funds,
+                    Some(REFUNDED) => &r.refunds,
+                    _ => &r.transfers_committed,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
             }
             _ => {}
         }

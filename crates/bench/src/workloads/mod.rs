@@ -1,8 +1,11 @@
 //! The workloads `brine bench` can run.
 
 pub mod bank;
+pub mod base;
 pub mod checking;
 pub mod micro;
+pub mod micro2;
+pub mod micro3;
 pub mod ticket;
 pub mod tpcc;
 
@@ -17,6 +20,8 @@ use crate::error::{BenchError, Result};
 pub use bank::Bank;
 pub use checking::{ListAppend, Register};
 pub use micro::Micro;
+pub use micro2::Micro2;
+pub use micro3::Micro3;
 pub use ticket::Ticket;
 pub use tpcc::Tpcc;
 

@@ -35,6 +35,7 @@ use serde_json::{json, Map, Value as Json};
 
 use crate::error::{BenchError, Result};
 use crate::workload::{BoxFuture, ClientGen, Workload};
+use crate::workloads::base::BaseSet;
 
 pub use check::Snapshot;
 pub use schema::Hall;
@@ -120,6 +121,7 @@ impl RunCounters {
 
 pub struct Ticket {
     params: TicketParams,
+    base: BaseSet,
     run: Arc<RunCounters>,
 }
 
@@ -152,8 +154,16 @@ impl Ticket {
         }
         Ok(Ticket {
             params,
+            base: BaseSet::of(&procedures::BASE_CAPABLE),
             run: Arc::new(RunCounters::default()),
         })
+    }
+
+    /// Which procedures are BASE under Salt (default: create_order, as in
+    /// the sources; `BaseSet::none()` for the all-ACID application).
+    pub fn with_base(mut self, base: BaseSet) -> Ticket {
+        self.base = base;
+        self
     }
 
     /// Reads every table and checks the invariants (also `Workload::check`).
@@ -187,6 +197,7 @@ impl Workload for Ticket {
         m.insert("customers".into(), json!(p.customers));
         m.insert("abandon_percent".into(), json!(p.abandon_percent));
         m.insert("delete_batch".into(), json!(p.delete_batch));
+        m.insert("base".into(), json!(self.base.label()));
         m
     }
 
@@ -222,7 +233,7 @@ impl Workload for Ticket {
         Application {
             name: "ticket".into(),
             ddl: schema::DDL.into(),
-            procedures: procedures::procedures(),
+            procedures: procedures::procedures(&self.base),
         }
     }
 

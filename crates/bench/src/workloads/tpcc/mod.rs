@@ -2,9 +2,10 @@
 //! standard mix and the consistency conditions, on brine's SQL subset.
 //!
 //! ```text
-//!  Tpcc::new(warehouses, scale, mix)
+//!  Tpcc::new(warehouses, scale, mix).with_base(--base)
 //!    application()  schema::DDL + procedures::{new_order, payment,
-//!                   order_status, delivery, stock_level}
+//!                   order_status, delivery, stock_level}; those in
+//!                   --base (default new_order,payment) are BASE (Salt)
 //!    load()         load: clause 4.3 data, generated on the blocking pool
 //!                   per (warehouse, job), loaded in batches
 //!    client(i)      input::TpccClient: terminal of warehouse i mod W + 1,
@@ -40,6 +41,7 @@ use serde_json::{json, Map, Value as Json};
 
 use crate::error::{BenchError, Result};
 use crate::workload::{BoxFuture, ClientGen, Workload};
+use crate::workloads::base::BaseSet;
 use input::TpccClient;
 use random::Constants;
 
@@ -50,6 +52,9 @@ pub const DELIVERY: &str = "delivery";
 pub const STOCK_LEVEL: &str = "stock_level";
 /// The five transactions, in the order of `Mix::weights`.
 pub const PROCEDURES: [&str; 5] = [NEW_ORDER, PAYMENT, ORDER_STATUS, DELIVERY, STOCK_LEVEL];
+/// The procedures BASE-ified by default: the two the sources BASE-ified
+/// (seed 000 section 3.6.1).
+pub const DEFAULT_BASE: [&str; 2] = [NEW_ORDER, PAYMENT];
 
 pub const DEFAULT_WAREHOUSES: i64 = 2;
 /// A bound on the option; memory bounds it first (~430 MB per standard
@@ -194,6 +199,7 @@ pub struct Tpcc {
     warehouses: i64,
     scale: Scale,
     mix: Mix,
+    base: BaseSet,
     run: Arc<RunState>,
 }
 
@@ -217,8 +223,17 @@ impl Tpcc {
             warehouses,
             scale,
             mix,
+            base: BaseSet::of(&DEFAULT_BASE),
             run: Arc::new(RunState::default()),
         })
+    }
+
+    /// Which procedures are BASE under Salt (default: new_order, payment;
+    /// `BaseSet::none()` for the all-ACID application). Under `acid` the
+    /// choice changes nothing.
+    pub fn with_base(mut self, base: BaseSet) -> Tpcc {
+        self.base = base;
+        self
     }
 
     /// Tells the workload the driver's warm-up and measured durations, so
@@ -284,6 +299,7 @@ impl Workload for Tpcc {
         m.insert("warehouses".into(), json!(self.warehouses));
         m.insert("scale".into(), json!(self.scale.name));
         m.insert("mix".into(), json!(self.mix.name));
+        m.insert("base".into(), json!(self.base.label()));
         m
     }
 
@@ -297,7 +313,7 @@ impl Workload for Tpcc {
     }
 
     fn application(&self) -> Application {
-        procedures::application()
+        procedures::application(&self.base)
     }
 
     fn load<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {
