@@ -134,7 +134,8 @@ fn run_inner(args: &AnalyzeArgs) -> Result<(), String> {
     let groups: Vec<Vec<String>> = if !args.groups.is_empty() {
         args.groups
             .iter()
-            .map(|g| g.split(',').map(|s| s.trim().to_string()).collect())
+            // `new-order` names the procedure `new_order`, as in the sources.
+            .map(|g| g.split(',').map(|s| s.trim().replace('-', "_")).collect())
             .collect()
     } else if let Some(g) = workloads::default_groups(&app) {
         g.iter()

@@ -441,6 +441,7 @@ impl WalSet {
             last_checkpoint_lsn: 0,
             checkpointing: Arc::new(AtomicBool::new(false)),
             scratch: Vec::new(),
+            context_commit: None,
         })
     }
 
@@ -568,6 +569,10 @@ pub struct PartitionWal {
     scratch: Vec<u8>,
     /// Salt: BASE contexts not yet ended (kept in checkpoints).
     base: BaseContexts,
+    /// Salt: the subtransaction whose context was just logged to commit
+    /// with it: its Commit record is written even if it wrote nothing
+    /// (recovery attaches a context only to a Commit or Prepare).
+    context_commit: Option<TxnId>,
 }
 
 impl PartitionWal {
@@ -583,6 +588,7 @@ impl PartitionWal {
             return;
         }
         if committed {
+            self.context_commit = Some(c.sub);
             self.base.commit(c);
         } else {
             self.base.pending.insert(c.sub, c);
@@ -624,7 +630,8 @@ impl PartitionWal {
             reply.send(value);
             return;
         }
-        if !store.has_writes(txn) {
+        let has_context = self.context_commit.take() == Some(txn);
+        if !store.has_writes(txn) && !has_context {
             self.after_durable(reply, value);
             return;
         }

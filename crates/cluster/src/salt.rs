@@ -84,6 +84,13 @@ pub(crate) struct BaseState {
     /// First position of the subtransaction a concurrency-control abort
     /// hit (the replay resumes there).
     doomed_at: Option<u32>,
+    /// A subtransaction's outcome is unknown (its commit was not answered:
+    /// the log or a partition is down). The body must not go on, and
+    /// above all must not run an exception handler, which would
+    /// compensate for something that may have committed: every later
+    /// operation gets this error, the locks go, the context stays, and
+    /// recovery rolls the transaction forward from what was logged.
+    in_doubt: Option<Error>,
 }
 
 /// An open alkaline subtransaction.
@@ -119,6 +126,7 @@ impl BaseState {
             touched: SmallVec::new(),
             dirty: Vec::new(),
             doomed_at: None,
+            in_doubt: None,
             on_accept: None,
             intro: None,
             recovered: Default::default(),
@@ -170,6 +178,20 @@ impl BaseState {
     }
 }
 
+/// Whether a failed commit (or autocommitted statement) leaves its outcome
+/// unknown: nobody answered, so it may have committed.
+fn outcome_unknown(e: &Error) -> bool {
+    matches!(e, Error::Transport(_) | Error::Storage(_))
+}
+
+/// Refuses to go on once an outcome is unknown (see `in_doubt`).
+fn check_in_doubt(b: &BaseState) -> Result<()> {
+    match &b.in_doubt {
+        Some(e) => Err(e.clone()),
+        None => Ok(()),
+    }
+}
+
 fn base_mut(st: &mut TxnState) -> &mut BaseState {
     st.base.as_deref_mut().expect("a BASE transaction")
 }
@@ -195,6 +217,7 @@ pub(crate) fn begin_alkaline(ctx: &mut ProcCtx) -> Result<()> {
     let owner = st.txn;
     let mark = rec_len(&st);
     let b = base_mut(&mut st);
+    check_in_doubt(b)?;
     match b.block.take() {
         // The body left the previous block with an error (`?` out of it):
         // it is rolled back, as an exception in it would.
@@ -226,6 +249,7 @@ pub(crate) async fn end_alkaline(ctx: &mut ProcCtx) -> Result<()> {
             return Err(Error::Aborted(cause));
         }
         let b = base_mut(&mut st);
+        check_in_doubt(b)?;
         match b.block.take() {
             Some(block) if block.explicit => block,
             other => {
@@ -264,6 +288,8 @@ async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
             if let Error::Aborted(cause) = e {
                 st.doomed = Some(cause);
                 base_mut(&mut st).doomed_at = Some(block.start);
+            } else if outcome_unknown(&e) {
+                base_mut(&mut st).in_doubt = Some(e.clone());
             }
             Err(e)
         }
@@ -310,6 +336,7 @@ pub(crate) async fn exec(
         let owner = st.txn;
         let mark = rec_len(&st);
         let b = base_mut(&mut st);
+        check_in_doubt(b)?;
         let seq = b.seq;
         b.seq += 1;
         if b.replayed(seq) {
@@ -328,11 +355,20 @@ pub(crate) async fn exec(
         if implicit {
             b.open(&shared, owner, false, mark);
         }
-        let (sub_txn, sub_no) = b
+        let Some((sub_txn, sub_no)) = b
             .block
             .as_ref()
             .and_then(|bl| bl.live.as_ref().map(|s| (s.txn, bl.no)))
-            .expect("a live subtransaction");
+        else {
+            // The block began with a recorded statement but this one was
+            // not recorded: the record of the subtransaction is partial.
+            return Err(Error::Internal(format!(
+                "{owner}: statement {seq} of a replayed subtransaction (from {:?}) has no recorded result (recovered {:?}, context {})",
+                b.block.as_ref().map(|bl| bl.start),
+                b.recovered.keys().collect::<Vec<_>>(),
+                b.context.len()
+            )));
+        };
         let intro = if seq == 0 { b.intro.clone() } else { None };
         (
             owner,
@@ -409,6 +445,14 @@ pub(crate) async fn exec(
         None if parts.len() == 1 => Ok(parts.pop().expect("one part")),
         None => Ok(plan.merge(parts)),
     };
+    if let Err(e) = &result {
+        if outcome_unknown(e) {
+            // Unanswered: with the local optimization it may even have
+            // committed (see `in_doubt`).
+            base_mut(&mut ctx.state.lock()).in_doubt = Some(e.clone());
+            return result;
+        }
+    }
     // A concurrency-control victim: the body is run again (see module doc).
     if let Err(Error::Aborted(cause)) = &result {
         let mut st = ctx.state.lock();
@@ -495,6 +539,16 @@ pub(crate) async fn run_base(
         let body_result = (proc.body)(ctx, args.clone()).await;
         let owner = state.lock().txn;
         let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
+        let in_doubt = base_mut(&mut state.lock()).in_doubt.clone();
+        if let Some(e) = in_doubt {
+            roll_back_abandoned(&ctx).await;
+            let block = base_mut(&mut state.lock()).block.take();
+            if let Some(block) = block {
+                roll_back(&ctx, block).await;
+            }
+            give_up(shared, node, &state);
+            return Err(e);
+        }
         let doomed = state.lock().doomed;
         if let Some(cause) = doomed {
             roll_back_abandoned(&ctx).await;
@@ -508,7 +562,9 @@ pub(crate) async fn run_base(
             if accepted {
                 if shared.wal.as_ref().is_some_and(|w| w.is_down()) {
                     // Nothing can commit any more; recovery rolls the
-                    // transaction forward from its logged context.
+                    // transaction forward from its logged context. Its
+                    // locks go, so no release waits for it.
+                    give_up(shared, node, &state);
                     return Err(Error::Storage(format!(
                         "{owner}: accepted, but the log is down: it completes when the node recovers"
                     )));
@@ -564,6 +620,7 @@ pub(crate) async fn run_base(
                             attempt -= 1;
                             continue;
                         }
+                        give_up(shared, node, &state);
                         return Err(e);
                     }
                 }
@@ -617,6 +674,28 @@ pub(crate) async fn run_base(
             Err(e) => Err(e),
         };
     }
+}
+
+/// Ends a BASE transaction that cannot go on (a failure that is not a
+/// concurrency-control abort): its locks are released in the background,
+/// so nothing that waits for them (locks, release-order dependencies)
+/// waits forever; its end is not logged, so what it committed stays in
+/// the log and recovery rolls it forward.
+fn give_up(shared: &Arc<Shared>, node: NodeId, state: &Arc<Mutex<TxnState>>) {
+    let (owner, touched) = {
+        let mut st = state.lock();
+        st.finished = true;
+        let owner = st.txn;
+        (owner, base_mut(&mut st).touched.clone())
+    };
+    // `Some(u32::MAX)`: every lock, but not the end (the context stays).
+    tokio::spawn(release(
+        shared.clone(),
+        node,
+        owner,
+        touched,
+        vec![Some(u32::MAX)],
+    ));
 }
 
 /// Releases the BASE transaction's locks at every partition it touched,

@@ -457,6 +457,13 @@ impl Writer {
                             break;
                         }
                     }
+                    // The power may have gone while waiting: nothing more
+                    // becomes durable (what the cut caused must not either).
+                    if self.inner.crash.is_crashed() {
+                        drop(p);
+                        self.power_loss();
+                        return;
+                    }
                 }
                 std::mem::swap(&mut p.buf, &mut batch);
                 std::mem::swap(&mut p.waiters, &mut waiters);
