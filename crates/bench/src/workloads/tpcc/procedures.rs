@@ -641,33 +641,40 @@ fn delivery() -> ProcedureDef {
             let carrier = a.get(1)?.clone();
             let now = a.get(2)?.clone();
             let mut delivered = 0i64;
+            // Bounded, so a bug cannot spin; each failed claim means a
+            // concurrent delivery took the order.
+            const MAX_CLAIM_ATTEMPTS: usize = 64;
             for d_id in 1..=DISTRICTS {
                 let d = Value::Int(d_id);
                 // BASE (`--base ...,delivery`): claiming the oldest new
                 // order is one alkaline subtransaction (find it, delete it),
                 // so two deliveries never deliver the same order; the
                 // statements after it are single-statement subtransactions.
+                //
+                // At read committed the read lock of the first statement
+                // is short: a concurrent delivery may claim the same order
+                // between the two statements. The delete then finds nothing,
+                // and the next oldest is tried (someone else progressed).
                 ctx.begin_alkaline()?;
-                let oldest = ctx
-                    .exec("oldest_new_order", vec![w.clone(), d.clone()])
-                    .await?;
-                let Some(row) = oldest.first() else {
-                    ctx.end_alkaline().await?;
+                let mut claimed = None;
+                for _ in 0..MAX_CLAIM_ATTEMPTS {
+                    let oldest = ctx
+                        .exec("oldest_new_order", vec![w.clone(), d.clone()])
+                        .await?;
                     // Clause 2.7.4.2: a district without a new order is
                     // skipped (and reported).
-                    continue;
-                };
-                let o = Value::Int(int_at(row, 0, "new_order")?);
-                let deleted = ctx
-                    .exec("delete_new_order", vec![w.clone(), d.clone(), o.clone()])
-                    .await?;
-                if deleted.affected != 1 {
-                    return Err(Error::Internal(format!(
-                        "tpcc delivery: deleting new order ({w}, {d}, {o}) affected {} rows",
-                        deleted.affected
-                    )));
+                    let Some(row) = oldest.first() else { break };
+                    let o = Value::Int(int_at(row, 0, "new_order")?);
+                    let deleted = ctx
+                        .exec("delete_new_order", vec![w.clone(), d.clone(), o.clone()])
+                        .await?;
+                    if deleted.affected == 1 {
+                        claimed = Some(o);
+                        break;
+                    }
                 }
                 ctx.end_alkaline().await?;
+                let Some(o) = claimed else { continue };
                 ctx.exec(
                     "set_carrier",
                     vec![carrier.clone(), w.clone(), d.clone(), o.clone()],
