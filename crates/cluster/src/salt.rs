@@ -23,14 +23,16 @@
 //! results (and errors) of every statement already executed, which are
 //! replayed, not re-executed, up to the subtransaction that failed. Bodies
 //! are deterministic (DESIGN 3), so the replay takes the same path; the
-//! same mechanism will roll accepted transactions forward after a crash.
+//! same mechanism rolls accepted transactions forward after a crash, with
+//! the results logged with each subtransaction (`roll_forward`).
 //!
 //! Errors. A statement error inside a subtransaction rolls the
 //! subtransaction back and closes it; the body's handler decides what
-//! follows. Before acceptance such an error ends the call with it.
+//! follows. Before acceptance such an error ends the call with it. A
+//! commit nobody answered leaves the transaction in doubt: it stops, runs
+//! no handler, and recovery finishes it (`BaseState::in_doubt`).
 //!
-//! Not yet here (see `docs/salt.md`): durable acceptance and roll-forward
-//! recovery, BASE transactions in recorded histories.
+//! User guide: `docs/salt.md`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
