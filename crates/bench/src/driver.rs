@@ -30,16 +30,20 @@ use brine_core::Error;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde_json::{json, Map, Value as Json};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::error::{BenchError, Result};
 use crate::recorder::{round2, Recorder};
 use crate::report::{BenchReport, PointResult};
-use crate::workload::{ClientGen, Workload};
+use crate::workload::{ClientGen, TxnRequest, Workload};
 
 /// Upper bound on closed-loop clients per point: each is a tokio task with
 /// its own histograms; beyond this the driver, not the cluster, is measured.
 pub const MAX_CLIENTS: u64 = 100_000;
+
+/// Requests a deferred queue holds before clients handing it more wait.
+const DEFERRED_QUEUE_DEPTH: usize = 16;
 
 /// How long clients may take to finish their last call after the measured
 /// interval before the run is declared stuck.
@@ -250,18 +254,38 @@ async fn measure_point(
     let start = Instant::now();
     let measure_start = start + spec.warmup;
     let measure_end = measure_start + spec.duration;
+    let window = Window {
+        start: measure_start,
+        end: measure_end,
+        stop: stop.clone(),
+    };
     let mut set = JoinSet::new();
+    let mut queues = Vec::new();
+    for q in 0..workload.deferred_queues() {
+        let (tx, rx) = mpsc::channel(DEFERRED_QUEUE_DEPTH);
+        queues.push(tx);
+        // The worker's generator only splits requests and observes outcomes.
+        let index = clients.saturating_add(u32::try_from(q).unwrap_or(u32::MAX));
+        let rng = SmallRng::seed_from_u64(client_seed(spec.cluster.seed, variant, clients, index));
+        set.spawn(deferred_worker(
+            cluster.client(),
+            workload.client(index, rng),
+            rx,
+            window.clone(),
+        ));
+    }
+    let queues = Arc::new(queues);
     for i in 0..clients {
         let rng = SmallRng::seed_from_u64(client_seed(spec.cluster.seed, variant, clients, i));
         let gen = workload.client(i, rng);
         set.spawn(client_loop(
             cluster.client(),
             gen,
-            measure_start,
-            measure_end,
-            stop.clone(),
+            queues.clone(),
+            window.clone(),
         ));
     }
+    drop(queues);
 
     let mut done = Vec::new();
     let outcome = async {
@@ -460,50 +484,139 @@ fn client_seed(seed: u64, variant: usize, clients: u32, i: u32) -> u64 {
     mix(mix(mix(mix(seed) ^ variant as u64) ^ u64::from(clients)) ^ u64::from(i))
 }
 
-/// One closed-loop client: issue, wait, record, repeat until the end of the
-/// measured interval (or until another client failed).
-async fn client_loop(
-    client: Client,
-    mut gen: Box<dyn ClientGen>,
-    measure_start: Instant,
-    measure_end: Instant,
+/// The measured interval, and the flag that stops every client early.
+#[derive(Clone)]
+struct Window {
+    start: Instant,
+    end: Instant,
     stop: Arc<AtomicBool>,
-) -> Result<Recorder> {
-    let mut rec = Recorder::new()?;
-    while !stop.load(Ordering::Relaxed) && Instant::now() < measure_end {
-        let req = gen.next();
-        let procedure = req.procedure;
-        let t0 = Instant::now();
-        let outcome = client.call(procedure, req.args).await;
+}
+
+impl Window {
+    fn running(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed) && Instant::now() < self.end
+    }
+
+    /// Records a call that started (or was handed over) at `t0` and ended
+    /// now, if it ended inside the interval. A failure other than
+    /// contention stops the run.
+    fn record(
+        &self,
+        rec: &mut Recorder,
+        procedure: &'static str,
+        t0: Instant,
+        outcome: brine_core::Result<brine_cluster::CallOutcome>,
+    ) -> Result<()> {
         let t1 = Instant::now();
-        gen.observe(procedure, &outcome);
-        let measured = t1 >= measure_start && t1 < measure_end;
+        let measured = t1 >= self.start && t1 < self.end;
         match outcome {
             Ok(o) if measured => {
                 let us = u64::try_from(t1.duration_since(t0).as_micros()).unwrap_or(u64::MAX);
-                rec.commit(procedure, us, o.attempts)?;
+                rec.commit(procedure, us, o.attempts)
             }
-            Ok(_) => {}
-            Err(Error::UserAbort(_)) => {
-                if measured {
-                    rec.user_abort(procedure)?;
-                }
+            Ok(_) => Ok(()),
+            Err(Error::UserAbort(_)) if measured => rec.user_abort(procedure),
+            Err(Error::RetriesExhausted { attempts, .. }) if measured => {
+                rec.gave_up(procedure, attempts)
             }
-            Err(Error::RetriesExhausted { attempts, .. }) => {
-                if measured {
-                    rec.gave_up(procedure, attempts)?;
-                }
-            }
+            Err(Error::UserAbort(_) | Error::RetriesExhausted { .. }) => Ok(()),
             Err(source) => {
-                stop.store(true, Ordering::Relaxed);
-                return Err(BenchError::Call {
+                self.stop.store(true, Ordering::Relaxed);
+                Err(BenchError::Call {
                     procedure: procedure.to_string(),
                     source,
-                });
+                })
             }
         }
     }
+}
+
+/// A request handed to a deferred-execution queue, and when.
+struct Deferred {
+    request: TxnRequest,
+    handed_at: Instant,
+}
+
+/// One closed-loop client: issue, wait, record, repeat until the end of the
+/// measured interval (or until another client failed). A request the
+/// generator defers goes to its queue instead (waiting only while the
+/// queue is full).
+async fn client_loop(
+    client: Client,
+    mut gen: Box<dyn ClientGen>,
+    queues: Arc<Vec<mpsc::Sender<Deferred>>>,
+    window: Window,
+) -> Result<Recorder> {
+    let mut rec = Recorder::new()?;
+    while window.running() {
+        let req = gen.next();
+        let procedure = req.procedure;
+        if let Some(q) = gen.defer(&req) {
+            let queue = queues.get(q).ok_or_else(|| {
+                BenchError::Internal(format!(
+                    "{procedure} deferred to queue {q}, which does not exist"
+                ))
+            })?;
+            let handed = Deferred {
+                request: req,
+                handed_at: Instant::now(),
+            };
+            tokio::select! {
+                sent = queue.send(handed) => if sent.is_err() { break },
+                _ = tokio::time::sleep_until(window.end.into()) => break,
+            }
+            continue;
+        }
+        let t0 = Instant::now();
+        let outcome = client.call(procedure, req.args).await;
+        gen.observe(procedure, &outcome);
+        window.record(&mut rec, procedure, t0, outcome)?;
+    }
     Ok(rec)
+}
+
+/// Serves one deferred-execution queue in order until the end of the
+/// measured interval; latency counts from the hand-over (queueing included).
+async fn deferred_worker(
+    client: Client,
+    mut gen: Box<dyn ClientGen>,
+    mut queue: mpsc::Receiver<Deferred>,
+    window: Window,
+) -> Result<Recorder> {
+    let mut rec = Recorder::new()?;
+    while window.running() {
+        let next = tokio::select! {
+            d = queue.recv() => d,
+            _ = tokio::time::sleep_until(window.end.into()) => None,
+        };
+        let Some(d) = next else { break };
+        let procedure = d.request.procedure;
+        let parts = gen.split_deferred(&d.request).into_iter().map(|part| {
+            let client = &client;
+            async move { client.call(part.procedure, part.args).await }
+        });
+        let outcome = join_outcomes(futures::future::join_all(parts).await);
+        gen.observe(procedure, &outcome);
+        window.record(&mut rec, procedure, d.handed_at, outcome)?;
+    }
+    Ok(rec)
+}
+
+/// One outcome for the parts of a deferred request: the first failure, or
+/// every part's values in order with the most attempts any part took.
+fn join_outcomes(
+    parts: Vec<brine_core::Result<brine_cluster::CallOutcome>>,
+) -> brine_core::Result<brine_cluster::CallOutcome> {
+    let mut joined = brine_cluster::CallOutcome {
+        values: Vec::new(),
+        attempts: 0,
+    };
+    for part in parts {
+        let o = part?;
+        joined.values.extend(o.values);
+        joined.attempts = joined.attempts.max(o.attempts);
+    }
+    Ok(joined)
 }
 
 /// Waits until `deadline`, collecting clients that end early; a client that

@@ -6,6 +6,8 @@
 //!    workload.load(&cluster)            -- initial data; resets run counters
 //!    for each client i: workload.client(i, seeded rng) -> ClientGen
 //!        loop { req = gen.next(); outcome = call(req); gen.observe(..) }
+//!          (or, if gen.defer(req) = Some(q): hand req to queue q, go on)
+//!    for each deferred queue q: a worker calls its requests in order
 //!    workload.check(&cluster)           -- with --check: invariants hold?
 //!    workload.metrics()                 -- workload-specific counters
 //! ```
@@ -43,6 +45,23 @@ pub trait ClientGen: Send {
     /// Sees the outcome of the call just made (every call, warm-up
     /// included), e.g. to check a read against an invariant.
     fn observe(&mut self, _procedure: &'static str, _outcome: &brine_core::Result<CallOutcome>) {}
+
+    /// The queue this request is handed to instead of being run by this
+    /// client (TPC-C clause 2.7's deferred delivery), or `None` to run it
+    /// here. Queue numbers are below `Workload::deferred_queues`.
+    fn defer(&self, _request: &TxnRequest) -> Option<usize> {
+        None
+    }
+
+    /// The calls a deferred request's worker makes for it, concurrently
+    /// (TPC-C clause 2.7.4.2 lets delivery commit one district at a time).
+    /// The worker (which owns a generator of its own,
+    /// used only for this and `observe`) records one call of the request's procedure when all have
+    /// ended: values concatenated, attempts the largest. Default: the
+    /// request itself.
+    fn split_deferred(&self, request: &TxnRequest) -> Vec<TxnRequest> {
+        vec![request.clone()]
+    }
 }
 
 /// A benchmark workload: schema, procedures, data and request mix.
@@ -71,6 +90,14 @@ pub trait Workload: Send + Sync {
     /// has stopped. The default checks nothing.
     fn check<'a>(&'a self, _cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {
         Box::pin(async { Ok(()) })
+    }
+
+    /// How many deferred-execution queues the driver runs (each served, in
+    /// order, by one worker of its own); 0 when no request is deferred.
+    /// A client hands a deferred request over and goes on at once; the
+    /// worker's call is recorded with its latency counted from the hand-over.
+    fn deferred_queues(&self) -> usize {
+        0
     }
 
     /// Workload-specific counters of the current run, for the report.

@@ -535,6 +535,44 @@ async fn delivery_skips_empty_districts() -> R {
     Ok(())
 }
 
+/// The deferred worker's form: one district per call (clause 2.7.4.2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_of_one_district() -> R {
+    let (_w, cluster) = loaded(1).await?;
+    let undelivered = |d: i64| {
+        let c = &cluster;
+        async move {
+            int(
+                c,
+                "SELECT COUNT(*) FROM new_order WHERE no_w_id = 1 AND no_d_id = $d",
+                vec![i(d)],
+            )
+            .await
+        }
+    };
+    let (three, four) = (undelivered(3).await?, undelivered(4).await?);
+    let out = call(
+        &cluster,
+        tpcc::DELIVERY,
+        vec![i(1), i(1), Value::Timestamp(1), i(3)],
+    )
+    .await
+    .map_err(call_err(tpcc::DELIVERY))?;
+    assert_eq!(out, vec![i(1)]);
+    assert_eq!(undelivered(3).await?, three - 1);
+    assert_eq!(undelivered(4).await?, four, "only district 3 was delivered");
+    for bad in [0, 11] {
+        let e = call(
+            &cluster,
+            tpcc::DELIVERY,
+            vec![i(1), i(1), Value::Timestamp(1), i(bad)],
+        )
+        .await;
+        assert!(matches!(e, Err(Error::Bound(_))), "district {bad}: {e:?}");
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_check_fails_on_corrupted_data() -> R {
     let (w, cluster) = loaded(1).await?;
@@ -623,6 +661,17 @@ async fn multi_client_serializable_run_keeps_consistency() -> R {
     }
     let committed = r.per_procedure[tpcc::NEW_ORDER].commits;
     assert!(committed > 0, "no new order committed");
+    // Delivery is deferred by default: the per-warehouse workers ran it.
+    assert_eq!(r.params["delivery"], serde_json::json!("deferred"));
+    assert!(
+        r.per_procedure[tpcc::DELIVERY].commits > 0,
+        "no delivery ran"
+    );
+    assert!(
+        r.workload_metrics["deliveries"].as_u64().unwrap_or(0) > 0,
+        "{:?}",
+        r.workload_metrics
+    );
     let per_min = r.workload_metrics["new_order_per_min"]
         .as_f64()
         .unwrap_or(-1.0);

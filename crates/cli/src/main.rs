@@ -283,6 +283,12 @@ struct BenchArgs {
     #[arg(long, value_name = "MIX")]
     mix: Option<String>,
 
+    /// tpcc: how terminals run delivery: deferred (clause 2.7.2, the default: queued per
+    /// warehouse, one worker each; latency from queueing to completion) or inline (in the
+    /// terminal's own call).
+    #[arg(long, value_name = "MODE")]
+    delivery: Option<String>,
+
     /// tpcc: database size per warehouse, standard (clause 4.3) or small (non-standard:
     /// 1,000 items, 100 customers per district; for quick runs).
     #[arg(long, value_name = "SCALE")]
@@ -431,6 +437,7 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
         only(args.warehouses.is_some(), "--warehouses", "tpcc")?;
         only(args.mix.is_some(), "--mix", "tpcc")?;
         only(args.tpcc_scale.is_some(), "--tpcc-scale", "tpcc")?;
+        only(args.delivery.is_some(), "--delivery", "tpcc")?;
     }
     if args.workload != WorkloadName::Ticket {
         only(args.seats.is_some(), "--seats", "ticket")?;
@@ -508,6 +515,9 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
                 tpcc::Scale::by_name(args.tpcc_scale.as_deref().unwrap_or("standard"))?,
                 tpcc::Mix::by_name(args.mix.as_deref().unwrap_or("standard"))?,
             )?
+            .with_delivery(tpcc::Delivery::by_name(
+                args.delivery.as_deref().unwrap_or("deferred"),
+            )?)
             .with_measure_window(
                 seconds(args.warmup, "--warmup")?,
                 seconds(args.duration, "--duration")?,
@@ -879,6 +889,8 @@ mod tests {
         assert!(workloads_from(&parse(&["tpcc", "--warehouses", "0"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--mix", "odd"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--tpcc-scale", "huge"])).is_err());
+        assert!(workloads_from(&parse(&["tpcc", "--delivery", "later"])).is_err());
+        assert!(workloads_from(&parse(&["micro", "--delivery", "inline"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--rows", "5"])).is_err());
         assert!(Cli::try_parse_from([
             "brine",
@@ -908,6 +920,13 @@ mod tests {
         assert_eq!(p.get("warehouses"), Some(&serde_json::json!(4)));
         assert_eq!(p.get("mix"), Some(&serde_json::json!("salt")));
         assert_eq!(p.get("scale"), Some(&serde_json::json!("standard")));
+        assert_eq!(p.get("delivery"), Some(&serde_json::json!("deferred")));
+        let w = workloads_from(&parse(&["tpcc", "--delivery", "inline"]))?;
+        assert_eq!(w[0].deferred_queues(), 0);
+        assert_eq!(
+            w[0].params().get("delivery"),
+            Some(&serde_json::json!("inline"))
+        );
         let w = workloads_from(&parse(&["tpcc", "--tpcc-scale", "small"]))?;
         assert_eq!(w[0].params().get("warehouses"), Some(&serde_json::json!(2)));
         Ok(())

@@ -104,9 +104,11 @@ pub struct Partition {
     /// Salt: the long-term locks of each BASE transaction here, with the
     /// position of the latest statement that took each.
     base_locks: HashMap<TxnId, Vec<BaseLock>>,
-    /// Salt: end-of-BASE releases still held back by release-order
-    /// dependencies.
-    releases: Vec<PendingRelease>,
+    /// Salt: releases still held back by release-order dependencies, by
+    /// owner.
+    releases: HashMap<TxnId, Vec<PendingRelease>>,
+    /// Scratch: owners whose held-back releases progressed.
+    progressed: Vec<TxnId>,
     /// Salt with a log: what each running alkaline subtransaction ran
     /// here, logged when it commits or prepares.
     base_results: HashMap<TxnId, BaseContext>,
@@ -134,8 +136,9 @@ const ACCESSES: [Access; 3] = [Access::Read, Access::RangeRead, Access::Write];
 
 /// A `Release` waiting for some of its locks.
 struct PendingRelease {
-    owner: TxnId,
     /// `None`: a whole release (`release_all`), answered on `Released`.
+    /// `Some`: a partial one, answered once none of these targets (those
+    /// whose release was held back) is held any more.
     targets: Option<Vec<LockTarget>>,
     reply: Reply<()>,
 }
@@ -182,7 +185,8 @@ impl Partition {
             wakeups: Vec::new(),
             wal: None,
             base_locks: HashMap::new(),
-            releases: Vec::new(),
+            releases: HashMap::new(),
+            progressed: Vec::new(),
             base_results: HashMap::new(),
         }
     }
@@ -395,16 +399,23 @@ impl Partition {
             self.base_locks.remove(&owner);
             match self.locks.release_all(owner, &mut self.wakeups) {
                 ReleaseOutcome::Done => reply.send(()),
-                ReleaseOutcome::Deferred => self.releases.push(PendingRelease {
-                    owner,
-                    targets: None,
-                    reply,
-                }),
+                ReleaseOutcome::Deferred => {
+                    self.releases
+                        .entry(owner)
+                        .or_default()
+                        .push(PendingRelease {
+                            targets: None,
+                            reply,
+                        })
+                }
             }
+            // Partial releases still waiting are answered once their
+            // targets went (now, or with the whole release).
+            self.answer_releases(owner, false);
             self.process_wakeups();
             return;
         };
-        let mut targets = Vec::new();
+        let mut held_back = Vec::new();
         if let Some(held) = self.base_locks.get_mut(&owner) {
             let (now, later): (Vec<_>, Vec<_>) = std::mem::take(held)
                 .into_iter()
@@ -416,34 +427,45 @@ impl Partition {
                         self.locks.release(owner, &l.target, *a, &mut self.wakeups);
                     }
                 }
-                targets.push(l.target);
+                if self.locks.holds(owner, &l.target) {
+                    held_back.push(l.target);
+                }
             }
         }
-        self.releases.push(PendingRelease {
-            owner,
-            targets: Some(targets),
-            reply,
-        });
+        if held_back.is_empty() {
+            reply.send(());
+        } else {
+            self.releases
+                .entry(owner)
+                .or_default()
+                .push(PendingRelease {
+                    targets: Some(held_back),
+                    reply,
+                });
+        }
         self.process_wakeups();
     }
 
-    /// Answers the end-of-BASE releases whose locks are all released now.
-    fn answer_releases(&mut self) {
-        if self.releases.is_empty() {
+    /// Answers the partial releases of `owner` whose held-back targets are
+    /// all released now (`whole`: and its whole release, which completed).
+    fn answer_releases(&mut self, owner: TxnId, whole: bool) {
+        let Some(pending) = self.releases.remove(&owner) else {
             return;
-        }
-        let pending = std::mem::take(&mut self.releases);
+        };
+        let mut kept = Vec::new();
         for r in pending {
             let done = match &r.targets {
-                Some(ts) => ts.iter().all(|t| !self.locks.holds(r.owner, t)),
-                // Answered by `Wakeup::Released`.
-                None => false,
+                Some(ts) => ts.iter().all(|t| !self.locks.holds(owner, t)),
+                None => whole,
             };
             if done {
                 r.reply.send(());
             } else {
-                self.releases.push(r);
+                kept.push(r);
             }
+        }
+        if !kept.is_empty() {
+            self.releases.insert(owner, kept);
         }
     }
 
@@ -670,17 +692,14 @@ impl Partition {
                     self.counters.count_victim(cause);
                     self.finish(p.stmt, Err(Error::Aborted(cause)));
                 }
-                Wakeup::Released { txn } => {
-                    if let Some(i) = self
-                        .releases
-                        .iter()
-                        .position(|r| r.owner == txn && r.targets.is_none())
-                    {
-                        self.releases.swap_remove(i).reply.send(());
-                    }
-                }
+                Wakeup::Released { txn } => self.answer_releases(txn, true),
             }
         }
-        self.answer_releases();
+        let mut progressed = std::mem::take(&mut self.progressed);
+        self.locks.take_released_held_back(&mut progressed);
+        for owner in progressed.drain(..) {
+            self.answer_releases(owner, false);
+        }
+        self.progressed = progressed;
     }
 }

@@ -552,6 +552,9 @@ pub struct LockTable {
     next_ticket: u64,
     /// Transactions whose held-back releases may have become possible.
     worklist: Vec<TxnId>,
+    /// Transactions some of whose held-back single releases (`release`)
+    /// happened since the last `take_released_held_back`.
+    held_back_progress: Vec<TxnId>,
     stats: LockStats,
 }
 
@@ -565,6 +568,7 @@ impl LockTable {
             txns: Map::default(),
             next_ticket: 1,
             worklist: Vec::new(),
+            held_back_progress: Vec::new(),
             stats: LockStats::default(),
         }
     }
@@ -966,6 +970,14 @@ impl LockTable {
     /// Whether `txn` holds any lock on exactly `target`.
     pub fn holds(&self, txn: TxnId, target: &LockTarget) -> bool {
         self.txns.get(&txn).is_some_and(|s| s.held.contains(target))
+    }
+
+    /// Moves into `out` the transactions some of whose held-back single
+    /// releases (`release` answered while a dependency held the lock back)
+    /// have happened since the last call, so a caller waiting for them
+    /// looks only at those.
+    pub fn take_released_held_back(&mut self, out: &mut Vec<TxnId>) {
+        out.append(&mut self.held_back_progress);
     }
 
     /// Waiting requests on exactly `target`, in queue order.
@@ -1525,6 +1537,9 @@ impl LockTable {
                 } else {
                     self.release_single_now(txn, &target, access, wakeups);
                     progress = true;
+                    if !self.held_back_progress.contains(&txn) {
+                        self.held_back_progress.push(txn);
+                    }
                 }
             }
             if let Some(st) = self.txns.get_mut(&txn) {

@@ -9,7 +9,10 @@
 //!    load()         load: clause 4.3 data, generated on the blocking pool
 //!                   per (warehouse, job), loaded in batches
 //!    client(i)      input::TpccClient: terminal of warehouse i mod W + 1,
-//!                   mix 45/43/4/4/4 (or --mix salt), NURand inputs
+//!                   mix 45/43/4/4/4 (or --mix salt), NURand inputs;
+//!                   delivery handed to its warehouse's queue (deferred,
+//!                   clause 2.7.2; one driver worker per warehouse) or run
+//!                   by the terminal (--delivery inline)
 //!    check()        check: clause 3.3.2 conditions 1-10 and 12
 //!    metrics()      new_order_per_min (tpmC-style, not an audited result)
 //! ```
@@ -20,7 +23,7 @@
 //! (1% of order lines, 15% of payments); at serializable the consistency
 //! conditions hold after any run (`--check` fails loudly otherwise).
 //! Deviations from the spec (no keying/think time, replicated ITEM, the
-//! reduced `small` scale, delivery run in the terminal's transaction) are
+//! reduced `small` scale) are
 //! listed in `docs/workloads/tpcc.md`.
 
 pub mod check;
@@ -200,7 +203,40 @@ pub struct Tpcc {
     scale: Scale,
     mix: Mix,
     base: BaseSet,
+    delivery: Delivery,
     run: Arc<RunState>,
+}
+
+/// How a terminal runs delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Clause 2.7.2: the terminal queues the request and goes on; one
+    /// worker per warehouse serves its queue in order, so deliveries of a
+    /// warehouse never contend with each other. Delivery's latency is from
+    /// queueing to completion. The default.
+    Deferred,
+    /// The terminal runs delivery itself, like the other four (concurrent
+    /// deliveries of a warehouse contend for the same oldest new orders).
+    Inline,
+}
+
+impl Delivery {
+    pub fn by_name(name: &str) -> Result<Delivery> {
+        match name {
+            "deferred" => Ok(Delivery::Deferred),
+            "inline" => Ok(Delivery::Inline),
+            other => Err(BenchError::Config(format!(
+                "--delivery: unknown mode `{other}` (expected deferred or inline)"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Delivery::Deferred => "deferred",
+            Delivery::Inline => "inline",
+        }
+    }
 }
 
 impl Tpcc {
@@ -224,6 +260,7 @@ impl Tpcc {
             scale,
             mix,
             base: BaseSet::of(&DEFAULT_BASE),
+            delivery: Delivery::Deferred,
             run: Arc::new(RunState::default()),
         })
     }
@@ -233,6 +270,12 @@ impl Tpcc {
     /// choice changes nothing.
     pub fn with_base(mut self, base: BaseSet) -> Tpcc {
         self.base = base;
+        self
+    }
+
+    /// How terminals run delivery (default: deferred, clause 2.7.2).
+    pub fn with_delivery(mut self, delivery: Delivery) -> Tpcc {
+        self.delivery = delivery;
         self
     }
 
@@ -285,6 +328,7 @@ impl Tpcc {
             history_base: (i + 1) << 32,
             history_seq: 0,
             run: self.run.clone(),
+            defer_delivery: self.delivery == Delivery::Deferred,
         }
     }
 }
@@ -300,6 +344,7 @@ impl Workload for Tpcc {
         m.insert("scale".into(), json!(self.scale.name));
         m.insert("mix".into(), json!(self.mix.name));
         m.insert("base".into(), json!(self.base.label()));
+        m.insert("delivery".into(), json!(self.delivery.name()));
         m
     }
 
@@ -360,6 +405,13 @@ impl Workload for Tpcc {
 
     fn client(&self, index: u32, rng: SmallRng) -> Box<dyn ClientGen> {
         Box::new(self.terminal(index, rng))
+    }
+
+    fn deferred_queues(&self) -> usize {
+        match self.delivery {
+            Delivery::Deferred => usize::try_from(self.warehouses).unwrap_or(0),
+            Delivery::Inline => 0,
+        }
     }
 
     fn check<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {

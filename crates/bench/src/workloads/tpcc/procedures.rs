@@ -15,7 +15,8 @@
 //!     INSERT history
 //!  order_status w, d, by_name, c_id, c_last           (read-only)
 //!     customer; last order by the (w, d, c, o_id) index DESC LIMIT 1; its lines
-//!  delivery     w, carrier, delivery_d                 (all 10 districts, one txn)
+//!  delivery     w, carrier, delivery_d [, d]           (all 10 districts, one txn;
+//!                                                       or district d only)
 //!     per district:
 //!   [ ] oldest new_order (ORDER BY LIMIT 1; none -> skip), delete it
 //!     set o_carrier_id, stamp its lines, sum ol_amount, credit customer
@@ -640,11 +641,33 @@ fn delivery() -> ProcedureDef {
             let w = a.get(0)?.clone();
             let carrier = a.get(1)?.clone();
             let now = a.get(2)?.clone();
+            // An optional fourth argument delivers that district only
+            // (clause 2.7.4.2: one database transaction per district, how
+            // the deferred-delivery worker runs it).
+            let districts = match args.len() {
+                3 => 1..=DISTRICTS,
+                4 => {
+                    let d = a.int(3)?;
+                    if !(1..=DISTRICTS).contains(&d) {
+                        return Err(Error::Bound(format!(
+                            "tpcc delivery: district {d} is not between 1 and {DISTRICTS}"
+                        )));
+                    }
+                    d..=d
+                }
+                got => {
+                    return Err(Error::Arity {
+                        what: format!("procedure `{DELIVERY}`"),
+                        expected: 4,
+                        got,
+                    })
+                }
+            };
             let mut delivered = 0i64;
             // Bounded, so a bug cannot spin; each failed claim means a
             // concurrent delivery took the order.
             const MAX_CLAIM_ATTEMPTS: usize = 64;
-            for d_id in 1..=DISTRICTS {
+            for d_id in districts {
                 let d = Value::Int(d_id);
                 // BASE (`--base ...,delivery`): claiming the oldest new
                 // order is one alkaline subtransaction (find it, delete it),
