@@ -109,6 +109,10 @@ pub struct Partition {
     releases: HashMap<TxnId, Vec<PendingRelease>>,
     /// Scratch: owners whose held-back releases progressed.
     progressed: Vec<TxnId>,
+    /// Salt: the BASE transaction that last wrote each row (the
+    /// prototype's per-row pointer, seed 000 section 3.4.3). Stale entries
+    /// (writer gone) are ignored and swept when the map grows.
+    last_writer: HashMap<LockTarget, TxnId>,
     /// Salt with a log: what each running alkaline subtransaction ran
     /// here, logged when it commits or prepares.
     base_results: HashMap<TxnId, BaseContext>,
@@ -187,6 +191,7 @@ impl Partition {
             base_locks: HashMap::new(),
             releases: HashMap::new(),
             progressed: Vec::new(),
+            last_writer: HashMap::new(),
             base_results: HashMap::new(),
         }
     }
@@ -489,6 +494,7 @@ impl Partition {
             .get(&b.owner)
             .is_some_and(|held| held.iter().any(|l| l.target == need.target));
         if b.release_order && !already {
+            // Every BASE transaction holding a saline write on the row...
             let mut writers: smallvec::SmallVec<[TxnId; 4]> = smallvec::SmallVec::new();
             self.locks.for_each_holder_with(
                 &need.target,
@@ -496,6 +502,19 @@ impl Partition {
                 b.owner,
                 |t| writers.push(t),
             );
+            // ...or only the last one, when it still holds its write: it
+            // depends in turn on the writer before it (whose value it
+            // read), so release order follows along the chain, and a row
+            // written by many concurrent BASE transactions (every one of
+            // them holding its saline write) costs one dependency, not one
+            // per holder.
+            if let Some(last) = self.last_writer.get(&need.target) {
+                if writers.contains(last) {
+                    let last = *last;
+                    writers.clear();
+                    writers.push(last);
+                }
+            }
             for w in writers {
                 // A bound error leaves the dependency out; the cap is far
                 // above what a transaction reads.
@@ -507,6 +526,9 @@ impl Partition {
                     dirty = true;
                 }
             }
+        }
+        if b.release_order && need.access == Access::Write {
+            self.note_last_writer(&need.target, b.owner);
         }
         if short && !dirty {
             return false;
@@ -528,6 +550,23 @@ impl Partition {
             }
         }
         dirty
+    }
+
+    /// Salt: `owner` is now the last BASE writer of `target`. Sweeps the
+    /// pointers of writers that no longer hold their row when the map
+    /// grows past a bound.
+    fn note_last_writer(&mut self, target: &LockTarget, owner: TxnId) {
+        const SWEEP_AT: usize = 1 << 16;
+        match self.last_writer.get_mut(target) {
+            Some(w) => *w = owner,
+            None => {
+                if self.last_writer.len() >= SWEEP_AT {
+                    let locks = &self.locks;
+                    self.last_writer.retain(|t, w| locks.holds(*w, t));
+                }
+                self.last_writer.insert(target.clone(), owner);
+            }
+        }
     }
 
     /// Acquires every lock the statement needs, then runs it; parks it if a
