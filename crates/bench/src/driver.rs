@@ -63,6 +63,10 @@ pub struct BenchSpec {
     pub duration: Duration,
     /// Run the workload's invariant check after every point.
     pub check: bool,
+    /// Give each protocol its own default deadlock handling
+    /// (`protocol::default_deadlock_policy`) instead of
+    /// `cluster.lock.policy` (what `brine bench` does without --deadlock).
+    pub deadlock_per_protocol: bool,
 }
 
 impl BenchSpec {
@@ -115,7 +119,12 @@ impl BenchSpec {
         m.insert("link_jitter_us".into(), json!(c.link.jitter_us));
         m.insert("seed".into(), json!(c.seed));
         m.insert("isolation".into(), json!(c.isolation.to_string()));
-        m.insert("deadlock".into(), json!(deadlock_name(&c.lock.policy)));
+        let deadlock = if self.deadlock_per_protocol {
+            "per-protocol (acid: wait-die; salt: detect)".to_string()
+        } else {
+            deadlock_name(&c.lock.policy)
+        };
+        m.insert("deadlock".into(), json!(deadlock));
         m.insert(
             "lock_timeout_ms".into(),
             json!(c.lock.wait_timeout.as_millis() as u64),
@@ -232,6 +241,9 @@ async fn measure_point(
         .clone();
     let mut config = spec.cluster.clone();
     config.protocol = protocol.clone();
+    if spec.deadlock_per_protocol {
+        config.lock.policy = brine_cluster::protocol::default_deadlock_policy(&protocol);
+    }
     // A durable point gets a fresh data directory (removed when `_data`
     // drops, after the cluster).
     let _data = crate::durability::point_data(&mut config)?;
@@ -689,6 +701,7 @@ mod tests {
             warmup: Duration::ZERO,
             duration: Duration::from_secs(1),
             check: false,
+            deadlock_per_protocol: false,
         };
         let e = spec.validate().unwrap_err().to_string();
         assert!(e.contains("nope"), "{e}");

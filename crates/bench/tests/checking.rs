@@ -54,6 +54,7 @@ async fn check_run(run: Run<'_>, level: Level) -> Result<Report, BenchError> {
         // The workload check (list-append: no lost commit) is only
         // meaningful for correct protocols.
         check: run.mutation.is_none(),
+        deadlock_per_protocol: false,
     };
     run_bench(&spec, &[run.workload], |_| {}).await?;
     let history = brine_check::read_file(&path).map_err(|e| BenchError::Internal(e.to_string()))?;

@@ -21,6 +21,7 @@ fn spec(clients: &[u32], protocols: &[&str], secs: f64, isolation: Isolation) ->
         warmup: Duration::from_millis(200),
         duration: Duration::from_secs_f64(secs),
         check: true,
+        deadlock_per_protocol: false,
     }
 }
 

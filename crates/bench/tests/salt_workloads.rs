@@ -42,6 +42,7 @@ fn spec(protocols: Vec<String>, clients: u32, secs: f64) -> BenchSpec {
         warmup: Duration::from_millis(200),
         duration: Duration::from_secs_f64(secs),
         check: true,
+        deadlock_per_protocol: false,
     }
 }
 

@@ -356,6 +356,7 @@ async fn invariants_hold_after_a_contended_serializable_run() -> Result<(), Benc
         warmup: Duration::from_millis(300),
         duration: Duration::from_secs(2),
         check: true,
+        deadlock_per_protocol: false,
     };
     let report = run_bench(&spec, &[w], |_| {}).await?;
     let r = &report.results[0];

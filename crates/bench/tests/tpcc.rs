@@ -652,6 +652,7 @@ async fn multi_client_serializable_run_keeps_consistency() -> R {
         warmup: Duration::from_millis(300),
         duration: Duration::from_secs(3),
         check: true,
+        deadlock_per_protocol: false,
     };
     let report = run_bench(&spec, &[w], |_| {}).await?;
     let r = &report.results[0];

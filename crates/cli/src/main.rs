@@ -222,9 +222,10 @@ struct BenchArgs {
     #[arg(long, value_name = "S", default_value_t = 1)]
     seed: u64,
 
-    /// Deadlock handling of the lock tables.
-    #[arg(long, value_enum, default_value_t = DeadlockArg::WaitDie)]
-    deadlock: DeadlockArg,
+    /// Deadlock handling of the lock tables, for every protocol. Default: each
+    /// protocol's own (acid: wait-die; salt, salt-nolocal: detect).
+    #[arg(long, value_enum)]
+    deadlock: Option<DeadlockArg>,
 
     /// Lock wait timeout in milliseconds (the cross-partition deadlock backstop).
     #[arg(long, value_name = "MS", default_value_t = 500)]
@@ -288,6 +289,12 @@ struct BenchArgs {
     /// terminal's own call).
     #[arg(long, value_name = "MODE")]
     delivery: Option<String>,
+
+    /// tpcc: where new-order and payment lock the hot rows (warehouse, district): hot-last
+    /// (the default, the tuned order) or spec (clause 2's order, the one the sources
+    /// BASE-ified).
+    #[arg(long, value_name = "ORDER")]
+    tpcc_order: Option<String>,
 
     /// tpcc: database size per warehouse, standard (clause 4.3) or small (non-standard:
     /// 1,000 items, 100 customers per district; for quick runs).
@@ -388,9 +395,9 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         ..ClusterConfig::default()
     };
     cluster.lock.policy = match args.deadlock {
-        DeadlockArg::WaitDie => DeadlockPolicy::WaitDie,
-        DeadlockArg::Detect => DeadlockPolicy::Detect,
-        DeadlockArg::Timeout => DeadlockPolicy::TimeoutOnly,
+        None | Some(DeadlockArg::WaitDie) => DeadlockPolicy::WaitDie,
+        Some(DeadlockArg::Detect) => DeadlockPolicy::Detect,
+        Some(DeadlockArg::Timeout) => DeadlockPolicy::TimeoutOnly,
     };
     if args.lock_timeout_ms == 0 {
         return Err(BenchError::Config(
@@ -420,6 +427,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         warmup: seconds(args.warmup, "--warmup")?,
         duration,
         check: args.check,
+        deadlock_per_protocol: args.deadlock.is_none(),
     })
 }
 
@@ -438,6 +446,7 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
         only(args.mix.is_some(), "--mix", "tpcc")?;
         only(args.tpcc_scale.is_some(), "--tpcc-scale", "tpcc")?;
         only(args.delivery.is_some(), "--delivery", "tpcc")?;
+        only(args.tpcc_order.is_some(), "--tpcc-order", "tpcc")?;
     }
     if args.workload != WorkloadName::Ticket {
         only(args.seats.is_some(), "--seats", "ticket")?;
@@ -518,6 +527,12 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
             .with_delivery(tpcc::Delivery::by_name(
                 args.delivery.as_deref().unwrap_or("deferred"),
             )?)
+            .with_order(
+                tpcc::procedures::StatementOrder::by_name(
+                    args.tpcc_order.as_deref().unwrap_or("hot-last"),
+                )
+                .map_err(|e| BenchError::Config(e.to_string()))?,
+            )
             .with_measure_window(
                 seconds(args.warmup, "--warmup")?,
                 seconds(args.duration, "--duration")?,
@@ -890,6 +905,7 @@ mod tests {
         assert!(workloads_from(&parse(&["tpcc", "--mix", "odd"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--tpcc-scale", "huge"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--delivery", "later"])).is_err());
+        assert!(workloads_from(&parse(&["tpcc", "--tpcc-order", "random"])).is_err());
         assert!(workloads_from(&parse(&["micro", "--delivery", "inline"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--rows", "5"])).is_err());
         assert!(Cli::try_parse_from([
@@ -921,6 +937,7 @@ mod tests {
         assert_eq!(p.get("mix"), Some(&serde_json::json!("salt")));
         assert_eq!(p.get("scale"), Some(&serde_json::json!("standard")));
         assert_eq!(p.get("delivery"), Some(&serde_json::json!("deferred")));
+        assert_eq!(p.get("order"), Some(&serde_json::json!("hot-last")));
         let w = workloads_from(&parse(&["tpcc", "--delivery", "inline"]))?;
         assert_eq!(w[0].deferred_queues(), 0);
         assert_eq!(

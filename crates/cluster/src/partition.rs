@@ -526,6 +526,11 @@ impl Partition {
                     dirty = true;
                 }
             }
+            if dirty {
+                // The new edges may close a cycle that no new wait closed.
+                self.locks
+                    .detect_from_waiters(&need.target, &mut self.wakeups);
+            }
         }
         if b.release_order && need.access == Access::Write {
             self.note_last_writer(&need.target, b.owner);

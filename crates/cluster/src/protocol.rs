@@ -154,6 +154,22 @@ impl Mutation {
     }
 }
 
+/// The deadlock handling a protocol runs best with, used when none is
+/// asked for. `acid`: wait-die (short waits; per-partition detection misses
+/// cross-partition cycles, measured in docs/results/micro-contention-sweep.md).
+/// Salt: the wait-for-graph detector. Salt makes an ACID transaction wait
+/// for whole BASE transactions (saline locks) and queues later BASE
+/// requests behind it (FIFO); under wait-die those long waits become
+/// repeated deaths and backoffs, which collapsed TPC-C with clause 2's
+/// statement order from 1,378 to 28 txn/s at 32 clients
+/// (docs/results/salt.md).
+pub fn default_deadlock_policy(protocol: &str) -> brine_lock::DeadlockPolicy {
+    match protocol {
+        "salt" | "salt-nolocal" => brine_lock::DeadlockPolicy::Detect,
+        _ => brine_lock::DeadlockPolicy::WaitDie,
+    }
+}
+
 /// The protocol for a name given on the command line.
 pub fn protocol_by_name(name: &str) -> Result<std::sync::Arc<dyn Protocol>, Error> {
     match name {

@@ -510,6 +510,10 @@ struct Dep {
 struct TxnState {
     /// Exact targets on which the txn holds at least one mode, in grant order.
     held: Vec<LockTarget>,
+    /// Targets granted in the alkaline class since the last
+    /// `downgrade_all` from alkaline (may repeat): what that call must look
+    /// at, so a subtransaction's end costs its own locks, not all of them.
+    alkaline: Vec<LockTarget>,
     waiting: SmallVec<[Ticket; 1]>,
     deps: Vec<Dep>,
     /// Transactions with a dependency on this one (may hold stale names).
@@ -775,12 +779,26 @@ impl LockTable {
         to: LockClass,
         wakeups: &mut Vec<Wakeup>,
     ) {
-        let Some(st) = self.txns.get(&txn) else {
+        let Some(st) = self.txns.get_mut(&txn) else {
             return;
         };
-        let held = st.held.clone();
-        for target in &held {
+        let targets = if from == LockClass::Alkaline {
+            std::mem::take(&mut st.alkaline)
+        } else {
+            st.held.clone()
+        };
+        for target in &targets {
             self.downgrade(txn, target, from, to, wakeups);
+        }
+        if from == LockClass::Alkaline {
+            // Reuse the buffer unless new alkaline grants arrived meanwhile.
+            if let Some(st) = self.txns.get_mut(&txn) {
+                if st.alkaline.is_empty() {
+                    let mut targets = targets;
+                    targets.clear();
+                    st.alkaline = targets;
+                }
+            }
         }
     }
 
@@ -1156,11 +1174,18 @@ impl LockTable {
         let (sk, local) = split(target);
         let e = self.spaces.entry(sk).or_default().entry_or_insert(local);
         let had = e.holders.iter().any(|h| h.txn == txn);
-        if !e.holders.iter().any(|h| h.txn == txn && h.mode == mode) {
+        let new_mode = !e.holders.iter().any(|h| h.txn == txn && h.mode == mode);
+        if new_mode {
             e.holders.push(Holder { txn, mode });
         }
-        if !had {
-            self.txns.entry(txn).or_default().held.push(target.clone());
+        if !had || (new_mode && mode.class == LockClass::Alkaline) {
+            let st = self.txns.entry(txn).or_default();
+            if !had {
+                st.held.push(target.clone());
+            }
+            if new_mode && mode.class == LockClass::Alkaline {
+                st.alkaline.push(target.clone());
+            }
         }
     }
 
@@ -1232,7 +1257,9 @@ impl LockTable {
             let Some(cycle) = self.find_cycle(txn) else {
                 return Acquire::Waiting(ticket);
             };
-            let Some(&victim) = cycle.iter().max() else {
+            // The youngest member that waits (a member held only by a
+            // release-order dependency has no request to abort).
+            let Some(victim) = self.youngest_waiting(&cycle) else {
                 return Acquire::Waiting(ticket);
             };
             if victim == txn {
@@ -1262,12 +1289,87 @@ impl LockTable {
         }
     }
 
-    /// Transactions `txn` waits for, over all its waiting requests.
+    /// The youngest member of `cycle` with a waiting request.
+    fn youngest_waiting(&self, cycle: &[TxnId]) -> Option<TxnId> {
+        cycle
+            .iter()
+            .copied()
+            .filter(|t| self.txns.get(t).is_some_and(|s| !s.waiting.is_empty()))
+            .max()
+    }
+
+    /// Detector only: after a holder of `target` gained a release-order
+    /// dependency (an edge no new wait created), looks for a cycle through
+    /// each request waiting on `target` and aborts the youngest waiting
+    /// member of each. Victims are reported in `wakeups`.
+    pub fn detect_from_waiters(&mut self, target: &LockTarget, wakeups: &mut Vec<Wakeup>) {
+        if self.config.policy != DeadlockPolicy::Detect {
+            return;
+        }
+        let waiters: SmallVec<[TxnId; 4]> = {
+            let (sk, local) = split(target);
+            match self.spaces.get(&sk).and_then(|s| s.entry(local)) {
+                Some(e) => e.queue.iter().map(|q| q.txn).collect(),
+                None => return,
+            }
+        };
+        for w in waiters {
+            while let Some(cycle) = self.find_cycle(w) {
+                let Some(victim) = self.youngest_waiting(&cycle) else {
+                    break;
+                };
+                let waits: SmallVec<[Ticket; 1]> = self
+                    .txns
+                    .get(&victim)
+                    .map(|s| s.waiting.clone())
+                    .unwrap_or_default();
+                self.stats.count_abort(AbortCause::Deadlock);
+                for t in waits {
+                    self.abort_wait(t, AbortCause::Deadlock, wakeups);
+                }
+            }
+        }
+    }
+
+    /// Transactions `txn` waits for, over all its waiting requests: the
+    /// conflicting holders and queued requests ahead, and, behind a holder
+    /// whose lock would still conflict after a downgrade to saline (so `txn`
+    /// waits for its release), the transactions that release is held back
+    /// for (release-order dependencies).
     fn wait_for_edges(&self, txn: TxnId) -> SmallVec<[TxnId; 4]> {
         let mut out = SmallVec::new();
         let Some(st) = self.txns.get(&txn) else {
             return out;
         };
+        for ticket in &st.waiting {
+            let Some(w) = self.waits.get(ticket) else {
+                continue;
+            };
+            let (sk, local) = split(&w.target);
+            let Some(space) = self.spaces.get(&sk) else {
+                continue;
+            };
+            space.for_each_overlapping(local, |e| {
+                for h in &e.holders {
+                    let saline = Mode::new(LockClass::Saline, h.mode.access);
+                    if h.txn == txn
+                        || self.compat.compatible(h.mode, w.mode)
+                        || self.compat.compatible(saline, w.mode)
+                    {
+                        continue;
+                    }
+                    let Some(hs) = self.txns.get(&h.txn) else {
+                        continue;
+                    };
+                    for d in &hs.deps {
+                        let blocks = d.target.as_ref().is_none_or(|t| *t == w.target);
+                        if blocks && !out.contains(&d.on) {
+                            out.push(d.on);
+                        }
+                    }
+                }
+            });
+        }
         for ticket in &st.waiting {
             let Some(w) = self.waits.get(ticket) else {
                 continue;

@@ -204,6 +204,7 @@ pub struct Tpcc {
     mix: Mix,
     base: BaseSet,
     delivery: Delivery,
+    order: procedures::StatementOrder,
     run: Arc<RunState>,
 }
 
@@ -261,6 +262,7 @@ impl Tpcc {
             mix,
             base: BaseSet::of(&DEFAULT_BASE),
             delivery: Delivery::Deferred,
+            order: procedures::StatementOrder::HotLast,
             run: Arc::new(RunState::default()),
         })
     }
@@ -276,6 +278,12 @@ impl Tpcc {
     /// How terminals run delivery (default: deferred, clause 2.7.2).
     pub fn with_delivery(mut self, delivery: Delivery) -> Tpcc {
         self.delivery = delivery;
+        self
+    }
+
+    /// Where new-order and payment take the hot rows (default: last).
+    pub fn with_order(mut self, order: procedures::StatementOrder) -> Tpcc {
+        self.order = order;
         self
     }
 
@@ -345,6 +353,7 @@ impl Workload for Tpcc {
         m.insert("mix".into(), json!(self.mix.name));
         m.insert("base".into(), json!(self.base.label()));
         m.insert("delivery".into(), json!(self.delivery.name()));
+        m.insert("order".into(), json!(self.order.name()));
         m
     }
 
@@ -358,7 +367,7 @@ impl Workload for Tpcc {
     }
 
     fn application(&self) -> Application {
-        procedures::application(&self.base)
+        procedures::application(&self.base, self.order)
     }
 
     fn load<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {

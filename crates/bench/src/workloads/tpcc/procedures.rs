@@ -189,7 +189,60 @@ async fn customer_id(
     Ok(cell(row, 0, "customer by last name")?.clone())
 }
 
-fn new_order() -> ProcedureDef {
+/// Where new-order and payment take the hot rows (warehouse, district).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatementOrder {
+    /// Last (the default; see the module documentation): under ACID the
+    /// hot locks are held through as few round trips as possible.
+    HotLast,
+    /// Where clause 2 lists them (and seed 000 Fig. 3.5 places them): right
+    /// after new-order's item check; first in payment after the customer
+    /// lookup. The order the sources BASE-ified, and under ACID the
+    /// contended one (`--tpcc-order spec`).
+    Spec,
+}
+
+impl StatementOrder {
+    pub fn by_name(name: &str) -> Result<StatementOrder> {
+        match name {
+            "hot-last" => Ok(StatementOrder::HotLast),
+            "spec" => Ok(StatementOrder::Spec),
+            other => Err(Error::Config(format!(
+                "--tpcc-order: unknown order `{other}` (expected hot-last or spec)"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StatementOrder::HotLast => "hot-last",
+            StatementOrder::Spec => "spec",
+        }
+    }
+}
+
+/// New-order's district step (Fig. 3.5 lines 4-7): the order id must be
+/// unique, so increment and read form one alkaline subtransaction, whose
+/// lock Salt releases as soon as it commits. Returns (d_tax, o_id).
+async fn take_order_id(ctx: &mut ProcCtx, w: &Value, d: &Value) -> Result<(Decimal, i64)> {
+    ctx.begin_alkaline()?;
+    ctx.exec("bump_district", vec![w.clone(), d.clone()])
+        .await?;
+    let dist = ctx.exec("district", vec![w.clone(), d.clone()]).await?;
+    ctx.end_alkaline().await?;
+    let drow = first(&dist, || format!("district ({w}, {d})"))?;
+    let d_tax = decimal_at(drow, 0, "district")?;
+    // The row now holds next_o_id + 1: this order takes the old value.
+    Ok((d_tax, int_at(drow, 1, "district")? - 1))
+}
+
+/// New-order's W_TAX (Fig. 3.5 line 3).
+async fn warehouse_tax(ctx: &mut ProcCtx, w: &Value) -> Result<Decimal> {
+    let wh = ctx.exec("warehouse", vec![w.clone()]).await?;
+    decimal_at(first(&wh, || format!("warehouse {w}"))?, 0, "warehouse")
+}
+
+fn new_order(order: StatementOrder) -> ProcedureDef {
     ProcedureDef::new(NEW_ORDER)
         .statement(
             "bump_district",
@@ -236,7 +289,7 @@ fn new_order() -> ProcedureDef {
              ol_supply_w_id, ol_quantity, ol_amount, ol_dist_info) \
              VALUES ($w, $d, $o, $n, $i, $sw, $qty, $amount, $info)",
         )
-        .body(|mut ctx, args| async move {
+        .body(move |mut ctx, args| async move {
             let a = Args {
                 values: &args,
                 what: NEW_ORDER,
@@ -262,8 +315,8 @@ fn new_order() -> ProcedureDef {
             // Items and stock are visited in (supply warehouse, item) order
             // so that concurrent new orders lock stock rows in one global
             // order.
-            let mut order: Vec<usize> = (0..lines.len()).collect();
-            order.sort_by_key(|&l| (lines[l].1, lines[l].0, l));
+            let mut visit: Vec<usize> = (0..lines.len()).collect();
+            visit.sort_by_key(|&l| (lines[l].1, lines[l].0, l));
 
             // Alkaline 1, the acceptance (Fig. 3.5 line 2: "Check whether
             // all items exist. Exit otherwise."): the only legitimate
@@ -272,7 +325,7 @@ fn new_order() -> ProcedureDef {
             // abort before acceptance, and under ACID it rolls back nothing.
             ctx.begin_alkaline()?;
             let mut prices = vec![Decimal::new(0, 2); lines.len()];
-            for &l in &order {
+            for &l in &visit {
                 let item = ctx
                     .exec("item", vec![w.clone(), Value::Int(lines[l].0)])
                     .await?;
@@ -282,6 +335,15 @@ fn new_order() -> ProcedureDef {
                 prices[l] = decimal_at(irow, 0, "item")?;
             }
             ctx.end_alkaline().await?;
+
+            // `--tpcc-order spec`: the hot rows where clause 2.4.2.2 and
+            // Fig. 3.5 (lines 3-7) take them, right after the item check.
+            let mut hot = None;
+            if order == StatementOrder::Spec {
+                let w_tax = warehouse_tax(&mut ctx, &w).await?;
+                let (d_tax, o_id) = take_order_id(&mut ctx, &w, &d).await?;
+                hot = Some((w_tax, d_tax, o_id));
+            }
 
             // Fig. 3.5 line 8: a single-statement alkaline subtransaction.
             let cust = ctx
@@ -298,7 +360,7 @@ fn new_order() -> ProcedureDef {
             // from the one read and two new orders must not both read the
             // old value.
             let mut line_values: Vec<(i64, Value)> = vec![(0, Value::Null); lines.len()];
-            for &l in &order {
+            for &l in &visit {
                 let (i_id, supply_w, qty) = lines[l];
                 ctx.begin_alkaline()?;
                 let stock = ctx
@@ -331,18 +393,11 @@ fn new_order() -> ProcedureDef {
             }
 
             // The district row is the hot one: under ACID take it as late
-            // as possible. Fig. 3.5 lines 4-7: the order id must be unique,
-            // so increment and read form one alkaline subtransaction, whose
-            // lock Salt releases as soon as it commits.
-            ctx.begin_alkaline()?;
-            ctx.exec("bump_district", vec![w.clone(), d.clone()])
-                .await?;
-            let dist = ctx.exec("district", vec![w.clone(), d.clone()]).await?;
-            ctx.end_alkaline().await?;
-            let drow = first(&dist, || format!("district ({w}, {d})"))?;
-            let d_tax = decimal_at(drow, 0, "district")?;
-            // The row now holds next_o_id + 1: this order takes the old value.
-            let o_id = int_at(drow, 1, "district")? - 1;
+            // as possible (the default order), then the warehouse at the end.
+            let (d_tax, o_id) = match hot {
+                Some((_, d_tax, o_id)) => (d_tax, o_id),
+                None => take_order_id(&mut ctx, &w, &d).await?,
+            };
             // Fig. 3.5 lines 9-11: every insert below is a single-statement
             // alkaline subtransaction. Salt Isolation keeps the order,
             // new-order and lines invisible to ACID transactions (delivery,
@@ -388,8 +443,10 @@ fn new_order() -> ProcedureDef {
             // (Fig. 3.5 line 3 reads it first; under Salt the place of this
             // single-statement subtransaction does not matter, under ACID
             // last is best).
-            let wh = ctx.exec("warehouse", vec![w.clone()]).await?;
-            let w_tax = decimal_at(first(&wh, || format!("warehouse {w}"))?, 0, "warehouse")?;
+            let w_tax = match hot {
+                Some((w_tax, _, _)) => w_tax,
+                None => warehouse_tax(&mut ctx, &w).await?,
+            };
             // total = sum(ol_amount) * (1 - c_discount) * (1 + w_tax + d_tax),
             // taxes and discount at scale 4; shown to the terminal only.
             let disc = units(c_discount, 4, "c_discount")?;
@@ -402,7 +459,47 @@ fn new_order() -> ProcedureDef {
         })
 }
 
-fn payment() -> ProcedureDef {
+/// Payment's `ytd += amount` on the district and the warehouse, and their
+/// names: district first in the default order (every payment of the
+/// warehouse writes the warehouse row: under ACID the hottest lock is taken
+/// last), warehouse first in clause 2.5.2.2's. Under Salt each statement is
+/// a single-statement alkaline subtransaction: the blind increments on the
+/// two hot rows commit at their partition at once (local optimization),
+/// and the names read afterwards never change. Returns (w_name, d_name).
+async fn pay_hot_rows(
+    ctx: &mut ProcCtx,
+    order: StatementOrder,
+    amount: &Value,
+    w: &Value,
+    d: &Value,
+) -> Result<(String, String)> {
+    let mut names = (String::new(), String::new());
+    let steps = match order {
+        StatementOrder::HotLast => [false, true],
+        StatementOrder::Spec => [true, false],
+    };
+    for warehouse in steps {
+        if warehouse {
+            ctx.exec("pay_warehouse", vec![amount.clone(), w.clone()])
+                .await?;
+            let wh = ctx.exec("warehouse", vec![w.clone()]).await?;
+            names.0 = str_at(first(&wh, || format!("warehouse {w}"))?, 0, "warehouse")?.to_string();
+        } else {
+            ctx.exec("pay_district", vec![amount.clone(), w.clone(), d.clone()])
+                .await?;
+            let dist = ctx.exec("district", vec![w.clone(), d.clone()]).await?;
+            names.1 = str_at(
+                first(&dist, || format!("district ({w}, {d})"))?,
+                0,
+                "district",
+            )?
+            .to_string();
+        }
+    }
+    Ok(names)
+}
+
+fn payment(order: StatementOrder) -> ProcedureDef {
     ProcedureDef::new(PAYMENT)
         .statement(
             "pay_warehouse",
@@ -448,7 +545,7 @@ fn payment() -> ProcedureDef {
             "INSERT INTO history (h_w_id, h_d_id, h_id, h_c_id, h_c_d_id, h_c_w_id, h_date, \
              h_amount, h_data) VALUES ($w, $d, $h, $c, $cd, $cw, $date, $amount, $data)",
         )
-        .body(|mut ctx, args| async move {
+        .body(move |mut ctx, args| async move {
             let a = Args {
                 values: &args,
                 what: PAYMENT,
@@ -478,6 +575,19 @@ fn payment() -> ProcedureDef {
                 a.get(6)?,
             )
             .await?;
+            // `--tpcc-order spec`: the hot rows right after the customer
+            // is found (clause 2.5.2.2 takes them first), which makes the
+            // lookup an alkaline subtransaction of its own.
+            let mut names = None;
+            if order == StatementOrder::Spec {
+                let cust = ctx
+                    .exec("customer", vec![c_w.clone(), c_d.clone(), c.clone()])
+                    .await?;
+                first(&cust, || format!("customer ({c_w}, {c_d}, {c})"))?;
+                ctx.end_alkaline().await?;
+                names = Some(pay_hot_rows(&mut ctx, order, &amount_v, &w, &d).await?);
+                ctx.begin_alkaline()?;
+            }
             ctx.exec(
                 "pay_customer",
                 vec![amount_v.clone(), c_w.clone(), c_d.clone(), c.clone()],
@@ -500,26 +610,10 @@ fn payment() -> ProcedureDef {
                 .await?;
             }
             ctx.end_alkaline().await?;
-            // District, then the warehouse (every payment of the warehouse
-            // writes it): under ACID the hottest rows are locked last. Under
-            // Salt each of the statements below is a single-statement
-            // alkaline subtransaction: the blind `ytd += amount` increments
-            // on the two hot rows commit at their partition at once (local
-            // optimization), and the names read afterwards never change.
-            ctx.exec("pay_district", vec![amount_v.clone(), w.clone(), d.clone()])
-                .await?;
-            let dist = ctx.exec("district", vec![w.clone(), d.clone()]).await?;
-            let d_name = str_at(
-                first(&dist, || format!("district ({w}, {d})"))?,
-                0,
-                "district",
-            )?
-            .to_string();
-            ctx.exec("pay_warehouse", vec![amount_v.clone(), w.clone()])
-                .await?;
-            let wh = ctx.exec("warehouse", vec![w.clone()]).await?;
-            let w_name =
-                str_at(first(&wh, || format!("warehouse {w}"))?, 0, "warehouse")?.to_string();
+            let (w_name, d_name) = match names {
+                Some(n) => n,
+                None => pay_hot_rows(&mut ctx, order, &amount_v, &w, &d).await?,
+            };
             let h_data = format!("{w_name}    {d_name}");
             ctx.exec(
                 "insert_history",
@@ -791,13 +885,13 @@ fn stock_level() -> ProcedureDef {
 
 /// The schema and the five procedures; those in `base` are BASE
 /// procedures (their alkaline marks matter under Salt).
-pub fn application(base: &BaseSet) -> Application {
+pub fn application(base: &BaseSet, order: StatementOrder) -> Application {
     Application {
         name: "tpcc".into(),
         ddl: DDL.into(),
         procedures: [
-            new_order(),
-            payment(),
+            new_order(order),
+            payment(order),
             order_status(),
             delivery(),
             stock_level(),
