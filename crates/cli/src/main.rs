@@ -190,7 +190,9 @@ struct BenchArgs {
     #[arg(long, value_name = "LIST", conflicts_with = "protocol")]
     compare: Option<String>,
 
-    /// The concurrency-control protocol (available: acid).
+    /// The concurrency-control protocol: acid; salt or salt-nolocal (Salt, with or without
+    /// the local-transaction optimization); raw (every statement locks only while it runs:
+    /// the "raw ops" upper bound, no isolation, invariants may break).
     #[arg(long, value_name = "P", default_value = "acid")]
     protocol: String,
 

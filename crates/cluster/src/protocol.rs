@@ -123,6 +123,29 @@ impl Protocol for Acid {
     }
 }
 
+/// "Raw ops" (seed 001 section 7, Fig. 10): every statement takes its locks
+/// for its own duration only, as if each were a transaction of its own; one
+/// commit round ends the call. No isolation and no atomicity against
+/// concurrent work (a rollback restores rows others may have written since),
+/// so invariants may break: it is the upper bound of what the workload's
+/// operations reach with maximum concurrency, measured, never trusted.
+#[derive(Debug, Default)]
+pub struct Raw;
+
+impl Protocol for Raw {
+    fn name(&self) -> &'static str {
+        "raw"
+    }
+
+    fn lock_spec(&self, isolation: Isolation) -> LockSpec {
+        LockSpec {
+            short_reads: true,
+            short_writes: true,
+            ..Acid.lock_spec(isolation)
+        }
+    }
+}
+
 /// A deliberately broken variant of a protocol's locking, for showing that
 /// the isolation checker catches what it must (mutation testing). Only
 /// reachable by building a `ClusterConfig` in code: no command-line flag
@@ -174,13 +197,40 @@ pub fn default_deadlock_policy(protocol: &str) -> brine_lock::DeadlockPolicy {
 pub fn protocol_by_name(name: &str) -> Result<std::sync::Arc<dyn Protocol>, Error> {
     match name {
         "acid" => Ok(std::sync::Arc::new(Acid)),
+        "raw" => Ok(std::sync::Arc::new(Raw)),
         "salt" | "salt-nolocal" => Ok(std::sync::Arc::new(Salt {
             options: SaltOptions {
                 local_commit: name == "salt",
             },
         })),
         other => Err(Error::Config(format!(
-            "unknown protocol `{other}` (available: acid, salt, salt-nolocal)"
+            "unknown protocol `{other}` (available: acid, salt, salt-nolocal, raw)"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_holds_every_lock_for_one_statement_only() -> Result<(), Error> {
+        for isolation in [Isolation::ReadCommitted, Isolation::Serializable] {
+            let raw = protocol_by_name("raw")?.lock_spec(isolation);
+            assert!(raw.short_reads && raw.short_writes, "{isolation}: {raw:?}");
+            let acid = protocol_by_name("acid")?.lock_spec(isolation);
+            assert!(!acid.short_writes, "{isolation}: {acid:?}");
+        }
+        assert!(protocol_by_name("raw")?.salt().is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn deadlock_defaults_per_protocol() {
+        use brine_lock::DeadlockPolicy::{Detect, WaitDie};
+        assert_eq!(default_deadlock_policy("acid"), WaitDie);
+        assert_eq!(default_deadlock_policy("raw"), WaitDie);
+        assert_eq!(default_deadlock_policy("salt"), Detect);
+        assert_eq!(default_deadlock_policy("salt-nolocal"), Detect);
     }
 }
