@@ -67,6 +67,9 @@ pub struct BenchSpec {
     /// (`protocol::default_deadlock_policy`) instead of
     /// `cluster.lock.policy` (what `brine bench` does without --deadlock).
     pub deadlock_per_protocol: bool,
+    /// Drive a running multi-process cluster instead of starting an
+    /// embedded one (one point; the data must not be loaded yet).
+    pub remote: Option<brine_cluster::remote::RemoteCluster>,
 }
 
 impl BenchSpec {
@@ -98,6 +101,11 @@ impl BenchSpec {
         if self.cluster.history.is_some() && (self.protocols.len() > 1 || self.clients.len() > 1) {
             return Err(BenchError::Config(
                 "--history records one run: give one protocol and one client count".into(),
+            ));
+        }
+        if self.remote.is_some() && (self.protocols.len() > 1 || self.clients.len() > 1) {
+            return Err(BenchError::Config(
+                "--cluster drives one run against data it loads once: give one protocol and one client count".into(),
             ));
         }
         self.cluster
@@ -250,8 +258,13 @@ async fn measure_point(
     let durability = config.durability.mode.to_string();
     let topology = config.to_string();
     let isolation = config.isolation.to_string();
-    let cluster = Cluster::start(config, workload.application())
-        .map_err(BenchError::cluster("starting the embedded cluster"))?;
+    let cluster = match &spec.remote {
+        Some(remote) => remote
+            .connect(config, workload.application())
+            .map_err(BenchError::cluster("connecting to the cluster"))?,
+        None => Cluster::start(config, workload.application())
+            .map_err(BenchError::cluster("starting the embedded cluster"))?,
+    };
     let load_started = Instant::now();
     workload.load(&cluster).await?;
     tracing::info!(
@@ -702,6 +715,7 @@ mod tests {
             duration: Duration::from_secs(1),
             check: false,
             deadlock_per_protocol: false,
+            remote: None,
         };
         let e = spec.validate().unwrap_err().to_string();
         assert!(e.contains("nope"), "{e}");

@@ -55,6 +55,7 @@ async fn check_run(run: Run<'_>, level: Level) -> Result<Report, BenchError> {
         // meaningful for correct protocols.
         check: run.mutation.is_none(),
         deadlock_per_protocol: false,
+        remote: None,
     };
     run_bench(&spec, &[run.workload], |_| {}).await?;
     let history = brine_check::read_file(&path).map_err(|e| BenchError::Internal(e.to_string()))?;

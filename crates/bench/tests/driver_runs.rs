@@ -22,6 +22,7 @@ fn spec(clients: &[u32], protocols: &[&str], secs: f64, isolation: Isolation) ->
         duration: Duration::from_secs_f64(secs),
         check: true,
         deadlock_per_protocol: false,
+        remote: None,
     }
 }
 

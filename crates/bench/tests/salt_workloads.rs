@@ -43,6 +43,7 @@ fn spec(protocols: Vec<String>, clients: u32, secs: f64) -> BenchSpec {
         duration: Duration::from_secs_f64(secs),
         check: true,
         deadlock_per_protocol: false,
+        remote: None,
     }
 }
 

@@ -357,6 +357,7 @@ async fn invariants_hold_after_a_contended_serializable_run() -> Result<(), Benc
         duration: Duration::from_secs(2),
         check: true,
         deadlock_per_protocol: false,
+        remote: None,
     };
     let report = run_bench(&spec, &[w], |_| {}).await?;
     let r = &report.results[0];

@@ -653,6 +653,7 @@ async fn multi_client_serializable_run_keeps_consistency() -> R {
         duration: Duration::from_secs(3),
         check: true,
         deadlock_per_protocol: false,
+        remote: None,
     };
     let report = run_bench(&spec, &[w], |_| {}).await?;
     let r = &report.results[0];

@@ -22,6 +22,7 @@ use crate::message::{PartitionMsg, PartitionStatus};
 use crate::partition::{Partition, PartitionCounters};
 use crate::procedure::{Application, PreparedProc};
 use crate::protocol::{protocol_by_name, Isolation, Mutation};
+use crate::remote::{NodeService, PeerClient};
 use crate::stats::{ClusterCounters, StatsSnapshot};
 use brine_check::history::FORMAT_VERSION;
 use brine_check::Header;
@@ -168,7 +169,14 @@ pub struct Cluster {
     partition_counters: Arc<Vec<Arc<PartitionCounters>>>,
     adhoc: Arc<RwLock<HashMap<String, Arc<Plan>>>>,
     next_client: Arc<std::sync::atomic::AtomicU32>,
+    /// The node this process is, in a multi-process cluster; its clients'
+    /// calls are coordinated here.
+    home: Option<NodeId>,
 }
+
+/// Transaction ids of node n start at `n << NODE_TXN_SHIFT` (above the WAL
+/// epoch's bits), so ids from different processes never collide.
+const NODE_TXN_SHIFT: u32 = 56;
 
 /// At most this many distinct ad-hoc statements are kept prepared.
 const ADHOC_CACHE_MAX: usize = 10_000;
@@ -177,7 +185,81 @@ impl Cluster {
     /// Starts the partitions of `config` as tasks of the current tokio
     /// runtime and prepares `app`'s schema and procedures.
     pub fn start(config: ClusterConfig, app: Application) -> Result<Cluster> {
+        Ok(Cluster::start_hosting(config, app, None)?.0)
+    }
+
+    /// Starts node `node` of a multi-process cluster: this process hosts
+    /// that node's partitions (served to peers by the returned
+    /// [`NodeService`]) and reaches every other partition through
+    /// `peers` (one client per other node). Calls made through this
+    /// cluster's clients are coordinated here. The link is the real
+    /// network: `config.link` must not add a delay.
+    pub fn start_node(
+        config: ClusterConfig,
+        app: Application,
+        node: NodeId,
+        peers: HashMap<NodeId, Arc<PeerClient>>,
+    ) -> Result<(Cluster, NodeService)> {
+        if node.0 >= config.nodes {
+            return Err(Error::Config(format!(
+                "node {} is not in a cluster of {} nodes",
+                node.0, config.nodes
+            )));
+        }
+        if config.link.delay_us != 0 || config.link.jitter_us != 0 {
+            return Err(Error::Config(
+                "a multi-process node runs over the real network: the simulated link delay must be 0".into(),
+            ));
+        }
+        if config.durability.mode == DurabilityMode::Wal {
+            return Err(Error::Config(
+                "durability `wal` is not supported by multi-process nodes yet (in-doubt \
+                 transactions would need their coordinator's decision from another process); \
+                 use the embedded cluster for durable runs"
+                    .into(),
+            ));
+        }
+        for n in (0..config.nodes).map(NodeId).filter(|&n| n != node) {
+            if !peers.contains_key(&n) {
+                return Err(Error::Config(format!("no address for peer node {}", n.0)));
+            }
+        }
+        let (cluster, service) = Cluster::start_hosting(config, app, Some((node, peers)))?;
+        let service =
+            service.ok_or_else(|| Error::Internal("node started without its service".into()))?;
+        Ok((cluster, service))
+    }
+
+    /// Joins a running multi-process cluster as a coordinator only (as the
+    /// sources' clients did): this process hosts no partition, reaches
+    /// every partition through `peers` (one client per node), and
+    /// coordinates its own calls, loads and interactive transactions. Its
+    /// transaction ids come from a range drawn at random, so concurrent
+    /// clients' ids do not collide (a 1 in ~250 chance per pair that they
+    /// share one; the nodes' own ranges are always distinct).
+    pub fn connect(
+        config: ClusterConfig,
+        app: Application,
+        peers: HashMap<NodeId, Arc<PeerClient>>,
+    ) -> Result<Cluster> {
+        let spare = 255u32.saturating_sub(config.nodes).max(1);
+        let tag = config.nodes + 1 + rand::random::<u32>() % spare;
+        let here = NodeId(tag.min(255));
+        for n in (0..config.nodes).map(NodeId) {
+            if !peers.contains_key(&n) {
+                return Err(Error::Config(format!("no address for node {}", n.0)));
+            }
+        }
+        Ok(Cluster::start_hosting(config, app, Some((here, peers)))?.0)
+    }
+
+    fn start_hosting(
+        config: ClusterConfig,
+        app: Application,
+        hosting: Option<(NodeId, HashMap<NodeId, Arc<PeerClient>>)>,
+    ) -> Result<(Cluster, Option<NodeService>)> {
         config.validate()?;
+        let hosting_node = hosting.as_ref().map(|(n, _)| *n);
         let catalog = Arc::new(brine_sql::parse_schema(&app.ddl)?);
         let protocol = protocol_by_name(&config.protocol)?;
         let mut procedures = HashMap::new();
@@ -208,7 +290,22 @@ impl Cluster {
         };
         let mut partitions = Vec::new();
         let mut partition_counters = Vec::new();
+        let mut local = HashMap::new();
         for p in 0..config.total_partitions() {
+            let node = NodeId(p / config.partitions_per_node);
+            if let Some((here, peers)) = &hosting {
+                if node != *here {
+                    let peer = peers.get(&node).ok_or_else(|| {
+                        Error::Config(format!("no address for peer node {}", node.0))
+                    })?;
+                    partitions.push(PartitionRef {
+                        id: PartitionId(p),
+                        node,
+                        tx: crate::remote::spawn_proxy(p, peer.clone()),
+                    });
+                    continue;
+                }
+            }
             let (tx, rx) = mpsc::unbounded_channel();
             let counters = Arc::new(PartitionCounters::default());
             let mut part = Partition::new(
@@ -227,9 +324,10 @@ impl Cluster {
                 part.enable_recording();
             }
             tokio::spawn(part.run(rx));
+            local.insert(p, tx.clone());
             partitions.push(PartitionRef {
                 id: PartitionId(p),
-                node: NodeId(p / config.partitions_per_node),
+                node,
                 tx,
             });
             partition_counters.push(counters);
@@ -263,7 +361,12 @@ impl Cluster {
             isolation: config.isolation,
             retry: config.retry,
             counters: ClusterCounters::default(),
-            next_txn: std::sync::atomic::AtomicU64::new(wal.as_ref().map_or(0, |w| w.txn_base)),
+            // Nodes of a multi-process cluster draw ids from disjoint ranges.
+            next_txn: std::sync::atomic::AtomicU64::new(
+                wal.as_ref().map_or(0, |w| w.txn_base)
+                    + hosting_node.map_or(0, |n| u64::from(n.0) << NODE_TXN_SHIFT),
+            ),
+            clock_ts: hosting_node.is_some(),
             seed: config.seed,
             wal,
         });
@@ -272,20 +375,24 @@ impl Cluster {
             // Salt: accepted BASE transactions that had not finished are
             // rolled forward before anything else runs.
             let (shared, procedures) = (shared.clone(), procedures.clone());
-            let node = NodeId(config.nodes);
+            let node = hosting_node.unwrap_or(NodeId(config.nodes));
             tokio::spawn(async move {
                 crate::salt::roll_forward(&shared, node, &procedures, unfinished).await;
                 let _ = ready_tx.send(true);
             });
         }
-        Ok(Cluster {
+        let service =
+            hosting.map(|(here, _)| NodeService::new(here, shared.catalog.clone(), local));
+        let cluster = Cluster {
             shared,
             config: Arc::new(config),
             procedures,
             partition_counters: Arc::new(partition_counters),
             adhoc: Default::default(),
             next_client: Default::default(),
-        })
+            home: hosting_node,
+        };
+        Ok((cluster, service))
     }
 
     /// Waits until recovery has rolled every unfinished BASE transaction
@@ -329,9 +436,10 @@ impl Cluster {
     /// A new client session. Clients are cheap; each has a coordinator node.
     pub fn client(&self) -> Client {
         let n = self.next_client.fetch_add(1, Ordering::Relaxed);
-        let node = match self.config.placement {
-            Placement::Separate => NodeId(self.config.nodes),
-            Placement::Colocated => NodeId(n % self.config.nodes),
+        let node = match (self.home, self.config.placement) {
+            (Some(home), _) => home,
+            (None, Placement::Separate) => NodeId(self.config.nodes),
+            (None, Placement::Colocated) => NodeId(n % self.config.nodes),
         };
         Client {
             cluster: self.clone(),

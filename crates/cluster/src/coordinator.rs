@@ -50,6 +50,9 @@ pub struct Shared {
     pub retry: RetryPolicy,
     pub counters: ClusterCounters,
     pub next_txn: AtomicU64,
+    /// Age transactions by the wall clock rather than by id (multi-process
+    /// nodes, whose id ranges differ).
+    pub clock_ts: bool,
     /// Seeds retry backoff, so a run on a single-threaded runtime replays.
     pub seed: u64,
     /// Where the run's history goes, when it records one.
@@ -130,8 +133,19 @@ impl Shared {
 
     pub fn new_txn(&self, ts: Option<u64>) -> TxnId {
         let id = self.next_txn.fetch_add(1, Ordering::Relaxed) + 1;
+        let fresh = || {
+            if self.clock_ts {
+                // Ids of different processes come from disjoint ranges and
+                // say nothing of age; the clock does (ties broken by id).
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(id, |d| d.as_micros() as u64)
+            } else {
+                id
+            }
+        };
         TxnId {
-            ts: ts.unwrap_or(id),
+            ts: ts.unwrap_or_else(fresh),
             id,
         }
     }
@@ -547,6 +561,7 @@ pub async fn run_procedure(
         let cause = match (body_result, doomed) {
             (Ok(values), None) => match commit(shared, node, &state).await {
                 Ok(()) => {
+                    tracing::debug!(%txn, procedure = %proc.name, attempt, "committed");
                     shared.counters.commits.fetch_add(1, Ordering::Relaxed);
                     if let Some(tx) = on_accept {
                         let _ = tx.send(());
@@ -565,10 +580,12 @@ pub async fn run_procedure(
             }
             (Err(e), None) => {
                 abort(shared, node, &state).await;
+                tracing::debug!(%txn, procedure = %proc.name, attempt, "aborted: {e}");
                 shared.counters.user_aborts.fetch_add(1, Ordering::Relaxed);
                 return Err(e);
             }
         };
+        tracing::debug!(%txn, procedure = %proc.name, attempt, cause = cause.as_str(), "concurrency-control abort");
         shared.counters.count_abort(cause);
         if attempt >= shared.retry.max_attempts {
             return Err(Error::RetriesExhausted {

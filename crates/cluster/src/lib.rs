@@ -8,6 +8,9 @@
 //!            partition actors (one tokio task each: store + lock table)
 //! ```
 //!
+//! The same messages cross processes over TCP in a multi-process cluster
+//! ([`remote`]); neither side knows which carrier it is on.
+//!
 //! Guarantees: a committed call's writes are all applied or none are
 //! (two-phase commit); with the `acid` protocol at serializable, the
 //! committed history is conflict-serializable (strict two-phase locking with
@@ -24,6 +27,7 @@ pub mod message;
 pub mod partition;
 pub mod procedure;
 pub mod protocol;
+pub mod remote;
 pub(crate) mod salt;
 pub mod stats;
 

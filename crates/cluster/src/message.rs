@@ -12,13 +12,14 @@ use brine_check::Op;
 use brine_core::{NodeId, Result, Row, TableId, TxnId, Value};
 use brine_lock::LockClass;
 use brine_sql::{Plan, QueryResult};
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::link::Link;
 
 /// How a statement's locks are taken: the lock class (decided by the
 /// transaction's protocol) and the durations of the isolation level.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockSpec {
     pub class: LockClass,
     /// Read and range-read locks are released when the statement ends
@@ -35,7 +36,7 @@ pub struct LockSpec {
 
 /// A statement's answer: its result and, when the run records a history,
 /// what it read and wrote (empty otherwise).
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Executed {
     pub result: QueryResult,
     pub ops: Vec<Op>,
@@ -49,7 +50,7 @@ pub struct Executed {
 pub type Intro = Option<Arc<(String, Vec<Value>)>>;
 
 /// Salt: what a statement of a BASE transaction adds to `Execute`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BaseStmt {
     /// The BASE transaction: owner of the locks, which outlive the
     /// alkaline subtransaction (`Execute.txn`) that takes them.
@@ -67,7 +68,7 @@ pub struct BaseStmt {
 }
 
 /// A participant's vote in the first phase of two-phase commit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Vote {
     /// Prepared: will commit or abort as told.
     Yes,
@@ -78,7 +79,7 @@ pub enum Vote {
 }
 
 /// A snapshot of a partition for `status` and tests.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PartitionStatus {
     pub rows_per_table: Vec<usize>,
     pub parked_statements: usize,

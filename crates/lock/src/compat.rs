@@ -9,7 +9,9 @@ use brine_core::Access;
 use std::fmt;
 
 /// The family a lock belongs to. Each protocol picks one per request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum LockClass {
     /// Plain two-phase-locking ACID lock (also Salt's ACID transactions).
     Acid,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 /// The result of one statement: rows for SELECT, an affected-row count for
 /// INSERT/UPDATE/DELETE. Column names are shared with the plan (an `Arc`
 /// clone), so a single-row result costs one `Vec` for the row.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct QueryResult {
     pub columns: Arc<[String]>,
     pub rows: Vec<Row>,

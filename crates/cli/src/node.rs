@@ -1,0 +1,813 @@
+//! brine as processes: `brine server`, `brine cluster up`, `brine call`,
+//! `brine status`, and the cluster file they share.
+//!
+//! ```text
+//!  cluster.toml ──► brine server --node 0 ─┐
+//!               ──► brine server --node 1 ─┼── TCP (brine-net): partition messages between
+//!               ──► brine server --node 2 ─┘   nodes, calls and status from clients
+//!  brine cluster up --nodes 3 --dir D: writes D/cluster.toml, runs the three servers
+//!  (logs in D/node-<n>.log), stops them on Ctrl-C / SIGTERM
+//! ```
+//!
+//! Every node runs the same application, named in the cluster file by a
+//! workload and its `brine bench` options, and hosts its share of the
+//! partitions; a call sent to a node is coordinated there.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use brine_client::{ClusterFile, NodeEntry};
+use brine_cluster::remote::{self, NodeService, PeerClient, WireRequest, WireResponse};
+use brine_cluster::{Application, Cluster, ClusterConfig, Isolation};
+use brine_core::{NodeId, Value};
+use clap::{Args, Parser};
+
+use crate::metrics::CallMetrics;
+use crate::{workloads_from, Cli, Command};
+
+/// Errors of the process commands, with the file or address involved.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Client(#[from] brine_client::ClientError),
+    #[error("{0}")]
+    Config(String),
+    #[error("{context}: {source}")]
+    Engine {
+        context: String,
+        #[source]
+        source: brine_core::Error,
+    },
+    #[error("{context}: {source}")]
+    Net {
+        context: String,
+        #[source]
+        source: brine_net::NetError,
+    },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The engine configuration of the cluster in `file` (no simulated link:
+/// the network is real).
+pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
+    let isolation = match file.isolation.as_str() {
+        "read-committed" => Isolation::ReadCommitted,
+        _ => Isolation::Serializable,
+    };
+    let mut config = ClusterConfig {
+        nodes: file.nodes.len() as u32,
+        partitions_per_node: file.partitions_per_node,
+        protocol: file.protocol.clone(),
+        isolation,
+        ..ClusterConfig::default()
+    };
+    config.link.delay_us = 0;
+    config.link.jitter_us = 0;
+    config.lock.policy = brine_cluster::protocol::default_deadlock_policy(&file.protocol);
+    Ok(config)
+}
+
+/// The application named by the file's `workload` and `workload_args`.
+pub fn application(file: &ClusterFile) -> Result<Application, NodeError> {
+    Ok(workload_of(file)?.application())
+}
+
+/// The workload named by the file's `workload` and `workload_args`.
+fn workload_of(file: &ClusterFile) -> Result<Arc<dyn brine_bench::Workload>, NodeError> {
+    let mut argv = vec!["brine".to_string(), "bench".into(), file.workload.clone()];
+    argv.extend(file.workload_args.iter().cloned());
+    let cli = Cli::try_parse_from(&argv).map_err(|e| {
+        NodeError::Config(format!(
+            "workload `{}` with options {:?}: {}",
+            file.workload,
+            file.workload_args,
+            e.to_string().lines().next().unwrap_or("invalid")
+        ))
+    })?;
+    let Command::Bench(args) = cli.command else {
+        return Err(NodeError::Config(
+            "workload options do not describe a bench run".into(),
+        ));
+    };
+    let workloads = workloads_from(&args).map_err(|e| NodeError::Config(e.to_string()))?;
+    let workload = workloads
+        .first()
+        .ok_or_else(|| NodeError::Config(format!("workload `{}` has no variant", file.workload)))?;
+    Ok(workload.clone())
+}
+
+fn read_file(path: &Path) -> Result<ClusterFile, NodeError> {
+    ClusterFile::read(path).map_err(NodeError::Client)
+}
+
+fn peer_config() -> brine_net::ClientConfig {
+    brine_net::ClientConfig::default()
+}
+
+/// `brine server`.
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    /// The cluster file (see docs/operations.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Which node of the cluster file this process is.
+    #[arg(long, value_name = "N")]
+    pub node: u32,
+}
+
+/// Runs one node until Ctrl-C or SIGTERM.
+pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
+    let file = read_file(&args.config)?;
+    let me = args.node;
+    let addr: SocketAddr = file
+        .address(me)?
+        .parse()
+        .map_err(|e| NodeError::Config(format!("address of node {me}: {e}")))?;
+    let mut peers = HashMap::new();
+    for n in &file.nodes {
+        if n.id != me {
+            let client = PeerClient::new(n.address.clone(), peer_config()).map_err(|source| {
+                NodeError::Net {
+                    context: format!("client of node {} at {}", n.id, n.address),
+                    source,
+                }
+            })?;
+            peers.insert(NodeId(n.id), Arc::new(client));
+        }
+    }
+    let (cluster, service) = Cluster::start_node(
+        cluster_config(&file)?,
+        application(&file)?,
+        NodeId(me),
+        peers,
+    )
+    .map_err(|source| NodeError::Engine {
+        context: format!("starting node {me}"),
+        source,
+    })?;
+    let service = Arc::new(service);
+    let calls = Arc::new(CallMetrics::default());
+    let handler = {
+        let (cluster, service, calls) = (cluster.clone(), service.clone(), calls.clone());
+        move |req: WireRequest| {
+            let (cluster, service, calls) = (cluster.clone(), service.clone(), calls.clone());
+            async move {
+                let timed = matches!(req, WireRequest::Call { .. }).then(std::time::Instant::now);
+                let answer = service.handle(&cluster, req).await;
+                if let Some(started) = timed {
+                    calls.record(
+                        started.elapsed(),
+                        matches!(answer, WireResponse::Called(Ok(_))),
+                    );
+                }
+                answer
+            }
+        }
+    };
+    let server = brine_net::Server::bind(addr, brine_net::ServerConfig::default(), handler)
+        .await
+        .map_err(|source| NodeError::Net {
+            context: format!("node {me} listening on {addr}"),
+            source,
+        })?;
+    eprintln!(
+        "brine node {me} serving on {} ({} nodes, workload {})",
+        server.local_addr(),
+        file.nodes.len(),
+        file.workload
+    );
+    let reaper = {
+        let service = service.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                let reaped = service.reap_idle_sessions();
+                if reaped > 0 {
+                    tracing::warn!(reaped, "aborted idle interactive transactions");
+                }
+            }
+        })
+    };
+    let server = Arc::new(parking_lot::Mutex::new(Some(server)));
+    let metrics_task = match file.nodes.get(me as usize).and_then(|n| n.metrics.clone()) {
+        Some(maddr) => {
+            let maddr: SocketAddr = maddr
+                .parse()
+                .map_err(|e| NodeError::Config(format!("metrics address of node {me}: {e}")))?;
+            let listener = crate::metrics::bind(maddr)
+                .await
+                .map_err(|source| NodeError::Io {
+                    context: format!("node {me} metrics on {maddr}"),
+                    source,
+                })?;
+            eprintln!("brine node {me} metrics on http://{maddr}/metrics");
+            let (cluster, service, server) = (cluster.clone(), service.clone(), server.clone());
+            Some(tokio::spawn(crate::metrics::serve(listener, move || {
+                let (cluster, service, calls, server) = (
+                    cluster.clone(),
+                    service.clone(),
+                    calls.clone(),
+                    server.clone(),
+                );
+                async move { render_metrics(me, &cluster, &service, &calls, &server).await }
+            })))
+        }
+        None => None,
+    };
+    wait_for_stop().await;
+    eprintln!("brine node {me}: stopping");
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    reaper.abort();
+    let server = server.lock().take();
+    if let Some(server) = server {
+        let outcome = server.shutdown().await;
+        eprintln!("brine node {me}: stopped ({outcome:?})");
+    }
+    Ok(())
+}
+
+/// The node's metrics in Prometheus text format.
+async fn render_metrics(
+    me: u32,
+    cluster: &Cluster,
+    service: &NodeService,
+    calls: &CallMetrics,
+    server: &parking_lot::Mutex<Option<brine_net::Server>>,
+) -> String {
+    use crate::metrics::{counter, gauge};
+    let mut out = String::new();
+    let n = format!("node=\"{me}\"");
+    let s = cluster.stats();
+    calls.render(&mut out, me);
+    counter(
+        &mut out,
+        "brine_commits_total",
+        "Transactions committed by this node's coordinator.",
+        &[(n.clone(), s.commits)],
+    );
+    counter(
+        &mut out,
+        "brine_retries_total",
+        "Concurrency-control victims retried.",
+        &[(n.clone(), s.retries)],
+    );
+    counter(
+        &mut out,
+        "brine_aborts_total",
+        "Aborts by cause (user: the procedure or a constraint; the others: concurrency control).",
+        &[
+            (format!("{n},cause=\"wait_die\""), s.aborts_wait_die),
+            (format!("{n},cause=\"deadlock\""), s.aborts_deadlock),
+            (format!("{n},cause=\"lock_timeout\""), s.aborts_timeout),
+            (format!("{n},cause=\"cascade\""), s.aborts_cascade),
+            (format!("{n},cause=\"user\""), s.user_aborts),
+        ],
+    );
+    counter(
+        &mut out,
+        "brine_base_accepted_total",
+        "Salt: BASE transactions accepted.",
+        &[(n.clone(), s.base_accepted)],
+    );
+    counter(
+        &mut out,
+        "brine_statements_total",
+        "Statements executed by this node's partitions.",
+        &[(n.clone(), s.statements)],
+    );
+    counter(
+        &mut out,
+        "brine_lock_waits_total",
+        "Statements that waited for a lock at this node's partitions.",
+        &[(n.clone(), s.lock_waits)],
+    );
+    counter(
+        &mut out,
+        "brine_lock_wait_microseconds_total",
+        "Time statements spent waiting for locks at this node's partitions.",
+        &[(n.clone(), s.lock_wait_us_total)],
+    );
+    let mut rows = Vec::new();
+    let mut active = Vec::new();
+    let mut parked = Vec::new();
+    let mut parts: Vec<u32> = service.local_partitions().collect();
+    parts.sort_unstable();
+    for p in parts {
+        if let WireResponse::Status(st) = service.serve(p, remote::WireMsg::Status).await {
+            let l = format!("{n},partition=\"{p}\"");
+            rows.push((l.clone(), st.rows_per_table.iter().sum::<usize>() as u64));
+            active.push((l.clone(), st.active_txns as u64));
+            parked.push((l, st.parked_statements as u64));
+        }
+    }
+    gauge(
+        &mut out,
+        "brine_partition_rows",
+        "Rows stored, all tables.",
+        &rows,
+    );
+    gauge(
+        &mut out,
+        "brine_partition_active_transactions",
+        "Transactions holding or waiting for locks.",
+        &active,
+    );
+    gauge(
+        &mut out,
+        "brine_partition_waiting_statements",
+        "Statements parked behind a lock.",
+        &parked,
+    );
+    let net = server.lock().as_ref().map(|s| s.stats());
+    if let Some(st) = net {
+        gauge(
+            &mut out,
+            "brine_connections_active",
+            "Open client and peer connections.",
+            &[(n.clone(), st.connections_active as u64)],
+        );
+        counter(
+            &mut out,
+            "brine_connections_accepted_total",
+            "Connections accepted.",
+            &[(n.clone(), st.connections_accepted_total)],
+        );
+        counter(
+            &mut out,
+            "brine_connections_rejected_full_total",
+            "Connections refused at the connection bound.",
+            &[(n.clone(), st.connections_rejected_full_total)],
+        );
+        counter(
+            &mut out,
+            "brine_connections_closed_total",
+            "Connections the node closed, by cause.",
+            &[
+                (
+                    format!("{n},cause=\"slow_peer\""),
+                    st.closed_slow_peer_total,
+                ),
+                (
+                    format!("{n},cause=\"protocol_error\""),
+                    st.closed_protocol_error_total,
+                ),
+                (format!("{n},cause=\"idle\""), st.closed_idle_total),
+                (format!("{n},cause=\"io_error\""), st.closed_io_error_total),
+            ],
+        );
+        counter(
+            &mut out,
+            "brine_requests_total",
+            "Requests received from clients and peers.",
+            &[(n.clone(), st.requests_total)],
+        );
+        counter(
+            &mut out,
+            "brine_requests_undecodable_total",
+            "Requests whose body did not decode.",
+            &[(n, st.requests_undecodable_total)],
+        );
+    }
+    out
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn wait_for_stop() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Node n of `brine cluster up` serves metrics on port + 100 + n.
+const METRICS_PORT_OFFSET: u32 = 100;
+
+/// `brine cluster up`.
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Number of server processes.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u32,
+    /// Directory for the generated cluster file and the nodes' logs.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// First port; node n listens on 127.0.0.1:(port + n) and serves
+    /// metrics on 127.0.0.1:(port + 100 + n).
+    #[arg(long, default_value_t = 7400)]
+    pub port: u16,
+    /// The application: a `brine bench` workload name.
+    #[arg(long, default_value = "bank")]
+    pub workload: String,
+    /// Its options, as one string (e.g. "--warehouses 2").
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    pub workload_args: String,
+    #[arg(long, default_value = "acid")]
+    pub protocol: String,
+    #[arg(long, default_value = "serializable")]
+    pub isolation: String,
+    #[arg(long, default_value_t = 1)]
+    pub partitions_per_node: u32,
+}
+
+/// Writes the cluster file, starts the nodes, stops them on Ctrl-C/SIGTERM.
+pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
+    if args.nodes == 0 || args.nodes > 64 {
+        return Err(NodeError::Config("--nodes must be between 1 and 64".into()));
+    }
+    let io = |context: String| move |source| NodeError::Io { context, source };
+    std::fs::create_dir_all(&args.dir).map_err(io(format!("creating {}", args.dir.display())))?;
+    let file = ClusterFile {
+        workload: args.workload.clone(),
+        workload_args: args
+            .workload_args
+            .split_whitespace()
+            .map(String::from)
+            .collect(),
+        protocol: args.protocol.clone(),
+        isolation: args.isolation.clone(),
+        partitions_per_node: args.partitions_per_node,
+        nodes: (0..args.nodes)
+            .map(|id| NodeEntry {
+                id,
+                address: format!("127.0.0.1:{}", u32::from(args.port) + id),
+                metrics: Some(format!(
+                    "127.0.0.1:{}",
+                    u32::from(args.port) + METRICS_PORT_OFFSET + id
+                )),
+            })
+            .collect(),
+    };
+    file.validate().map_err(NodeError::Config)?;
+    // Fail now, not in every child, on a bad workload.
+    application(&file)?;
+    let path = args.dir.join("cluster.toml");
+    let text = file.to_toml()?;
+    std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+    let exe = std::env::current_exe().map_err(io("finding the brine executable".into()))?;
+    let mut children = Vec::new();
+    for n in 0..args.nodes {
+        let log_path = args.dir.join(format!("node-{n}.log"));
+        let log = std::fs::File::create(&log_path)
+            .map_err(io(format!("creating {}", log_path.display())))?;
+        let err = log
+            .try_clone()
+            .map_err(io(format!("opening {}", log_path.display())))?;
+        let child = tokio::process::Command::new(&exe)
+            .arg("server")
+            .arg("--config")
+            .arg(&path)
+            .arg("--node")
+            .arg(n.to_string())
+            .stdout(log)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io(format!("starting node {n}")))?;
+        children.push(child);
+    }
+    println!(
+        "cluster of {} nodes up: {} (logs in {}); Ctrl-C stops it",
+        args.nodes,
+        path.display(),
+        args.dir.display()
+    );
+    // Stop on a signal, or as soon as any node exits on its own.
+    let mut exited = None;
+    tokio::select! {
+        _ = wait_for_stop() => {}
+        n = first_exit(&mut children) => { exited = Some(n); }
+    }
+    for child in &children {
+        if let Some(pid) = child.id() {
+            terminate(pid);
+        }
+    }
+    for (n, child) in children.iter_mut().enumerate() {
+        match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+            Ok(_) => {}
+            Err(_) => {
+                eprintln!("node {n} did not stop within 10 s; killing it");
+                let _ = child.kill().await;
+            }
+        }
+    }
+    match exited {
+        Some((n, status)) => Err(NodeError::Config(format!(
+            "node {n} exited ({status}); see {}",
+            args.dir.join(format!("node-{n}.log")).display()
+        ))),
+        None => {
+            println!("cluster stopped");
+            Ok(())
+        }
+    }
+}
+
+async fn first_exit(children: &mut [tokio::process::Child]) -> (usize, String) {
+    loop {
+        for (n, c) in children.iter_mut().enumerate() {
+            if let Ok(Some(status)) = c.try_wait() {
+                return (n, status.to_string());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn terminate(pid: u32) {
+    #[cfg(unix)]
+    // SAFETY: kill(2) with a child's pid and SIGTERM has no memory effects.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
+}
+
+/// `brine call`.
+#[derive(Args, Debug)]
+pub struct CallArgs {
+    /// The cluster file.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// The node that coordinates the call.
+    #[arg(long, default_value_t = 0)]
+    pub node: u32,
+    /// The procedure.
+    pub procedure: String,
+    /// Its arguments: integers, decimals (with a '.'), or text.
+    pub args: Vec<String>,
+}
+
+fn parse_arg(s: &str) -> Value {
+    if let Ok(i) = s.parse::<i64>() {
+        return Value::Int(i);
+    }
+    if let Some(d) = parse_decimal(s) {
+        return Value::Decimal(d);
+    }
+    Value::str(s)
+}
+
+/// `-12.50` as a decimal of scale 2; `None` unless the text is one.
+fn parse_decimal(s: &str) -> Option<brine_core::Decimal> {
+    let (whole, frac) = s.split_once('.')?;
+    let negative = whole.starts_with('-');
+    let digits = whole.trim_start_matches('-');
+    if frac.is_empty() || frac.len() > 18 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let scale = frac.len() as u32;
+    let whole_units: i64 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().ok()?
+    };
+    let units = whole_units
+        .checked_mul(10i64.checked_pow(scale)?)?
+        .checked_add(frac.parse::<i64>().ok()?)?;
+    Some(brine_core::Decimal::new(
+        if negative { -units } else { units },
+        scale as u8,
+    ))
+}
+
+fn node_client(cluster: &Path, node: u32) -> Result<brine_client::Client, NodeError> {
+    let file = read_file(cluster)?;
+    Ok(brine_client::Client::single(node, file.address(node)?)?)
+}
+
+fn show(values: &[Value]) -> String {
+    let shown: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    format!("[{}]", shown.join(", "))
+}
+
+pub async fn call(args: &CallArgs) -> Result<(), NodeError> {
+    let client = node_client(&args.cluster, args.node)?;
+    let values: Vec<Value> = args.args.iter().map(|a| parse_arg(a)).collect();
+    let called = client.call(&args.procedure, values).await?;
+    println!(
+        "ok {} ({} attempt{})",
+        show(&called.values),
+        called.attempts,
+        if called.attempts == 1 { "" } else { "s" }
+    );
+    Ok(())
+}
+
+/// `brine sql`.
+#[derive(Args, Debug)]
+pub struct SqlArgs {
+    /// The cluster file.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// The node that coordinates the transaction.
+    #[arg(long, default_value_t = 0)]
+    pub node: u32,
+    /// Parameters ($1, $2, ...) shared by every statement: integers,
+    /// decimals (with a '.'), or text.
+    #[arg(long = "param", value_name = "VALUE")]
+    pub params: Vec<String>,
+    /// Abort at the end instead of committing (to look without changing).
+    #[arg(long)]
+    pub abort: bool,
+    /// The statements, run in order in one interactive transaction.
+    #[arg(required = true)]
+    pub statements: Vec<String>,
+}
+
+pub async fn sql(args: &SqlArgs) -> Result<(), NodeError> {
+    let client = node_client(&args.cluster, args.node)?;
+    let params: Vec<Value> = args.params.iter().map(|a| parse_arg(a)).collect();
+    let mut txn = client.begin().await?;
+    for stmt in &args.statements {
+        // Bind only as many parameters as the statement uses.
+        let used = (1..=params.len())
+            .take_while(|i| stmt.contains(&format!("${i}")))
+            .count();
+        match txn.execute(stmt, params[..used].to_vec()).await {
+            Ok(r) => {
+                if r.columns.is_empty() {
+                    println!("{stmt}\n  {} row(s) affected", r.affected);
+                } else {
+                    println!("{stmt}\n  {}", r.columns.join(" | "));
+                    for row in &r.rows {
+                        println!("  {}", show(row));
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = txn.abort().await;
+                return Err(NodeError::Config(format!(
+                    "{stmt}: {e} (transaction aborted)"
+                )));
+            }
+        }
+    }
+    if args.abort {
+        txn.abort().await?;
+        println!("aborted");
+    } else {
+        txn.commit().await?;
+        println!("committed");
+    }
+    Ok(())
+}
+
+/// `brine load`.
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    /// The cluster file; its workload's data is generated here and loaded.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+}
+
+/// Loads the cluster file's workload data (as `brine bench` would before a
+/// run), from this process.
+pub async fn load(args: &LoadArgs) -> Result<(), NodeError> {
+    let file = read_file(&args.cluster)?;
+    let workload = workload_of(&file)?;
+    let remote = brine_cluster::remote::RemoteCluster {
+        addresses: file.nodes.iter().map(|n| n.address.clone()).collect(),
+    };
+    let cluster = remote
+        .connect(cluster_config(&file)?, workload.application())
+        .map_err(|source| NodeError::Engine {
+            context: "joining the cluster".into(),
+            source,
+        })?;
+    let started = std::time::Instant::now();
+    workload
+        .load(&cluster)
+        .await
+        .map_err(|e| NodeError::Config(format!("loading: {e}")))?;
+    println!(
+        "loaded workload {} {:?} in {:.1} s",
+        file.workload,
+        file.workload_args,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `brine status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The cluster file.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+}
+
+pub async fn status(args: &StatusArgs) -> Result<(), NodeError> {
+    let file = read_file(&args.cluster)?;
+    println!(
+        "cluster: {} nodes x {} partitions, workload {}, protocol {}, {}",
+        file.nodes.len(),
+        file.partitions_per_node,
+        file.workload,
+        file.protocol,
+        file.isolation
+    );
+    println!("node  address               state  commits  lock waits  sessions  partition: rows / active txns / waiting statements");
+    let mut down = 0;
+    let client = brine_client::Client::new(&file)?;
+    for (id, answer) in client.status().await {
+        let address = file.address(id).unwrap_or("?");
+        match answer {
+            Ok(s) => {
+                let parts: Vec<String> = s
+                    .partitions
+                    .iter()
+                    .map(|(p, st)| {
+                        format!(
+                            "p{p}: {} / {} / {}",
+                            st.rows_per_table.iter().sum::<usize>(),
+                            st.active_txns,
+                            st.parked_statements
+                        )
+                    })
+                    .collect();
+                println!(
+                    "{:<5} {:<21} {:<6} {:>7}  {:>10}  {:>8}  {}",
+                    id,
+                    address,
+                    "up",
+                    s.commits,
+                    s.lock_waits,
+                    s.sessions,
+                    parts.join(", ")
+                );
+            }
+            Err(e) => {
+                down += 1;
+                println!("{id:<5} {address:<21} down   ({e})");
+            }
+        }
+    }
+    if down > 0 {
+        return Err(NodeError::Config(format!("{down} node(s) down")));
+    }
+    Ok(())
+}
+
+/// Points a bench run at the cluster of `path`: its topology, no simulated
+/// link, and calls coordinated in this process.
+pub fn use_cluster_file(
+    spec: &mut brine_bench::driver::BenchSpec,
+    path: &Path,
+    workload: &str,
+) -> Result<(), brine_bench::BenchError> {
+    use brine_bench::BenchError;
+    let file = read_file(path).map_err(|e| BenchError::Config(e.to_string()))?;
+    if file.workload != workload {
+        return Err(BenchError::Config(format!(
+            "the cluster at {} runs workload `{}`, not `{workload}`",
+            path.display(),
+            file.workload
+        )));
+    }
+    if spec.cluster.history.is_some()
+        || spec.cluster.durability.mode != brine_cluster::DurabilityMode::None
+    {
+        return Err(BenchError::Config(
+            "--cluster runs record no history and use the servers' durability".into(),
+        ));
+    }
+    spec.cluster.nodes = file.nodes.len() as u32;
+    spec.cluster.partitions_per_node = file.partitions_per_node;
+    spec.cluster.link.delay_us = 0;
+    spec.cluster.link.jitter_us = 0;
+    spec.remote = Some(brine_cluster::remote::RemoteCluster {
+        addresses: file.nodes.iter().map(|n| n.address.clone()).collect(),
+    });
+    spec.validate()
+}

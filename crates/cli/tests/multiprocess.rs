@@ -1,0 +1,519 @@
+//! brine as separate processes on loopback: `brine server` nodes, driven by
+//! `brine bench --cluster`, `brine call` and `brine status`, and attacked by
+//! misbehaving TCP clients.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BRINE: &str = env!("CARGO_BIN_EXE_brine");
+
+/// Server processes that are killed when the test ends, however it ends.
+struct Nodes {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    // Held together so the kernel hands out distinct ports.
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("binding an ephemeral port"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local address").port())
+        .collect()
+}
+
+fn brine(args: &[&str]) -> Output {
+    Command::new(BRINE)
+        .args(args)
+        .output()
+        .expect("running brine")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Writes a cluster file for `nodes` nodes and starts every server.
+fn start(nodes: usize, workload: &str, workload_args: &[&str]) -> Nodes {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ports = free_ports(nodes);
+    let args: Vec<String> = workload_args.iter().map(|a| format!("{a:?}")).collect();
+    let mut toml = format!(
+        "workload = \"{workload}\"\nworkload_args = [{}]\nprotocol = \"acid\"\nisolation = \"serializable\"\npartitions_per_node = 1\n",
+        args.join(", ")
+    );
+    for (i, p) in ports.iter().enumerate() {
+        toml += &format!("\n[[nodes]]\nid = {i}\naddress = \"127.0.0.1:{p}\"\n");
+    }
+    let config = dir.path().join("cluster.toml");
+    std::fs::write(&config, toml).expect("writing the cluster file");
+    let mut cluster = Nodes {
+        config,
+        children: Vec::new(),
+        dir,
+    };
+    for i in 0..nodes {
+        let child = spawn_server(&cluster.config, cluster.dir.path(), i);
+        cluster.children.push(child);
+    }
+    wait_up(&cluster.config);
+    cluster
+}
+
+fn spawn_server(config: &Path, dir: &Path, node: usize) -> Child {
+    let log = std::fs::File::create(dir.join(format!("node-{node}.log"))).expect("log file");
+    Command::new(BRINE)
+        .args(["server", "--config"])
+        .arg(config)
+        .args(["--node", &node.to_string()])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starting brine server")
+}
+
+/// Waits until `brine status` sees every node up.
+fn wait_up(config: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = brine(&["status", "--cluster", config.to_str().expect("utf-8 path")]);
+        if o.status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster did not come up:\n{}",
+            text(&o)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn bank_over_three_processes_keeps_its_invariant() {
+    let cluster = start(3, "bank", &["--accounts", "1000"]);
+    let o = brine(&[
+        "bench",
+        "bank",
+        "--accounts",
+        "1000",
+        "--cluster",
+        path(&cluster.config),
+        "--clients",
+        "4",
+        "--duration",
+        "30",
+        "--warmup",
+        "1",
+        "--check",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("check: passed"), "{out}");
+    assert!(out.contains("total_violations=0"), "{out}");
+    // The nodes served the statements: each holds a third of the accounts.
+    let s = brine(&["status", "--cluster", path(&cluster.config)]);
+    let status = text(&s);
+    assert!(s.status.success(), "{status}");
+    for node in 0..3 {
+        assert!(status.contains(&format!("p{node}: 33")), "{status}");
+    }
+    // A call coordinated by a node sees the same total.
+    let c = brine(&["call", "--cluster", path(&cluster.config), "total"]);
+    assert!(c.status.success(), "{}", text(&c));
+    assert!(
+        String::from_utf8_lossy(&c.stdout).contains("1000000.00"),
+        "{}",
+        text(&c)
+    );
+}
+
+#[test]
+fn tpcc_over_three_processes_passes_the_consistency_checks() {
+    let args = ["--warehouses", "3", "--tpcc-scale", "small"];
+    let cluster = start(3, "tpcc", &args);
+    let mut bench = vec!["bench", "tpcc"];
+    bench.extend(args);
+    bench.extend([
+        "--cluster",
+        path(&cluster.config),
+        "--clients",
+        "4",
+        "--duration",
+        "5",
+        "--warmup",
+        "1",
+        "--check",
+    ]);
+    let o = brine(&bench);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("check: passed"), "{out}");
+}
+
+#[test]
+fn a_stopped_node_shows_as_down_and_the_others_keep_serving() {
+    let mut cluster = start(2, "bank", &["--accounts", "100"]);
+    let load = brine(&[
+        "bench",
+        "bank",
+        "--accounts",
+        "100",
+        "--cluster",
+        path(&cluster.config),
+        "--clients",
+        "1",
+        "--duration",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    assert!(load.status.success(), "{}", text(&load));
+    let victim = &mut cluster.children[1];
+    victim.kill().expect("SIGKILL");
+    victim.wait().expect("reaped");
+    let s = brine(&["status", "--cluster", path(&cluster.config)]);
+    let status = text(&s);
+    assert!(!s.status.success(), "{status}");
+    assert!(status.contains("down"), "{status}");
+    // Node 0 still answers; a call needing node 1 fails with a clear error.
+    let c = brine(&["call", "--cluster", path(&cluster.config), "total"]);
+    assert!(!c.status.success(), "{}", text(&c));
+    assert!(text(&c).contains("partition 1"), "{}", text(&c));
+}
+
+#[test]
+fn cluster_up_starts_and_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_ports(1)[0];
+    // Three consecutive ports must be free; retry the test's premise, not
+    // the code under test, if the ephemeral range is busy.
+    let mut up = Command::new(BRINE)
+        .args(["cluster", "up", "--nodes", "3", "--dir"])
+        .arg(dir.path())
+        .args(["--port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting brine cluster up");
+    let config = dir.path().join("cluster.toml");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !config.exists() {
+        assert!(Instant::now() < deadline, "no cluster file written");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_up(&config);
+    // Node 0 coordinates one call; its metrics endpoint counts it.
+    let c = brine(&["call", "--cluster", path(&config), "total"]);
+    assert!(c.status.success(), "{}", text(&c));
+    let metrics = http_get(&format!("127.0.0.1:{}", u32::from(port) + 100), "/metrics");
+    assert!(metrics.starts_with("HTTP/1.0 200"), "{metrics}");
+    assert!(
+        metrics.contains("brine_calls_total{node=\"0\",outcome=\"ok\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("brine_call_duration_seconds_count{node=\"0\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("brine_partition_rows{node=\"0\",partition=\"0\"}"),
+        "{metrics}"
+    );
+    let missing = http_get(&format!("127.0.0.1:{}", u32::from(port) + 100), "/nope");
+    assert!(missing.starts_with("HTTP/1.0 404"), "{missing}");
+    // SAFETY: kill(2) on our own child with SIGTERM.
+    unsafe {
+        libc::kill(up.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = up.try_wait().expect("waiting") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "cluster up did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut out = String::new();
+    if let Some(mut o) = up.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    assert!(status.success(), "exit {status:?}: {out}");
+    assert!(out.contains("cluster stopped"), "{out}");
+    for n in 0..3 {
+        let log = std::fs::read_to_string(dir.path().join(format!("node-{n}.log"))).expect("log");
+        assert!(log.contains("stopped (Graceful)"), "node {n}: {log}");
+    }
+}
+
+fn http_get(addr: &str, target: &str) -> String {
+    let mut s = TcpStream::connect(addr).expect("connecting to the metrics port");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    write!(s, "GET {target} HTTP/1.0\r\nHost: test\r\n\r\n").expect("writing");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("reading");
+    out
+}
+
+// ---- bad clients against a running server --------------------------------
+
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(payload);
+    f
+}
+
+fn hello() -> Vec<u8> {
+    let mut h = b"BRINE".to_vec();
+    h.extend_from_slice(&1u16.to_be_bytes());
+    h.extend_from_slice(b"test");
+    frame(&h)
+}
+
+fn connect(config: &Path) -> TcpStream {
+    let text = std::fs::read_to_string(config).expect("cluster file");
+    let addr = text
+        .lines()
+        .find_map(|l| l.strip_prefix("address = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("an address");
+    let s = TcpStream::connect(addr).expect("connecting");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    s
+}
+
+fn read_frame(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut payload = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut payload).ok()?;
+    Some(payload)
+}
+
+/// True once the server has closed `s` (EOF or reset), within the timeout.
+fn closed(s: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) => {
+                return !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                )
+            }
+        }
+    }
+}
+
+fn still_serving(cluster: &mut Nodes) {
+    let c = brine(&["call", "--cluster", path(&cluster.config), "total"]);
+    assert!(c.status.success(), "{}", text(&c));
+    assert!(
+        String::from_utf8_lossy(&c.stdout).contains("10000.00"),
+        "{}",
+        text(&c)
+    );
+    assert!(
+        cluster.children[0].try_wait().expect("polling").is_none(),
+        "the server exited"
+    );
+}
+
+#[test]
+fn a_server_survives_bad_clients_and_keeps_serving() {
+    let mut cluster = start(1, "bank", &["--accounts", "10"]);
+    let load = brine(&[
+        "bench",
+        "bank",
+        "--accounts",
+        "10",
+        "--cluster",
+        path(&cluster.config),
+        "--clients",
+        "1",
+        "--duration",
+        "0.5",
+        "--warmup",
+        "0",
+    ]);
+    assert!(load.status.success(), "{}", text(&load));
+
+    // Garbage instead of a handshake: closed.
+    let mut s = connect(&cluster.config);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("writing");
+    assert!(closed(&mut s), "garbage must close the connection");
+    still_serving(&mut cluster);
+
+    // A frame header announcing 4 GiB: closed, nothing allocated.
+    let mut s = connect(&cluster.config);
+    s.write_all(&hello()).expect("hello");
+    assert_eq!(read_frame(&mut s).as_deref(), Some(&[0u8, 0, 1][..]));
+    s.write_all(&u32::MAX.to_be_bytes()).expect("writing");
+    assert!(
+        closed(&mut s),
+        "an oversized frame must close the connection"
+    );
+    still_serving(&mut cluster);
+
+    // A truncated frame, then EOF.
+    let mut s = connect(&cluster.config);
+    s.write_all(&hello()).expect("hello");
+    s.write_all(&100u32.to_be_bytes()).expect("writing");
+    s.write_all(&[1, 2, 3]).expect("writing");
+    drop(s);
+    still_serving(&mut cluster);
+
+    // An unknown message type: an error reply for its id; the connection
+    // goes on serving.
+    let mut s = connect(&cluster.config);
+    s.write_all(&hello()).expect("hello");
+    assert!(read_frame(&mut s).is_some());
+    let mut env = vec![0x01];
+    env.extend_from_slice(&7u64.to_be_bytes());
+    env.push(99); // no WireRequest variant has index 99
+    s.write_all(&frame(&env)).expect("writing");
+    let reply = read_frame(&mut s).expect("an error reply");
+    assert_eq!(reply[0], 0x03, "an error envelope");
+    assert_eq!(&reply[1..9], &7u64.to_be_bytes(), "for the request's id");
+    let mut status = vec![0x01];
+    status.extend_from_slice(&8u64.to_be_bytes());
+    status.push(2); // WireRequest::NodeStatus
+    s.write_all(&frame(&status)).expect("writing");
+    let reply = read_frame(&mut s).expect("a status reply");
+    assert_eq!(reply[0], 0x02, "a response envelope");
+    assert_eq!(&reply[1..9], &8u64.to_be_bytes());
+
+    // A slow client: many requests, never reads the answers. The server
+    // stops reading from it (bounded in-flight), then drops it; others are
+    // served meanwhile.
+    let mut slow = connect(&cluster.config);
+    slow.write_all(&hello()).expect("hello");
+    slow.set_write_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut burst = Vec::new();
+    for id in 0..2_000u64 {
+        let mut req = vec![0x01];
+        req.extend_from_slice(&id.to_be_bytes());
+        req.push(2);
+        burst.extend_from_slice(&frame(&req));
+    }
+    for _ in 0..50 {
+        if slow.write_all(&burst).is_err() {
+            break;
+        }
+    }
+    still_serving(&mut cluster);
+
+    // Many idle connections (handshake done, then silence): the server
+    // still serves others; past its connection bound (1,024) newcomers get
+    // a clear "server full" and are closed.
+    let config = cluster.config.clone();
+    let open_idle = || {
+        let mut s = connect(&config);
+        s.write_all(&hello()).expect("hello");
+        let answer = read_frame(&mut s).unwrap_or_default();
+        (s, answer)
+    };
+    let mut idle = Vec::new();
+    for _ in 0..900 {
+        let (s, answer) = open_idle();
+        assert_eq!(answer, vec![0, 0, 1], "accepted");
+        idle.push(s);
+    }
+    still_serving(&mut cluster);
+    let mut refused = 0;
+    for _ in 0..300 {
+        let (mut s, answer) = open_idle();
+        if answer.first() == Some(&0x01) {
+            let reason = String::from_utf8_lossy(&answer[1..]).to_string();
+            assert!(reason.contains("full"), "{reason}");
+            assert!(closed(&mut s));
+            refused += 1;
+        } else {
+            idle.push(s);
+        }
+    }
+    assert!(
+        refused >= 100,
+        "only {refused} of 300 refused past the bound"
+    );
+    drop(idle);
+    drop(slow);
+    still_serving(&mut cluster);
+}
+
+#[test]
+fn interactive_transactions_commit_or_abort_over_the_network() {
+    let cluster = start(2, "bank", &["--accounts", "10"]);
+    let config = path(&cluster.config);
+    let load = brine(&["load", "--cluster", config]);
+    assert!(load.status.success(), "{}", text(&load));
+    let balance = || {
+        let o = brine(&[
+            "sql",
+            "--cluster",
+            config,
+            "--node",
+            "1",
+            "--param",
+            "3",
+            "SELECT balance FROM account WHERE id = $1",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    assert!(balance().contains("[1000.00]"), "{}", balance());
+    let bump = |extra: &[&str]| {
+        let mut args = vec![
+            "sql",
+            "--cluster",
+            config,
+            "--param",
+            "3",
+            "UPDATE account SET balance = balance + 5 WHERE id = $1",
+            "SELECT balance FROM account WHERE id = $1",
+        ];
+        args.extend(extra);
+        let o = brine(&args);
+        assert!(o.status.success(), "{}", text(&o));
+        // The transaction sees its own write.
+        assert!(text(&o).contains("[1005.00]"), "{}", text(&o));
+    };
+    bump(&["--abort"]);
+    assert!(balance().contains("[1000.00]"), "aborted: {}", balance());
+    bump(&[]);
+    assert!(balance().contains("[1005.00]"), "committed: {}", balance());
+    let bad = brine(&["sql", "--cluster", config, "SELEC nonsense"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("cannot parse"), "{}", text(&bad));
+    assert!(text(&bad).contains("transaction aborted"), "{}", text(&bad));
+}

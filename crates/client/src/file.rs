@@ -1,0 +1,107 @@
+//! The cluster file: what every node and client of one cluster agrees on
+//! (TOML; the reference is in docs/operations.md).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ClientError;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// The application every node runs: a `brine bench` workload name.
+    pub workload: String,
+    /// Its `brine bench` options (e.g. ["--warehouses", "2"]).
+    #[serde(default)]
+    pub workload_args: Vec<String>,
+    /// Concurrency control of calls coordinated by the nodes.
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+    /// `serializable` or `read-committed`.
+    #[serde(default = "default_isolation")]
+    pub isolation: String,
+    #[serde(default = "default_partitions_per_node")]
+    pub partitions_per_node: u32,
+    /// One entry per node, ids 0..n in order.
+    pub nodes: Vec<NodeEntry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeEntry {
+    pub id: u32,
+    /// Where the node listens for peers and clients (host:port).
+    pub address: String,
+    /// Where it serves Prometheus metrics (`GET /metrics`); none if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
+}
+
+fn default_protocol() -> String {
+    "acid".into()
+}
+fn default_isolation() -> String {
+    "serializable".into()
+}
+fn default_partitions_per_node() -> u32 {
+    1
+}
+
+impl ClusterFile {
+    /// Reads and validates a cluster file.
+    pub fn read(path: &Path) -> Result<ClusterFile, ClientError> {
+        let err = |reason: String| ClientError::File {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let file: ClusterFile = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        file.validate().map_err(err)?;
+        Ok(file)
+    }
+
+    /// The file as TOML text.
+    pub fn to_toml(&self) -> Result<String, ClientError> {
+        toml::to_string(self)
+            .map_err(|e| ClientError::Protocol(format!("writing a cluster file: {e}")))
+    }
+
+    /// Checks what a node or client relies on; the reason names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.nodes.is_empty() {
+            return Err("no [[nodes]]".into());
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.id as usize != i {
+                return Err(format!(
+                    "nodes must be listed with ids 0, 1, 2, ... in order; entry {i} has id {}",
+                    n.id
+                ));
+            }
+        }
+        if self.partitions_per_node == 0 {
+            return Err("partitions_per_node must be at least 1".into());
+        }
+        if !matches!(self.isolation.as_str(), "serializable" | "read-committed") {
+            return Err(format!(
+                "isolation `{}` (expected serializable or read-committed)",
+                self.isolation
+            ));
+        }
+        Ok(())
+    }
+
+    /// The address of node `node`.
+    pub fn address(&self, node: u32) -> Result<&str, ClientError> {
+        self.nodes
+            .get(node as usize)
+            .map(|n| n.address.as_str())
+            .ok_or_else(|| {
+                ClientError::Protocol(format!(
+                    "node {node} is not in the cluster file ({} nodes)",
+                    self.nodes.len()
+                ))
+            })
+    }
+}

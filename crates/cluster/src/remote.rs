@@ -1,0 +1,599 @@
+//! The TCP carrier: the partition protocol of [`crate::message`] between
+//! processes, over `brine-net`.
+//!
+//! ```text
+//!  node A (coordinator)                                   node B (partition p)
+//!  Shared::send(p, PartitionMsg)                          NodeService::handle
+//!    │ p is remote: its PartitionRef.tx feeds a proxy        │ WireRequest::Partition{p, msg}
+//!    ▼                                                      ▼ plan SQL text (cached)
+//!  proxy task ── WireMsg (plan as SQL text) ══ TCP ══►   PartitionMsg + local Reply ──► actor
+//!    ◄──────────────────────── WireResponse ═════════════ reply awaited, sent back
+//!    │ completes the PartitionMsg's Reply
+//! ```
+//!
+//! Neither the coordinator nor the partition actor knows which carrier it
+//! is on: a remote partition's [`PartitionRef`](crate::coordinator::PartitionRef)
+//! sends into a proxy task instead of the actor's queue, and the serving
+//! node turns each wire request back into the same [`PartitionMsg`] with a
+//! reply path that ends in the network answer.
+//!
+//! Plans do not cross the wire: the statement's SQL text does, and the
+//! serving node prepares it against its own catalog (every node runs the
+//! same application), caching the result.
+//!
+//! Failures: a request that cannot reach its partition answers as the
+//! protocol's safe default: a statement gets `Error::Transport` (the
+//! transaction aborts), a prepare votes No, an abort is presumed. A commit
+//! decision must reach its participant, so a commit is retried until it is
+//! acknowledged or `COMMIT_RETRY_FOR` has passed (then logged as an error:
+//! the participant resolves it at its recovery).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use brine_core::{Catalog, Error, NodeId, Result, Row, TableId, TxnId, Value};
+use brine_sql::{Plan, QueryResult};
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::cluster::{Cluster, Txn};
+use crate::link::{Link, LinkConfig};
+use crate::message::{BaseStmt, Executed, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote};
+
+/// The client of one peer node.
+pub type PeerClient = brine_net::Client<WireRequest, WireResponse>;
+
+/// How long a commit decision is retried against an unreachable
+/// participant before it is left to that participant's recovery.
+const COMMIT_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// At most this many distinct statements are kept prepared per node.
+const PLAN_CACHE_MAX: usize = 10_000;
+
+/// A request between nodes, or from a client to a node.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum WireRequest {
+    /// A partition message for partition `partition` of the serving node.
+    Partition { partition: u32, msg: WireMsg },
+    /// Run procedure `procedure` on the serving node's coordinator.
+    Call { procedure: String, args: Vec<Value> },
+    /// The serving node's status.
+    NodeStatus,
+    /// Begin an interactive transaction coordinated by the serving node;
+    /// answered with its session id.
+    Begin,
+    /// Run one SQL statement in session `session`.
+    Execute {
+        session: u64,
+        sql: String,
+        params: Vec<Value>,
+    },
+    /// Commit session `session`'s transaction and end the session.
+    Commit { session: u64 },
+    /// Abort it and end the session.
+    Abort { session: u64 },
+}
+
+/// [`PartitionMsg`] without its reply path, with the plan as SQL text.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum WireMsg {
+    Execute {
+        txn: TxnId,
+        sql: String,
+        params: Vec<Value>,
+        lock: LockSpec,
+        base: Option<BaseStmt>,
+        intro: Option<(String, Vec<Value>)>,
+    },
+    Prepare {
+        txn: TxnId,
+        keep: Option<TxnId>,
+    },
+    Commit {
+        txn: TxnId,
+        keep: Option<TxnId>,
+    },
+    Abort {
+        txn: TxnId,
+        keep: Option<TxnId>,
+    },
+    Release {
+        owner: TxnId,
+        upto: Option<u32>,
+    },
+    Load {
+        table: TableId,
+        rows: Vec<Row>,
+    },
+    Status,
+    Verify,
+}
+
+/// A node's status as `brine status` shows it: per partition its rows,
+/// active transactions and parked (lock-waiting) statements.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub node: u32,
+    pub partitions: Vec<(u32, PartitionStatus)>,
+    pub commits: u64,
+    pub lock_waits: u64,
+    /// Interactive transactions open on this node.
+    pub sessions: u64,
+}
+
+/// The answer to a [`WireRequest`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum WireResponse {
+    Executed(Result<Executed>),
+    Vote(Vote),
+    Ack,
+    Done(Result<()>),
+    Status(PartitionStatus),
+    Called(Result<(Vec<Value>, u32)>),
+    NodeStatus(NodeStatus),
+    Begun(u64),
+    Rows(Result<QueryResult>),
+    /// The request was well-formed but cannot be served here (e.g. a
+    /// partition this node does not host).
+    Refused(Error),
+}
+
+/// Starts the proxy of remote partition `partition`: messages sent into
+/// the returned queue go to the peer over `client`.
+pub fn spawn_proxy(partition: u32, client: Arc<PeerClient>) -> mpsc::UnboundedSender<PartitionMsg> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<PartitionMsg>();
+    tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            let client = client.clone();
+            // Each request runs on its own: the coordinator never has two
+            // requests of one transaction to one partition in flight, so
+            // their order cannot matter.
+            tokio::spawn(forward(partition, client, msg));
+        }
+    });
+    tx
+}
+
+async fn forward(partition: u32, client: Arc<PeerClient>, msg: PartitionMsg) {
+    let request = |msg: WireMsg| WireRequest::Partition { partition, msg };
+    let unreachable = |e: &brine_net::NetError| {
+        Error::Transport(format!("partition {partition} at {}: {e}", client.addr()))
+    };
+    match msg {
+        PartitionMsg::Execute {
+            txn,
+            plan,
+            params,
+            lock,
+            base,
+            intro,
+            reply,
+        } => {
+            let msg = WireMsg::Execute {
+                txn,
+                sql: plan.sql().to_string(),
+                params,
+                lock,
+                base,
+                intro: intro.map(|i| (i.0.clone(), i.1.clone())),
+            };
+            let answer = match client.request(request(msg)).await {
+                Ok(WireResponse::Executed(r)) => r,
+                Ok(other) => Err(unexpected(&other)),
+                Err(e) => Err(unreachable(&e)),
+            };
+            reply.send(answer);
+        }
+        PartitionMsg::Prepare { txn, keep, reply } => {
+            let vote = match client
+                .request(request(WireMsg::Prepare { txn, keep }))
+                .await
+            {
+                Ok(WireResponse::Vote(v)) => v,
+                Ok(other) => {
+                    tracing::warn!(%txn, "prepare: {}", unexpected(&other));
+                    Vote::No
+                }
+                Err(e) => {
+                    tracing::warn!(%txn, "prepare: {}", unreachable(&e));
+                    Vote::No
+                }
+            };
+            reply.send(vote);
+        }
+        PartitionMsg::Commit { txn, keep, reply } => {
+            let started = Instant::now();
+            let mut backoff = Duration::from_millis(10);
+            loop {
+                match client.request(request(WireMsg::Commit { txn, keep })).await {
+                    Ok(_) => break,
+                    Err(e) if started.elapsed() < COMMIT_RETRY_FOR => {
+                        tracing::warn!(%txn, "commit not delivered yet, retrying: {}", unreachable(&e));
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                    }
+                    Err(e) => {
+                        tracing::error!(%txn, "commit not delivered; the participant resolves it at recovery: {}", unreachable(&e));
+                        break;
+                    }
+                }
+            }
+            reply.send(());
+        }
+        PartitionMsg::Abort { txn, keep, reply } => {
+            // Presumed abort: a participant that never hears it aborts the
+            // transaction at recovery.
+            if let Err(e) = client.request(request(WireMsg::Abort { txn, keep })).await {
+                tracing::warn!(%txn, "abort not delivered: {}", unreachable(&e));
+            }
+            reply.send(());
+        }
+        PartitionMsg::Release { owner, upto, reply } => {
+            if let Err(e) = client
+                .request(request(WireMsg::Release { owner, upto }))
+                .await
+            {
+                tracing::warn!(%owner, "release not delivered: {}", unreachable(&e));
+            }
+            reply.send(());
+        }
+        PartitionMsg::Load { table, rows, reply } => {
+            let answer = match client.request(request(WireMsg::Load { table, rows })).await {
+                Ok(WireResponse::Done(r)) => r,
+                Ok(other) => Err(unexpected(&other)),
+                Err(e) => Err(unreachable(&e)),
+            };
+            reply.send(answer);
+        }
+        PartitionMsg::Status { reply } => {
+            let answer = match client.request(request(WireMsg::Status)).await {
+                Ok(WireResponse::Status(s)) => s,
+                _ => PartitionStatus::default(),
+            };
+            reply.send(answer);
+        }
+        PartitionMsg::Verify { reply } => {
+            let answer = match client.request(request(WireMsg::Verify)).await {
+                Ok(WireResponse::Done(r)) => r,
+                Ok(other) => Err(unexpected(&other)),
+                Err(e) => Err(unreachable(&e)),
+            };
+            reply.send(answer);
+        }
+    }
+}
+
+fn unexpected(r: &WireResponse) -> Error {
+    match r {
+        WireResponse::Refused(e) => e.clone(),
+        other => Error::Transport(format!("unexpected answer from a peer: {other:?}")),
+    }
+}
+
+/// The serving side of partition messages: the node's local partitions and
+/// a cache of prepared statements.
+pub struct NodeService {
+    node: NodeId,
+    catalog: Arc<Catalog>,
+    /// Local partitions by global partition number.
+    partitions: HashMap<u32, mpsc::UnboundedSender<PartitionMsg>>,
+    plans: RwLock<HashMap<String, Arc<Plan>>>,
+    /// Replies to wire requests are local: the network is the link.
+    link: Link,
+    sessions: Sessions,
+}
+
+impl NodeService {
+    pub fn new(
+        node: NodeId,
+        catalog: Arc<Catalog>,
+        partitions: HashMap<u32, mpsc::UnboundedSender<PartitionMsg>>,
+    ) -> Self {
+        NodeService {
+            node,
+            catalog,
+            partitions,
+            plans: RwLock::new(HashMap::new()),
+            link: Link::new(
+                LinkConfig {
+                    delay_us: 0,
+                    jitter_us: 0,
+                },
+                0,
+            ),
+            sessions: Sessions::default(),
+        }
+    }
+
+    fn plan(&self, sql: &str) -> Result<Arc<Plan>> {
+        if let Some(p) = self.plans.read().get(sql) {
+            return Ok(p.clone());
+        }
+        let plan = Arc::new(brine_sql::prepare(&self.catalog, sql)?);
+        let mut cache = self.plans.write();
+        if cache.len() >= PLAN_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(sql.to_string(), plan.clone());
+        Ok(plan)
+    }
+
+    /// Serves one partition message and returns its answer.
+    pub async fn serve(&self, partition: u32, msg: WireMsg) -> WireResponse {
+        let Some(tx) = self.partitions.get(&partition) else {
+            return WireResponse::Refused(Error::Config(format!(
+                "node {} does not host partition {partition}",
+                self.node.0
+            )));
+        };
+        macro_rules! ask {
+            ($make:expr, $wrap:expr) => {{
+                let (reply, rx) = Reply::channel(&self.link, self.node, self.node);
+                if tx.send($make(reply)).is_err() {
+                    return WireResponse::Refused(Error::Transport(format!(
+                        "partition {partition} is shut down"
+                    )));
+                }
+                match rx.await {
+                    Ok(v) => $wrap(v),
+                    Err(_) => WireResponse::Refused(Error::Transport(format!(
+                        "partition {partition} did not answer (shutting down?)"
+                    ))),
+                }
+            }};
+        }
+        match msg {
+            WireMsg::Execute {
+                txn,
+                sql,
+                params,
+                lock,
+                base,
+                intro,
+            } => {
+                let plan = match self.plan(&sql) {
+                    Ok(p) => p,
+                    Err(e) => return WireResponse::Executed(Err(e)),
+                };
+                let intro = intro.map(Arc::new);
+                ask!(
+                    |reply| PartitionMsg::Execute {
+                        txn,
+                        plan,
+                        params,
+                        lock,
+                        base,
+                        intro,
+                        reply
+                    },
+                    WireResponse::Executed
+                )
+            }
+            WireMsg::Prepare { txn, keep } => ask!(
+                |reply| PartitionMsg::Prepare { txn, keep, reply },
+                WireResponse::Vote
+            ),
+            WireMsg::Commit { txn, keep } => {
+                ask!(|reply| PartitionMsg::Commit { txn, keep, reply }, |()| {
+                    WireResponse::Ack
+                })
+            }
+            WireMsg::Abort { txn, keep } => {
+                ask!(|reply| PartitionMsg::Abort { txn, keep, reply }, |()| {
+                    WireResponse::Ack
+                })
+            }
+            WireMsg::Release { owner, upto } => {
+                ask!(|reply| PartitionMsg::Release { owner, upto, reply }, |()| {
+                    WireResponse::Ack
+                })
+            }
+            WireMsg::Load { table, rows } => ask!(
+                |reply| PartitionMsg::Load { table, rows, reply },
+                WireResponse::Done
+            ),
+            WireMsg::Status => ask!(|reply| PartitionMsg::Status { reply }, WireResponse::Status),
+            WireMsg::Verify => ask!(|reply| PartitionMsg::Verify { reply }, WireResponse::Done),
+        }
+    }
+
+    pub fn local_partitions(&self) -> impl Iterator<Item = u32> + '_ {
+        self.partitions.keys().copied()
+    }
+}
+
+impl NodeService {
+    /// Answers one request to this node: partition messages from peers,
+    /// calls, interactive transactions and status from clients.
+    pub async fn handle(&self, cluster: &Cluster, req: WireRequest) -> WireResponse {
+        match req {
+            WireRequest::Partition { partition, msg } => self.serve(partition, msg).await,
+            WireRequest::Call { procedure, args } => WireResponse::Called(
+                cluster
+                    .client()
+                    .call(&procedure, args)
+                    .await
+                    .map(|o| (o.values, o.attempts)),
+            ),
+            WireRequest::NodeStatus => WireResponse::NodeStatus(self.status(cluster).await),
+            WireRequest::Begin => match self.sessions.begin(cluster) {
+                Ok(id) => WireResponse::Begun(id),
+                Err(e) => WireResponse::Refused(e),
+            },
+            WireRequest::Execute {
+                session,
+                sql,
+                params,
+            } => {
+                let mut txn = match self.sessions.take(session) {
+                    Ok(t) => t,
+                    Err(e) => return WireResponse::Rows(Err(e)),
+                };
+                let result = txn.execute(&sql, params).await;
+                self.sessions.put_back(session, txn);
+                WireResponse::Rows(result)
+            }
+            WireRequest::Commit { session } => match self.sessions.end(session) {
+                Ok(txn) => WireResponse::Done(txn.commit().await),
+                Err(e) => WireResponse::Done(Err(e)),
+            },
+            WireRequest::Abort { session } => match self.sessions.end(session) {
+                Ok(txn) => {
+                    txn.abort().await;
+                    WireResponse::Done(Ok(()))
+                }
+                Err(e) => WireResponse::Done(Err(e)),
+            },
+        }
+    }
+
+    async fn status(&self, cluster: &Cluster) -> NodeStatus {
+        let mut partitions = Vec::new();
+        for p in self.local_partitions() {
+            if let WireResponse::Status(s) = self.serve(p, WireMsg::Status).await {
+                partitions.push((p, s));
+            }
+        }
+        partitions.sort_by_key(|(p, _)| *p);
+        let stats = cluster.stats();
+        NodeStatus {
+            node: self.node.0,
+            partitions,
+            commits: stats.commits,
+            lock_waits: stats.lock_waits,
+            sessions: self.sessions.open() as u64,
+        }
+    }
+
+    /// Aborts interactive transactions idle for longer than
+    /// `SESSION_IDLE_TIMEOUT` (their client is gone or stalled: they must
+    /// not hold locks forever). Run it periodically.
+    pub fn reap_idle_sessions(&self) -> usize {
+        self.sessions.reap()
+    }
+}
+
+/// At most this many interactive transactions open per node.
+const SESSIONS_MAX: usize = 10_000;
+/// An interactive transaction idle this long is aborted.
+pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Interactive transactions of remote clients, by session id. A session's
+/// transaction is taken out while a statement runs, so a second concurrent
+/// statement of the same session is refused instead of interleaved.
+#[derive(Default)]
+struct Sessions {
+    open: parking_lot::Mutex<HashMap<u64, Session>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+struct Session {
+    txn: Option<Txn>,
+    last_used: Instant,
+}
+
+impl Sessions {
+    fn begin(&self, cluster: &Cluster) -> Result<u64> {
+        let mut open = self.open.lock();
+        if open.len() >= SESSIONS_MAX {
+            return Err(Error::Bound(format!(
+                "{SESSIONS_MAX} interactive transactions are open on this node; commit or abort some first"
+            )));
+        }
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        open.insert(
+            id,
+            Session {
+                txn: Some(cluster.client().begin()),
+                last_used: Instant::now(),
+            },
+        );
+        Ok(id)
+    }
+
+    fn take(&self, id: u64) -> Result<Txn> {
+        let mut open = self.open.lock();
+        let s = open.get_mut(&id).ok_or_else(|| unknown_session(id))?;
+        s.last_used = Instant::now();
+        s.txn.take().ok_or_else(|| {
+            Error::TxnState(format!(
+                "session {id} is already running a statement; wait for its answer"
+            ))
+        })
+    }
+
+    fn put_back(&self, id: u64, txn: Txn) {
+        if let Some(s) = self.open.lock().get_mut(&id) {
+            s.last_used = Instant::now();
+            s.txn = Some(txn);
+        }
+        // Reaped meanwhile: dropping the transaction aborts it.
+    }
+
+    fn end(&self, id: u64) -> Result<Txn> {
+        let mut open = self.open.lock();
+        match open.get_mut(&id) {
+            None => Err(unknown_session(id)),
+            Some(s) if s.txn.is_none() => Err(Error::TxnState(format!(
+                "session {id} is running a statement; wait for its answer"
+            ))),
+            Some(_) => open
+                .remove(&id)
+                .and_then(|s| s.txn)
+                .ok_or_else(|| unknown_session(id)),
+        }
+    }
+
+    fn reap(&self) -> usize {
+        let mut open = self.open.lock();
+        let before = open.len();
+        // Dropping an idle session's transaction aborts it.
+        open.retain(|_, s| s.txn.is_none() || s.last_used.elapsed() < SESSION_IDLE_TIMEOUT);
+        before - open.len()
+    }
+
+    fn open(&self) -> usize {
+        self.open.lock().len()
+    }
+}
+
+fn unknown_session(id: u64) -> Error {
+    Error::TxnState(format!(
+        "no open transaction with session {id} (it ended, or was aborted after {} s idle)",
+        SESSION_IDLE_TIMEOUT.as_secs()
+    ))
+}
+
+/// A running multi-process cluster, as its clients see it: the address of
+/// every node, in node order.
+#[derive(Clone, Debug)]
+pub struct RemoteCluster {
+    pub addresses: Vec<String>,
+}
+
+impl RemoteCluster {
+    /// Joins the cluster as a coordinator-only member
+    /// ([`Cluster::connect`]); `config.nodes` must match the addresses.
+    pub fn connect(
+        &self,
+        config: crate::ClusterConfig,
+        app: crate::Application,
+    ) -> Result<Cluster> {
+        if config.nodes as usize != self.addresses.len() {
+            return Err(Error::Config(format!(
+                "the configuration has {} nodes but {} addresses were given",
+                config.nodes,
+                self.addresses.len()
+            )));
+        }
+        let mut peers = HashMap::new();
+        for (n, addr) in self.addresses.iter().enumerate() {
+            let client = PeerClient::new(addr.clone(), brine_net::ClientConfig::default())
+                .map_err(|e| Error::Transport(format!("node {n} at {addr}: {e}")))?;
+            peers.insert(NodeId(n as u32), Arc::new(client));
+        }
+        Cluster::connect(config, app, peers)
+    }
+}
