@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use brine_client::{ClusterFile, NodeEntry};
+use brine_cluster::decision::DecisionBook;
 use brine_cluster::remote::{self, NodeService, PeerClient, WireRequest, WireResponse};
 use brine_cluster::{Application, Cluster, ClusterConfig, Isolation};
 use brine_core::{NodeId, Value};
@@ -143,25 +144,47 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
             peers.insert(NodeId(n.id), Arc::new(client));
         }
     }
-    let (cluster, service) = Cluster::start_node(
-        cluster_config(&file)?,
-        application(&file)?,
-        NodeId(me),
-        peers,
-    )
-    .map_err(|source| NodeError::Engine {
-        context: format!("starting node {me}"),
-        source,
-    })?;
-    let service = Arc::new(service);
+    let mut config = cluster_config(&file)?;
+    // A durable node answers its peers' questions about its decisions as
+    // soon as it listens, even while its own recovery waits for theirs.
+    let book = match file.node_data_dir(me) {
+        Some(dir) if file.durability == "wal" => {
+            let committed =
+                brine_cluster::durability::node_decisions(&dir, me).map_err(|source| {
+                    NodeError::Engine {
+                        context: format!("reading node {me}'s decision log in {}", dir.display()),
+                        source,
+                    }
+                })?;
+            config.durability.mode = brine_cluster::DurabilityMode::Wal;
+            config.durability.data_dir = Some(dir);
+            Some(Arc::new(DecisionBook::recovered(committed)))
+        }
+        _ => None,
+    };
+    let ready: Arc<std::sync::OnceLock<(Cluster, Arc<NodeService>)>> = Arc::default();
     let calls = Arc::new(CallMetrics::default());
     let handler = {
-        let (cluster, service, calls) = (cluster.clone(), service.clone(), calls.clone());
+        let (ready, calls, book) = (ready.clone(), calls.clone(), book.clone());
         move |req: WireRequest| {
-            let (cluster, service, calls) = (cluster.clone(), service.clone(), calls.clone());
+            let (ready, calls, book) = (ready.clone(), calls.clone(), book.clone());
             async move {
+                let Some((cluster, service)) = ready.get() else {
+                    return match (req, &book) {
+                        (WireRequest::Decision { txn }, Some(book)) => {
+                            WireResponse::Decision(book.ask(txn))
+                        }
+                        // Without a log nothing decided survived a restart.
+                        (WireRequest::Decision { .. }, None) => {
+                            WireResponse::Decision(remote::Inquiry::Aborted)
+                        }
+                        _ => WireResponse::Refused(brine_core::Error::Transport(format!(
+                            "node {me} is starting (recovering); try again shortly"
+                        ))),
+                    };
+                };
                 let timed = matches!(req, WireRequest::Call { .. }).then(std::time::Instant::now);
-                let answer = service.handle(&cluster, req).await;
+                let answer = service.handle(cluster, req).await;
                 if let Some(started) = timed {
                     calls.record(
                         started.elapsed(),
@@ -178,11 +201,27 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
             context: format!("node {me} listening on {addr}"),
             source,
         })?;
+    let app = application(&file)?;
+    // Recovery may block on peers' answers: off the async threads.
+    let (cluster, service) = tokio::task::spawn_blocking(move || {
+        Cluster::start_node(config, app, NodeId(me), peers, book)
+    })
+    .await
+    .map_err(|e| NodeError::Config(format!("node {me}'s start failed: {e}")))?
+    .map_err(|source| NodeError::Engine {
+        context: format!("starting node {me}"),
+        source,
+    })?;
+    cluster.wait_ready().await;
+    let service = Arc::new(service);
+    service.announce_restart().await;
+    let _ = ready.set((cluster.clone(), service.clone()));
     eprintln!(
-        "brine node {me} serving on {} ({} nodes, workload {})",
+        "brine node {me} serving on {} ({} nodes, workload {}, durability {})",
         server.local_addr(),
         file.nodes.len(),
-        file.workload
+        file.workload,
+        file.durability
     );
     let reaper = {
         let service = service.clone();
@@ -232,6 +271,8 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
     let server = server.lock().take();
     if let Some(server) = server {
         let outcome = server.shutdown().await;
+        // Everything acknowledged is durable already; this flushes the rest.
+        cluster.close_logs();
         eprintln!("brine node {me}: stopped ({outcome:?})");
     }
     Ok(())
@@ -329,6 +370,27 @@ async fn render_metrics(
         "Statements parked behind a lock.",
         &parked,
     );
+    if let Some(w) = cluster.wal_stats() {
+        let t = w.total();
+        counter(
+            &mut out,
+            "brine_wal_fsyncs_total",
+            "Log flushes (fsync) of this node's partition and decision logs; the rate is the fsync rate.",
+            &[(n.clone(), t.fsyncs)],
+        );
+        counter(
+            &mut out,
+            "brine_wal_bytes_total",
+            "Bytes written to this node's logs.",
+            &[(n.clone(), t.bytes)],
+        );
+        counter(
+            &mut out,
+            "brine_wal_records_total",
+            "Records written to this node's logs.",
+            &[(n.clone(), t.records)],
+        );
+    }
     let net = server.lock().as_ref().map(|s| s.stats());
     if let Some(st) = net {
         gauge(
@@ -433,6 +495,10 @@ pub struct UpArgs {
     pub isolation: String,
     #[arg(long, default_value_t = 1)]
     pub partitions_per_node: u32,
+    /// `none` (in memory) or `wal`: write-ahead logs and checkpoints under
+    /// DIR/data/node-<n>, recovered when a node restarts.
+    #[arg(long, default_value = "none")]
+    pub durability: String,
 }
 
 /// Writes the cluster file, starts the nodes, stops them on Ctrl-C/SIGTERM.
@@ -452,6 +518,8 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         protocol: args.protocol.clone(),
         isolation: args.isolation.clone(),
         partitions_per_node: args.partitions_per_node,
+        durability: args.durability.clone(),
+        data_dir: (args.durability == "wal").then(|| "data".to_string()),
         nodes: (0..args.nodes)
             .map(|id| NodeEntry {
                 id,

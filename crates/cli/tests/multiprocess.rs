@@ -26,15 +26,30 @@ impl Drop for Nodes {
     }
 }
 
+/// A base port such that `base + o` is free for every offset `o`. Drawn
+/// below Linux's ephemeral range (32768 and up), where the thousands of
+/// client connections other tests open at the same time cannot take them.
+fn free_port_block(offsets: &[u16]) -> u16 {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    for _ in 0..1000 {
+        let base: u16 = rng.gen_range(20_000..32_000 - 200);
+        // Held together, so the check is of the whole block at once.
+        let held: Vec<TcpListener> = offsets
+            .iter()
+            .filter_map(|o| TcpListener::bind(("127.0.0.1", base + o)).ok())
+            .collect();
+        if held.len() == offsets.len() {
+            return base;
+        }
+    }
+    panic!("no free block of ports below 32000");
+}
+
 fn free_ports(n: usize) -> Vec<u16> {
-    // Held together so the kernel hands out distinct ports.
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("binding an ephemeral port"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("local address").port())
-        .collect()
+    let offsets: Vec<u16> = (0..n as u16).collect();
+    let base = free_port_block(&offsets);
+    offsets.iter().map(|o| base + o).collect()
 }
 
 fn brine(args: &[&str]) -> Output {
@@ -55,11 +70,16 @@ fn text(o: &Output) -> String {
 
 /// Writes a cluster file for `nodes` nodes and starts every server.
 fn start(nodes: usize, workload: &str, workload_args: &[&str]) -> Nodes {
+    start_with(nodes, workload, workload_args, "")
+}
+
+/// `start`, with extra top-level cluster-file lines.
+fn start_with(nodes: usize, workload: &str, workload_args: &[&str], extra: &str) -> Nodes {
     let dir = tempfile::tempdir().expect("temp dir");
     let ports = free_ports(nodes);
     let args: Vec<String> = workload_args.iter().map(|a| format!("{a:?}")).collect();
     let mut toml = format!(
-        "workload = \"{workload}\"\nworkload_args = [{}]\nprotocol = \"acid\"\nisolation = \"serializable\"\npartitions_per_node = 1\n",
+        "workload = \"{workload}\"\nworkload_args = [{}]\nprotocol = \"acid\"\nisolation = \"serializable\"\npartitions_per_node = 1\n{extra}",
         args.join(", ")
     );
     for (i, p) in ports.iter().enumerate() {
@@ -83,6 +103,7 @@ fn start(nodes: usize, workload: &str, workload_args: &[&str]) -> Nodes {
 fn spawn_server(config: &Path, dir: &Path, node: usize) -> Child {
     let log = std::fs::File::create(dir.join(format!("node-{node}.log"))).expect("log file");
     Command::new(BRINE)
+        .env("RUST_LOG", "brine_cluster=info,brine=info")
         .args(["server", "--config"])
         .arg(config)
         .args(["--node", &node.to_string()])
@@ -209,9 +230,8 @@ fn a_stopped_node_shows_as_down_and_the_others_keep_serving() {
 #[test]
 fn cluster_up_starts_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let port = free_ports(1)[0];
-    // Three consecutive ports must be free; retry the test's premise, not
-    // the code under test, if the ephemeral range is busy.
+    // Nodes on port..port+2, their metrics on port+100..port+102.
+    let port = free_port_block(&[0, 1, 2, 100, 101, 102]);
     let mut up = Command::new(BRINE)
         .args(["cluster", "up", "--nodes", "3", "--dir"])
         .arg(dir.path())
@@ -516,4 +536,225 @@ fn interactive_transactions_commit_or_abort_over_the_network() {
     assert!(!bad.status.success());
     assert!(text(&bad).contains("cannot parse"), "{}", text(&bad));
     assert!(text(&bad).contains("transaction aborted"), "{}", text(&bad));
+}
+
+// ---- a node killed with SIGKILL and restarted, under load ---------------
+
+/// (from, to, outcome, started after the restart)
+type Transfer = (i64, i64, Seen, bool);
+
+/// A transfer's outcome as the client saw it.
+enum Seen {
+    Committed,
+    /// Why (shown if the balances do not add up).
+    Aborted(String),
+    /// The connection or the commit's answer was lost: it may have run.
+    Unknown,
+}
+
+fn classify(r: &Result<brine_client::Called, brine_client::ClientError>) -> Seen {
+    use brine_client::ClientError;
+    match r {
+        // The procedure commits "refunded" (the credit failed, the debit
+        // was undone in the same transaction) or "insufficient funds":
+        // committed, but with no effect on balances.
+        Ok(c) if c.values.first() == Some(&brine_core::Value::str("transferred")) => {
+            Seen::Committed
+        }
+        Ok(c) => Seen::Aborted(format!("committed without effect: {:?}", c.values)),
+        Err(ClientError::Net { .. }) => Seen::Unknown,
+        Err(ClientError::Engine(brine_core::Error::Transport(m)))
+            if m.contains("outcome unknown") =>
+        {
+            Seen::Unknown
+        }
+        Err(e) => Seen::Aborted(e.to_string()),
+    }
+}
+
+/// Balances in cents by account id, read in one transaction.
+fn balances(config: &Path) -> std::collections::BTreeMap<i64, i64> {
+    let o = brine(&[
+        "sql",
+        "--cluster",
+        path(config),
+        "SELECT id, balance FROM account WHERE id >= 0",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut out = std::collections::BTreeMap::new();
+    for line in String::from_utf8_lossy(&o.stdout).lines() {
+        let Some(row) = line
+            .trim()
+            .strip_prefix('[')
+            .and_then(|l| l.strip_suffix(']'))
+        else {
+            continue;
+        };
+        let (id, balance) = row.split_once(", ").expect("id, balance");
+        let (units, cents) = balance.split_once('.').expect("a decimal balance");
+        let id: i64 = id.parse().expect("an id");
+        let cents: i64 =
+            units.parse::<i64>().expect("units") * 100 + cents.parse::<i64>().expect("cents");
+        out.insert(id, cents);
+    }
+    out
+}
+
+#[test]
+fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
+    use rand::{Rng, SeedableRng};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    const ACCOUNTS: i64 = 30;
+    let mut cluster = start_with(
+        3,
+        "bank",
+        &["--accounts", "30"],
+        "durability = \"wal\"\ndata_dir = \"data\"\n",
+    );
+    let config = cluster.config.clone();
+    let load = brine(&["load", "--cluster", path(&config)]);
+    assert!(load.status.success(), "{}", text(&load));
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = brine_client::Client::from_file(&config).expect("client");
+    let stop = Arc::new(AtomicBool::new(false));
+    // (from, to, outcome, after the restart)
+    let log: Arc<Mutex<Vec<Transfer>>> = Arc::default();
+    let restarted = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..4u64)
+        .map(|seed| {
+            let (client, stop, log, restarted) =
+                (client.clone(), stop.clone(), log.clone(), restarted.clone());
+            runtime.spawn(async move {
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+                while !stop.load(Ordering::Relaxed) {
+                    let from = rng.gen_range(0..ACCOUNTS);
+                    let to = (from + rng.gen_range(1..ACCOUNTS)) % ACCOUNTS;
+                    let after = restarted.load(Ordering::Relaxed);
+                    let r = client
+                        .call(
+                            "transfer",
+                            vec![
+                                brine_core::Value::Int(from),
+                                brine_core::Value::Int(to),
+                                brine_core::Value::Decimal(brine_core::Decimal::new(100, 2)),
+                            ],
+                        )
+                        .await;
+                    let seen = classify(&r);
+                    if !matches!(seen, Seen::Committed) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    log.lock().expect("log").push((from, to, seen, after));
+                }
+            })
+        })
+        .collect();
+    // The scenario: the bank workload for 30 s in all, one node
+    // killed with SIGKILL and restarted in the middle.
+    std::thread::sleep(Duration::from_secs(20));
+    let victim = &mut cluster.children[1];
+    victim.kill().expect("SIGKILL");
+    victim.wait().expect("reaped");
+    std::thread::sleep(Duration::from_secs(1));
+    cluster.children[1] = spawn_server(&config, cluster.dir.path(), 1);
+    wait_up(&config);
+    restarted.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(8));
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        runtime.block_on(t).expect("a load task");
+    }
+
+    let log = std::mem::take(&mut *log.lock().expect("log"));
+    let committed: Vec<(i64, i64)> = log
+        .iter()
+        .filter(|e| matches!(e.2, Seen::Committed))
+        .map(|e| (e.0, e.1))
+        .collect();
+    let unknown: Vec<(i64, i64)> = log
+        .iter()
+        .filter(|e| matches!(e.2, Seen::Unknown))
+        .map(|e| (e.0, e.1))
+        .collect();
+    let after = log
+        .iter()
+        .filter(|e| e.3 && matches!(e.2, Seen::Committed))
+        .count();
+    eprintln!(
+        "transfers: {} acknowledged ({after} after the restart), {} of unknown outcome, {} aborted",
+        committed.len(),
+        unknown.len(),
+        log.len() - committed.len() - unknown.len()
+    );
+    assert!(
+        committed.len() > 100,
+        "too little load: {} commits",
+        committed.len()
+    );
+    assert!(after > 0, "nothing committed after the restart");
+    assert!(
+        unknown.len() <= 20,
+        "{} transfers of unknown outcome: too many to check exhaustively",
+        unknown.len()
+    );
+
+    // Every acknowledged transfer is there, plus some subset of the ones
+    // whose outcome the client could not know, and nothing else.
+    let got = balances(&config);
+    assert_eq!(got.len(), ACCOUNTS as usize, "{got:?}");
+    let total: i64 = got.values().sum();
+    assert_eq!(total, ACCOUNTS * 100_000, "money created or lost: {got:?}");
+    let mut base: std::collections::BTreeMap<i64, i64> =
+        (0..ACCOUNTS).map(|a| (a, 100_000)).collect();
+    for (from, to) in &committed {
+        *base.get_mut(from).expect("account") -= 100;
+        *base.get_mut(to).expect("account") += 100;
+    }
+    let explained = (0u32..1 << unknown.len()).any(|subset| {
+        let mut b = base.clone();
+        for (i, (from, to)) in unknown.iter().enumerate() {
+            if subset & (1 << i) != 0 {
+                *b.get_mut(from).expect("account") -= 100;
+                *b.get_mut(to).expect("account") += 100;
+            }
+        }
+        b == got
+    });
+    if !explained {
+        let off: Vec<i64> = got
+            .iter()
+            .filter(|(a, b)| base.get(a) != Some(b))
+            .map(|(a, _)| *a)
+            .collect();
+        eprintln!("accounts off: {off:?}");
+        for (i, (from, to, seen, after)) in log.iter().enumerate() {
+            if off.contains(from) && off.contains(to) {
+                let what = match seen {
+                    Seen::Committed => "committed".to_string(),
+                    Seen::Unknown => "unknown".to_string(),
+                    Seen::Aborted(why) => format!("aborted: {why}"),
+                };
+                eprintln!("#{i} {from} -> {to} after={after}: {what}");
+            }
+        }
+        for n in 0..3 {
+            let log = std::fs::read_to_string(cluster.dir.path().join(format!("node-{n}.log")))
+                .unwrap_or_default();
+            for line in log.lines().filter(|l| !l.contains("restart announcement")) {
+                eprintln!("node {n}: {line}");
+            }
+        }
+    }
+    assert!(
+        explained,
+        "balances do not match the {} acknowledged transfers plus any subset of the {} unknown ones:\nexpected (acknowledged only) {base:?}\ngot {got:?}",
+        committed.len(),
+        unknown.len()
+    );
 }

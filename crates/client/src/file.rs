@@ -23,6 +23,14 @@ pub struct ClusterFile {
     pub isolation: String,
     #[serde(default = "default_partitions_per_node")]
     pub partitions_per_node: u32,
+    /// `none` (in memory) or `wal` (write-ahead log, checkpoints,
+    /// recovery at start).
+    #[serde(default = "default_durability")]
+    pub durability: String,
+    /// With `wal`: node n keeps its logs and checkpoints in
+    /// `data_dir/node-<n>` (relative paths are relative to the file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<String>,
     /// One entry per node, ids 0..n in order.
     pub nodes: Vec<NodeEntry>,
 }
@@ -47,18 +55,34 @@ fn default_isolation() -> String {
 fn default_partitions_per_node() -> u32 {
     1
 }
+fn default_durability() -> String {
+    "none".into()
+}
 
 impl ClusterFile {
-    /// Reads and validates a cluster file.
+    /// Reads and validates a cluster file; a relative `data_dir` becomes
+    /// relative to the file's directory.
     pub fn read(path: &Path) -> Result<ClusterFile, ClientError> {
         let err = |reason: String| ClientError::File {
             path: path.display().to_string(),
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        let file: ClusterFile = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let mut file: ClusterFile = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
         file.validate().map_err(err)?;
+        if let (Some(dir), Some(base)) = (&file.data_dir, path.parent()) {
+            if Path::new(dir).is_relative() {
+                file.data_dir = Some(base.join(dir).display().to_string());
+            }
+        }
         Ok(file)
+    }
+
+    /// Where node `node` keeps its data (with `wal`).
+    pub fn node_data_dir(&self, node: u32) -> Option<std::path::PathBuf> {
+        self.data_dir
+            .as_ref()
+            .map(|d| Path::new(d).join(format!("node-{node}")))
     }
 
     /// The file as TOML text.
@@ -79,6 +103,11 @@ impl ClusterFile {
                     n.id
                 ));
             }
+        }
+        match (self.durability.as_str(), &self.data_dir) {
+            ("none", _) | ("wal", Some(_)) => {}
+            ("wal", None) => return Err("durability `wal` needs a data_dir".into()),
+            (o, _) => return Err(format!("durability `{o}` (expected none or wal)")),
         }
         if self.partitions_per_node == 0 {
             return Err("partitions_per_node must be at least 1".into());

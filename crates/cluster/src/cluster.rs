@@ -8,14 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brine_core::schema::partition_of;
-use brine_core::{Catalog, Error, NodeId, PartitionId, Result, Row, TableId, Value};
+use brine_core::{Catalog, Error, NodeId, PartitionId, Result, Row, TableId, TxnId, Value};
 use brine_lock::{DeadlockPolicy, LockConfig};
 use brine_sql::{Plan, QueryResult};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 
 use crate::coordinator::{self, CallOutcome, PartitionRef, ProcCtx, RetryPolicy, Shared, TxnState};
-use crate::durability::{DurabilityConfig, DurabilityMode, WalSet};
+use crate::decision::DecisionBook;
+use crate::durability::{DurabilityConfig, DurabilityMode, NodeScope, WalSet};
 use crate::history::HistorySink;
 use crate::link::{Link, LinkConfig};
 use crate::message::{PartitionMsg, PartitionStatus};
@@ -174,9 +175,20 @@ pub struct Cluster {
     home: Option<NodeId>,
 }
 
+/// How this process takes part in a multi-process cluster.
+struct Hosting {
+    /// The node it is (or, for a coordinator-only client, an id above
+    /// every node's).
+    node: NodeId,
+    /// One client per node it reaches over TCP.
+    peers: HashMap<NodeId, Arc<PeerClient>>,
+    /// A durable node's commit decisions (for its peers' recoveries).
+    book: Option<Arc<DecisionBook>>,
+}
+
 /// Transaction ids of node n start at `n << NODE_TXN_SHIFT` (above the WAL
 /// epoch's bits), so ids from different processes never collide.
-const NODE_TXN_SHIFT: u32 = 56;
+pub(crate) const NODE_TXN_SHIFT: u32 = 56;
 
 /// At most this many distinct ad-hoc statements are kept prepared.
 const ADHOC_CACHE_MAX: usize = 10_000;
@@ -199,6 +211,7 @@ impl Cluster {
         app: Application,
         node: NodeId,
         peers: HashMap<NodeId, Arc<PeerClient>>,
+        book: Option<Arc<DecisionBook>>,
     ) -> Result<(Cluster, NodeService)> {
         if node.0 >= config.nodes {
             return Err(Error::Config(format!(
@@ -211,11 +224,17 @@ impl Cluster {
                 "a multi-process node runs over the real network: the simulated link delay must be 0".into(),
             ));
         }
-        if config.durability.mode == DurabilityMode::Wal {
+        let wal = config.durability.mode == DurabilityMode::Wal;
+        if wal && book.is_none() {
             return Err(Error::Config(
-                "durability `wal` is not supported by multi-process nodes yet (in-doubt \
-                 transactions would need their coordinator's decision from another process); \
-                 use the embedded cluster for durable runs"
+                "a durable multi-process node needs its decision book (durability::node_decisions)"
+                    .into(),
+            ));
+        }
+        if wal && protocol_by_name(&config.protocol)?.salt().is_some() {
+            return Err(Error::Config(
+                "Salt with durability `wal` runs in the embedded cluster only for now: rolling a BASE \
+                 transaction forward needs its context from every node"
                     .into(),
             ));
         }
@@ -224,7 +243,8 @@ impl Cluster {
                 return Err(Error::Config(format!("no address for peer node {}", n.0)));
             }
         }
-        let (cluster, service) = Cluster::start_hosting(config, app, Some((node, peers)))?;
+        let (cluster, service) =
+            Cluster::start_hosting(config, app, Some(Hosting { node, peers, book }))?;
         let service =
             service.ok_or_else(|| Error::Internal("node started without its service".into()))?;
         Ok((cluster, service))
@@ -250,16 +270,25 @@ impl Cluster {
                 return Err(Error::Config(format!("no address for node {}", n.0)));
             }
         }
-        Ok(Cluster::start_hosting(config, app, Some((here, peers)))?.0)
+        Ok(Cluster::start_hosting(
+            config,
+            app,
+            Some(Hosting {
+                node: here,
+                peers,
+                book: None,
+            }),
+        )?
+        .0)
     }
 
     fn start_hosting(
         config: ClusterConfig,
         app: Application,
-        hosting: Option<(NodeId, HashMap<NodeId, Arc<PeerClient>>)>,
+        hosting: Option<Hosting>,
     ) -> Result<(Cluster, Option<NodeService>)> {
         config.validate()?;
-        let hosting_node = hosting.as_ref().map(|(n, _)| *n);
+        let hosting_node = hosting.as_ref().map(|h| h.node);
         let catalog = Arc::new(brine_sql::parse_schema(&app.ddl)?);
         let protocol = protocol_by_name(&config.protocol)?;
         let mut procedures = HashMap::new();
@@ -278,13 +307,38 @@ impl Cluster {
         let link = Link::new(config.link, config.seed);
         // With a log: recover what the data directory holds first.
         let (wal, mut recovered) = if config.durability.mode == DurabilityMode::Wal {
-            let (w, stores) = WalSet::open(
-                &config.durability,
-                config.nodes,
-                config.total_partitions(),
-                &catalog,
-            )?;
-            (Some(Arc::new(w)), stores.into_iter().map(Some).collect())
+            let opened = match &hosting {
+                Some(h) => {
+                    let book = h.book.clone().ok_or_else(|| {
+                        Error::Config("a durable node needs its decision book".into())
+                    })?;
+                    let local: Vec<u32> = (0..config.total_partitions())
+                        .filter(|p| p / config.partitions_per_node == h.node.0)
+                        .collect();
+                    let ask = |txns: &[TxnId]| crate::remote::ask_coordinators(&h.peers, txns);
+                    let scope = NodeScope {
+                        node: h.node.0,
+                        local: &local,
+                        ask: &ask,
+                        book,
+                    };
+                    WalSet::open(
+                        &config.durability,
+                        config.nodes,
+                        config.total_partitions(),
+                        &catalog,
+                        Some(&scope),
+                    )?
+                }
+                None => WalSet::open(
+                    &config.durability,
+                    config.nodes,
+                    config.total_partitions(),
+                    &catalog,
+                    None,
+                )?,
+            };
+            (Some(Arc::new(opened.0)), opened.1)
         } else {
             (None, Vec::new())
         };
@@ -293,7 +347,10 @@ impl Cluster {
         let mut local = HashMap::new();
         for p in 0..config.total_partitions() {
             let node = NodeId(p / config.partitions_per_node);
-            if let Some((here, peers)) = &hosting {
+            if let Some(Hosting {
+                node: here, peers, ..
+            }) = &hosting
+            {
                 if node != *here {
                     let peer = peers.get(&node).ok_or_else(|| {
                         Error::Config(format!("no address for peer node {}", node.0))
@@ -381,8 +438,8 @@ impl Cluster {
                 let _ = ready_tx.send(true);
             });
         }
-        let service =
-            hosting.map(|(here, _)| NodeService::new(here, shared.catalog.clone(), local));
+        let service = hosting
+            .map(|h| NodeService::new(h.node, shared.catalog.clone(), local, h.book, h.peers));
         let cluster = Cluster {
             shared,
             config: Arc::new(config),

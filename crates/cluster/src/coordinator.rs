@@ -432,11 +432,23 @@ pub(crate) async fn commit_at(
                 .request(node, participants[0], |reply| PartitionMsg::Commit {
                     txn,
                     keep,
+                    decided: false,
                     reply,
                 })
                 .await
+                // The commit may have been applied and its answer lost.
+                .map_err(|e| match e {
+                    Error::Transport(m) => Error::Transport(format!("commit outcome unknown: {m}")),
+                    e => e,
+                })
         }
         _ => {
+            // A multi-process node records the decision's progress, so a
+            // restarted participant's inquiry gets a safe answer.
+            let book = shared.wal.as_ref().and_then(|w| w.book.as_deref());
+            if let Some(b) = book {
+                b.preparing(txn);
+            }
             let votes = futures::future::join_all(participants.iter().map(|&p| {
                 shared.request(node, p, move |reply| PartitionMsg::Prepare {
                     txn,
@@ -455,10 +467,16 @@ pub(crate) async fn commit_at(
             let mut log_error = None;
             let any_yes = votes.iter().any(|v| matches!(v, Ok(Vote::Yes)));
             if let (true, true, Some(wal)) = (decision_commit, any_yes, &shared.wal) {
-                if let Err(e) = wal.log_decision(node, txn, participants).await {
+                if book.is_some_and(|b| !b.try_decide(txn)) {
+                    // A restarted participant was told "aborted".
+                    decision_commit = false;
+                } else if let Err(e) = wal.log_decision(node, txn, participants).await {
                     decision_commit = false;
                     log_error = Some(e);
                 }
+            }
+            if let Some(b) = book {
+                b.decided(txn, decision_commit && any_yes);
             }
             // Phase two goes to every participant that still holds state
             // (voted Yes, or could not be heard from). It is not awaited: the
@@ -470,7 +488,12 @@ pub(crate) async fn commit_at(
                 }
                 let (reply, _rx) = Reply::channel(&shared.link, shared.partitions[p].node, node);
                 let msg = if decision_commit {
-                    PartitionMsg::Commit { txn, keep, reply }
+                    PartitionMsg::Commit {
+                        txn,
+                        keep,
+                        decided: true,
+                        reply,
+                    }
                 } else {
                     PartitionMsg::Abort { txn, keep, reply }
                 };

@@ -52,6 +52,7 @@ use brine_storage::wal::segment::{list_segments, sync_dir};
 use brine_storage::wal::{CrashSwitch, Log, LogConfig, LogPosition, LogStatsSnapshot, RecordKind};
 use brine_storage::PartitionStore;
 
+use crate::decision::DecisionBook;
 use crate::message::{Reply, Vote};
 
 /// Whether commits are made durable.
@@ -183,9 +184,13 @@ impl WalStats {
 
 /// Every log of a running cluster.
 pub struct WalSet {
-    partitions: Vec<Arc<Log>>,
-    /// Indexed by node id; coordinators of node n log decisions here.
-    decisions: Vec<Arc<Log>>,
+    /// Indexed by partition; `None` for partitions another process hosts.
+    partitions: Vec<Option<Arc<Log>>>,
+    /// Indexed by node id; coordinators of node n log decisions here
+    /// (`None`: another process's node).
+    decisions: Vec<Option<Arc<Log>>>,
+    /// A multi-process node's decisions, for peers' restarted participants.
+    pub(crate) book: Option<Arc<DecisionBook>>,
     crash: Arc<CrashSwitch>,
     checkpoint_every_bytes: u64,
     pub report: RecoveryReport,
@@ -238,7 +243,8 @@ impl WalSet {
         nodes: u32,
         partitions: u32,
         catalog: &Arc<Catalog>,
-    ) -> Result<(WalSet, Vec<PartitionStore>)> {
+        scope: Option<&NodeScope<'_>>,
+    ) -> Result<(WalSet, Vec<Option<PartitionStore>>)> {
         durability.validate()?;
         let root = durability
             .data_dir
@@ -310,10 +316,29 @@ impl WalSet {
         let mut ends = Vec::with_capacity(partitions as usize);
         let mut recovered_base = Vec::with_capacity(partitions as usize);
         for p in 0..partitions {
+            if scope.is_some_and(|s| !s.local.contains(&p)) {
+                stores.push(None);
+                ends.push(None);
+                recovered_base.push(BaseContexts::default());
+                continue;
+            }
             let dir = part_dir(&root, p);
             std::fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
             let mut rec = recover_partition(&dir, catalog, p)?;
-            let (c, a) = rec.resolve(&committed)?;
+            // A multi-process node asks the coordinators on other nodes.
+            let mut decided = committed.clone();
+            if let Some(scope) = scope {
+                let remote: Vec<TxnId> = rec
+                    .in_doubt
+                    .iter()
+                    .map(|d| d.txn)
+                    .filter(|t| !committed.contains(t))
+                    .collect();
+                if !remote.is_empty() {
+                    decided.extend((scope.ask)(&remote)?);
+                }
+            }
+            let (c, a) = rec.resolve(&decided)?;
             // A BASE transaction whose end its coordinator logged is done,
             // whatever this partition logged of its end.
             for owner in &base_ended {
@@ -327,8 +352,8 @@ impl WalSet {
                 let _ = std::fs::remove_file(tmp_checkpoint_path(&dir, rec.end.lsn));
             }
             report.partitions.push(rec.stats.clone());
-            ends.push((dir, rec.end));
-            stores.push(rec.store);
+            ends.push(Some((dir, rec.end)));
+            stores.push(Some(rec.store));
             recovered_base.push(rec.base);
         }
         // Salt: an accepted BASE transaction that did not end is rolled
@@ -352,7 +377,7 @@ impl WalSet {
             )));
         }
         // 3. Everything before the new checkpoints is now redundant.
-        for (dir, end) in &ends {
+        for (dir, end) in ends.iter().flatten() {
             for (start, path) in list_segments(dir)? {
                 let _ = start;
                 std::fs::remove_file(&path).map_err(|e| io("deleting", &path, e))?;
@@ -364,7 +389,9 @@ impl WalSet {
             }
             sync_dir(dir)?;
         }
-        for (n, _) in decision_ends.iter() {
+        // A multi-process node keeps its decisions: participants on other
+        // nodes may still ask about them.
+        for (n, _) in decision_ends.iter().filter(|_| scope.is_none()) {
             let dir = coord_dir(&root, *n);
             for (_, path) in list_segments(&dir)? {
                 std::fs::remove_file(&path).map_err(|e| io("deleting", &path, e))?;
@@ -385,22 +412,30 @@ impl WalSet {
             max_batch_bytes: durability.max_batch_bytes,
         };
         let mut plogs = Vec::with_capacity(ends.len());
-        for (p, (dir, end)) in ends.into_iter().enumerate() {
-            plogs.push(Arc::new(Log::open(
-                config(dir, p as u32),
-                end,
-                crash.clone(),
-            )?));
+        for (p, end) in ends.into_iter().enumerate() {
+            plogs.push(match end {
+                Some((dir, end)) => Some(Arc::new(Log::open(
+                    config(dir, p as u32),
+                    end,
+                    crash.clone(),
+                )?)),
+                None => None,
+            });
         }
         let mut dlogs = Vec::new();
         for n in 0..=nodes {
+            if scope.is_some_and(|s| s.node != n) {
+                dlogs.push(None);
+                continue;
+            }
             let end = decision_ends.get(&n).copied().unwrap_or_default();
-            dlogs.push(Arc::new(Log::open(
+            dlogs.push(Some(Arc::new(Log::open(
                 config(coord_dir(&root, n), n),
                 end,
                 crash.clone(),
-            )?));
+            )?)));
         }
+        let book = scope.map(|s| s.book.clone());
         tracing::info!(
             epoch,
             decisions = report.decisions,
@@ -413,6 +448,7 @@ impl WalSet {
             WalSet {
                 partitions: plogs,
                 decisions: dlogs,
+                book,
                 crash,
                 checkpoint_every_bytes: durability.checkpoint_every_bytes,
                 report,
@@ -433,7 +469,7 @@ impl WalSet {
             .map(std::mem::take)
             .unwrap_or_default();
         Some(PartitionWal {
-            log: self.partitions.get(p)?.clone(),
+            log: self.partitions.get(p)?.as_ref()?.clone(),
             id: p as u32,
             base,
             prepared: HashMap::new(),
@@ -477,9 +513,13 @@ impl WalSet {
         kind: RecordKind,
         encode: impl FnOnce(&mut Vec<u8>),
     ) -> Result<()> {
-        let log = self.decisions.get(node.0 as usize).ok_or_else(|| {
-            Error::Internal(format!("no decision log for coordinator node {}", node.0))
-        })?;
+        let log = self
+            .decisions
+            .get(node.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| {
+                Error::Internal(format!("no decision log for coordinator node {}", node.0))
+            })?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         // On an error the waiter already carries it to `rx`.
         let _ = log.append_then(
@@ -499,10 +539,10 @@ impl WalSet {
 
     pub fn stats(&self) -> WalStats {
         let mut s = WalStats::default();
-        for l in &self.partitions {
+        for l in self.partitions.iter().flatten() {
             s.partitions.add(&l.stats());
         }
-        for l in &self.decisions {
+        for l in self.decisions.iter().flatten() {
             s.decisions.add(&l.stats());
         }
         s
@@ -510,32 +550,53 @@ impl WalSet {
 
     /// Nothing more can commit: a log failed or the power was cut.
     pub fn is_down(&self) -> bool {
-        self.crash.is_crashed()
-            || self
-                .partitions
-                .iter()
-                .chain(&self.decisions)
-                .any(|l| l.is_down())
+        self.crash.is_crashed() || self.logs().any(|l| l.is_down())
     }
 
     /// Simulated power loss: every writer stops at once and loses what it
     /// had not synced; returns when all have stopped.
     pub fn crash(&self) {
         self.crash.crash_now();
-        for l in self.partitions.iter().chain(&self.decisions) {
+        for l in self.logs() {
             l.wake();
         }
-        for l in self.partitions.iter().chain(&self.decisions) {
+        for l in self.logs() {
             l.join();
         }
     }
 
     /// Clean stop: writers flush what is pending and end.
     pub fn close(&self) {
-        for l in self.partitions.iter().chain(&self.decisions) {
+        for l in self.logs() {
             l.close();
         }
     }
+
+    fn logs(&self) -> impl Iterator<Item = &Arc<Log>> {
+        self.partitions.iter().chain(&self.decisions).flatten()
+    }
+}
+
+/// What a multi-process node recovers: its partitions and its own decision
+/// log; `ask` gets, from the coordinators on other nodes, which of the
+/// given prepared transactions committed (it may wait for them).
+pub(crate) struct NodeScope<'a> {
+    pub node: u32,
+    pub local: &'a [u32],
+    pub ask: &'a (dyn Fn(&[TxnId]) -> Result<HashSet<TxnId>> + Sync),
+    /// Made from `node_decisions` before recovery; answers peers' inquiries.
+    pub book: Arc<DecisionBook>,
+}
+
+/// The commit decisions in node `node`'s decision log under `data_dir`
+/// (a multi-process node reads them before anything else, to answer its
+/// peers' recoveries while its own runs).
+pub fn node_decisions(data_dir: &Path, node: u32) -> Result<HashSet<TxnId>> {
+    let dir = coord_dir(data_dir, node);
+    if !dir.exists() {
+        return Ok(HashSet::new());
+    }
+    Ok(read_decisions(&dir, node)?.0.committed)
 }
 
 fn partition_dirs_beyond(root: &Path, partitions: u32) -> Result<bool> {
@@ -667,6 +728,11 @@ impl PartitionWal {
                 Err(e) => tracing::error!(%txn, "prepare not durable: {e}"),
             }),
         );
+    }
+
+    /// True if `txn` prepared here and awaits its decision.
+    pub fn is_prepared(&self, txn: TxnId) -> bool {
+        self.prepared.contains_key(&txn)
     }
 
     /// An abort; a prepared transaction's is logged (unforced).

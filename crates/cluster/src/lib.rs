@@ -20,6 +20,7 @@
 
 pub mod cluster;
 pub mod coordinator;
+pub mod decision;
 pub mod durability;
 pub mod history;
 pub mod link;

@@ -112,6 +112,11 @@ pub enum PartitionMsg {
     Commit {
         txn: TxnId,
         keep: Option<TxnId>,
+        /// Phase two of two-phase commit (the participant prepared): the
+        /// decision is durable and must be delivered, however long it
+        /// takes. A one-round commit (false) that cannot be delivered has
+        /// an unknown outcome and is never resent.
+        decided: bool,
         reply: Reply<()>,
     },
     Abort {
@@ -127,6 +132,14 @@ pub enum PartitionMsg {
         owner: TxnId,
         upto: Option<u32>,
         reply: Reply<()>,
+    },
+    /// The node whose transaction ids carry `coordinator` (the id's top
+    /// byte) restarted: abort every transaction of its previous run that
+    /// is not prepared here (nobody will finish it), and answer the ones
+    /// that are (in doubt: their outcome is in that node's decision log).
+    AbortOrphans {
+        coordinator: u32,
+        reply: Reply<Vec<TxnId>>,
     },
     Load {
         table: TableId,

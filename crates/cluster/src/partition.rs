@@ -290,7 +290,9 @@ impl Partition {
                     }
                 }
             }
-            PartitionMsg::Commit { txn, keep, reply } => {
+            PartitionMsg::Commit {
+                txn, keep, reply, ..
+            } => {
                 // Logged before the store forgets the undo the redo is read
                 // from; acknowledged by the log writer once durable.
                 match &mut self.wal {
@@ -314,6 +316,33 @@ impl Partition {
                 }
                 self.end_txn(txn, keep, false);
                 reply.send(());
+            }
+            PartitionMsg::AbortOrphans { coordinator, reply } => {
+                let of_it =
+                    |t: &TxnId| t.id >> crate::cluster::NODE_TXN_SHIFT == u64::from(coordinator);
+                let mut orphans: Vec<TxnId> = self
+                    .locks
+                    .txn_ids()
+                    .chain(self.store.active_txn_ids())
+                    .chain(self.parked.keys().copied())
+                    .filter(of_it)
+                    .collect();
+                orphans.sort_unstable();
+                orphans.dedup();
+                let mut in_doubt = Vec::new();
+                for txn in orphans {
+                    if self.wal.as_ref().is_some_and(|w| w.is_prepared(txn)) {
+                        in_doubt.push(txn);
+                        continue;
+                    }
+                    tracing::info!(partition = self.id.0, %txn, "aborting a transaction of a restarted coordinator");
+                    self.base_results.remove(&txn);
+                    if let Some(wal) = &mut self.wal {
+                        wal.abort(txn);
+                    }
+                    self.end_txn(txn, None, false);
+                }
+                reply.send(in_doubt);
             }
             PartitionMsg::Release { owner, upto, reply } => {
                 if let (None, Some(wal)) = (upto, &mut self.wal) {

@@ -39,6 +39,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::cluster::{Cluster, Txn};
+use crate::decision::DecisionBook;
+pub use crate::decision::Inquiry;
 use crate::link::{Link, LinkConfig};
 use crate::message::{BaseStmt, Executed, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote};
 
@@ -74,6 +76,11 @@ pub enum WireRequest {
     Commit { session: u64 },
     /// Abort it and end the session.
     Abort { session: u64 },
+    /// A restarted participant asks this node, the coordinator of `txn`,
+    /// whether it committed.
+    Decision { txn: TxnId },
+    /// Node `node` restarted: end what its previous run left open here.
+    PeerRestarted { node: u32 },
 }
 
 /// [`PartitionMsg`] without its reply path, with the plan as SQL text.
@@ -87,13 +94,17 @@ pub enum WireMsg {
         base: Option<BaseStmt>,
         intro: Option<(String, Vec<Value>)>,
     },
+    /// `expect`: the incarnation that ran the transaction's statements.
     Prepare {
         txn: TxnId,
         keep: Option<TxnId>,
+        expect: Option<u64>,
     },
     Commit {
         txn: TxnId,
         keep: Option<TxnId>,
+        decided: bool,
+        expect: Option<u64>,
     },
     Abort {
         txn: TxnId,
@@ -109,6 +120,9 @@ pub enum WireMsg {
     },
     Status,
     Verify,
+    AbortOrphans {
+        coordinator: u32,
+    },
 }
 
 /// A node's status as `brine status` shows it: per partition its rows,
@@ -126,7 +140,8 @@ pub struct NodeStatus {
 /// The answer to a [`WireRequest`].
 #[derive(Debug, Serialize, Deserialize)]
 pub enum WireResponse {
-    Executed(Result<Executed>),
+    /// A statement's answer and the serving node's incarnation.
+    Executed(Result<Executed>, u64),
     Vote(Vote),
     Ack,
     Done(Result<()>),
@@ -135,6 +150,8 @@ pub enum WireResponse {
     NodeStatus(NodeStatus),
     Begun(u64),
     Rows(Result<QueryResult>),
+    Decision(Inquiry),
+    Orphans(Vec<TxnId>),
     /// The request was well-formed but cannot be served here (e.g. a
     /// partition this node does not host).
     Refused(Error),
@@ -144,19 +161,60 @@ pub enum WireResponse {
 /// the returned queue go to the peer over `client`.
 pub fn spawn_proxy(partition: u32, client: Arc<PeerClient>) -> mpsc::UnboundedSender<PartitionMsg> {
     let (tx, mut rx) = mpsc::unbounded_channel::<PartitionMsg>();
+    let seen = Arc::new(Incarnations::default());
     tokio::spawn(async move {
         while let Some(msg) = rx.recv().await {
-            let client = client.clone();
             // Each request runs on its own: the coordinator never has two
             // requests of one transaction to one partition in flight, so
             // their order cannot matter.
-            tokio::spawn(forward(partition, client, msg));
+            tokio::spawn(forward(partition, client.clone(), seen.clone(), msg));
         }
     });
     tx
 }
 
-async fn forward(partition: u32, client: Arc<PeerClient>, msg: PartitionMsg) {
+/// Which incarnation of the serving node ran each open transaction's
+/// statements. A node that restarted lost what an open transaction did
+/// there: its prepare must vote No and its one-round commit must fail,
+/// never commit the statements that ran elsewhere without these.
+#[derive(Default)]
+struct Incarnations {
+    by_txn: parking_lot::Mutex<HashMap<TxnId, u64>>,
+}
+
+/// Transactions whose end never reaches this proxy (a coordinator that
+/// died) would otherwise stay; past this many the map starts over.
+const INCARNATIONS_MAX: usize = 1 << 20;
+
+impl Incarnations {
+    /// Records the incarnation that ran a statement of `txn`; false if an
+    /// earlier statement ran on another one.
+    fn ran(&self, txn: TxnId, incarnation: u64) -> bool {
+        let mut m = self.by_txn.lock();
+        if m.len() >= INCARNATIONS_MAX && !m.contains_key(&txn) {
+            tracing::warn!(
+                "{INCARNATIONS_MAX} open transactions tracked by one proxy; starting over"
+            );
+            m.clear();
+        }
+        *m.entry(txn).or_insert(incarnation) == incarnation
+    }
+
+    fn expected(&self, txn: TxnId) -> Option<u64> {
+        self.by_txn.lock().get(&txn).copied()
+    }
+
+    fn ended(&self, txn: TxnId) {
+        self.by_txn.lock().remove(&txn);
+    }
+}
+
+async fn forward(
+    partition: u32,
+    client: Arc<PeerClient>,
+    seen: Arc<Incarnations>,
+    msg: PartitionMsg,
+) {
     let request = |msg: WireMsg| WireRequest::Partition { partition, msg };
     let unreachable = |e: &brine_net::NetError| {
         Error::Transport(format!("partition {partition} at {}: {e}", client.addr()))
@@ -180,15 +238,25 @@ async fn forward(partition: u32, client: Arc<PeerClient>, msg: PartitionMsg) {
                 intro: intro.map(|i| (i.0.clone(), i.1.clone())),
             };
             let answer = match client.request(request(msg)).await {
-                Ok(WireResponse::Executed(r)) => r,
+                Ok(WireResponse::Executed(r, incarnation)) => {
+                    if seen.ran(txn, incarnation) {
+                        r
+                    } else {
+                        Err(Error::Transport(format!(
+                            "partition {partition} at {} restarted during transaction {txn}",
+                            client.addr()
+                        )))
+                    }
+                }
                 Ok(other) => Err(unexpected(&other)),
                 Err(e) => Err(unreachable(&e)),
             };
             reply.send(answer);
         }
         PartitionMsg::Prepare { txn, keep, reply } => {
+            let expect = seen.expected(txn);
             let vote = match client
-                .request(request(WireMsg::Prepare { txn, keep }))
+                .request(request(WireMsg::Prepare { txn, keep, expect }))
                 .await
             {
                 Ok(WireResponse::Vote(v)) => v,
@@ -201,28 +269,61 @@ async fn forward(partition: u32, client: Arc<PeerClient>, msg: PartitionMsg) {
                     Vote::No
                 }
             };
+            if vote != Vote::Yes {
+                // No phase two follows a read-only or No vote.
+                seen.ended(txn);
+            }
             reply.send(vote);
         }
-        PartitionMsg::Commit { txn, keep, reply } => {
+        PartitionMsg::Commit {
+            txn,
+            keep,
+            decided,
+            reply,
+        } => {
+            let expect = seen.expected(txn);
+            seen.ended(txn);
+            let commit = || {
+                request(WireMsg::Commit {
+                    txn,
+                    keep,
+                    decided,
+                    expect,
+                })
+            };
+            if !decided {
+                // One round: if it cannot be delivered its outcome is
+                // unknown (the participant may have lost the transaction
+                // in a crash, or applied it and lost the answer), so it is
+                // never resent; dropping the reply tells the coordinator.
+                match client.request(commit()).await {
+                    Ok(WireResponse::Ack) => reply.send(()),
+                    Ok(other) => tracing::warn!(%txn, "commit: {}", unexpected(&other)),
+                    Err(e) => tracing::warn!(%txn, "commit outcome unknown: {}", unreachable(&e)),
+                }
+                return;
+            }
             let started = Instant::now();
             let mut backoff = Duration::from_millis(10);
             loop {
-                match client.request(request(WireMsg::Commit { txn, keep })).await {
-                    Ok(_) => break,
-                    Err(e) if started.elapsed() < COMMIT_RETRY_FOR => {
-                        tracing::warn!(%txn, "commit not delivered yet, retrying: {}", unreachable(&e));
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
-                    }
-                    Err(e) => {
-                        tracing::error!(%txn, "commit not delivered; the participant resolves it at recovery: {}", unreachable(&e));
-                        break;
-                    }
+                let failure = match client.request(commit()).await {
+                    Ok(WireResponse::Ack) => break,
+                    // Refused: the node is restarting (or no longer hosts it).
+                    Ok(other) => unexpected(&other),
+                    Err(e) => unreachable(&e),
+                };
+                if started.elapsed() >= COMMIT_RETRY_FOR {
+                    tracing::error!(%txn, "commit not delivered; the participant asks for it at its recovery: {failure}");
+                    break;
                 }
+                tracing::warn!(%txn, "commit not delivered yet, retrying: {failure}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
             }
             reply.send(());
         }
         PartitionMsg::Abort { txn, keep, reply } => {
+            seen.ended(txn);
             // Presumed abort: a participant that never hears it aborts the
             // transaction at recovery.
             if let Err(e) = client.request(request(WireMsg::Abort { txn, keep })).await {
@@ -254,6 +355,16 @@ async fn forward(partition: u32, client: Arc<PeerClient>, msg: PartitionMsg) {
             };
             reply.send(answer);
         }
+        PartitionMsg::AbortOrphans { coordinator, reply } => {
+            match client
+                .request(request(WireMsg::AbortOrphans { coordinator }))
+                .await
+            {
+                Ok(WireResponse::Orphans(in_doubt)) => reply.send(in_doubt),
+                Ok(other) => tracing::warn!("abort orphans: {}", unexpected(&other)),
+                Err(e) => tracing::warn!("abort orphans: {}", unreachable(&e)),
+            }
+        }
         PartitionMsg::Verify { reply } => {
             let answer = match client.request(request(WireMsg::Verify)).await {
                 Ok(WireResponse::Done(r)) => r,
@@ -283,6 +394,12 @@ pub struct NodeService {
     /// Replies to wire requests are local: the network is the link.
     link: Link,
     sessions: Sessions,
+    /// A durable node's commit decisions.
+    book: Option<Arc<DecisionBook>>,
+    /// Differs between two runs of the node (see `Incarnations`).
+    incarnation: u64,
+    /// The other nodes.
+    peers: HashMap<NodeId, Arc<PeerClient>>,
 }
 
 impl NodeService {
@@ -290,6 +407,8 @@ impl NodeService {
         node: NodeId,
         catalog: Arc<Catalog>,
         partitions: HashMap<u32, mpsc::UnboundedSender<PartitionMsg>>,
+        book: Option<Arc<DecisionBook>>,
+        peers: HashMap<NodeId, Arc<PeerClient>>,
     ) -> Self {
         NodeService {
             node,
@@ -304,6 +423,9 @@ impl NodeService {
                 0,
             ),
             sessions: Sessions::default(),
+            book,
+            incarnation: rand::random(),
+            peers,
         }
     }
 
@@ -355,7 +477,7 @@ impl NodeService {
             } => {
                 let plan = match self.plan(&sql) {
                     Ok(p) => p,
-                    Err(e) => return WireResponse::Executed(Err(e)),
+                    Err(e) => return WireResponse::Executed(Err(e), self.incarnation),
                 };
                 let intro = intro.map(Arc::new);
                 ask!(
@@ -368,15 +490,30 @@ impl NodeService {
                         intro,
                         reply
                     },
-                    WireResponse::Executed
+                    |r| WireResponse::Executed(r, self.incarnation)
                 )
             }
-            WireMsg::Prepare { txn, keep } => ask!(
+            WireMsg::Prepare { expect, .. } if expect.is_some_and(|e| e != self.incarnation) => {
+                // This node restarted since the transaction ran here.
+                WireResponse::Vote(Vote::No)
+            }
+            WireMsg::Commit {
+                decided: false,
+                expect,
+                ..
+            } if expect.is_some_and(|e| e != self.incarnation) => {
+                WireResponse::Refused(Error::Transport(format!(
+                    "partition {partition} restarted since the transaction ran here; it did not commit"
+                )))
+            }
+            WireMsg::Prepare { txn, keep, .. } => ask!(
                 |reply| PartitionMsg::Prepare { txn, keep, reply },
                 WireResponse::Vote
             ),
-            WireMsg::Commit { txn, keep } => {
-                ask!(|reply| PartitionMsg::Commit { txn, keep, reply }, |()| {
+            WireMsg::Commit {
+                txn, keep, decided, ..
+            } => {
+                ask!(|reply| PartitionMsg::Commit { txn, keep, decided, reply }, |()| {
                     WireResponse::Ack
                 })
             }
@@ -396,6 +533,10 @@ impl NodeService {
             ),
             WireMsg::Status => ask!(|reply| PartitionMsg::Status { reply }, WireResponse::Status),
             WireMsg::Verify => ask!(|reply| PartitionMsg::Verify { reply }, WireResponse::Done),
+            WireMsg::AbortOrphans { coordinator } => ask!(
+                |reply| PartitionMsg::AbortOrphans { coordinator, reply },
+                WireResponse::Orphans
+            ),
         }
     }
 
@@ -439,6 +580,13 @@ impl NodeService {
                 Ok(txn) => WireResponse::Done(txn.commit().await),
                 Err(e) => WireResponse::Done(Err(e)),
             },
+            WireRequest::Decision { txn } => WireResponse::Decision(match &self.book {
+                Some(book) => book.ask(txn),
+                // A node without a log recovers nothing: it decided nothing
+                // that survived.
+                None => Inquiry::Aborted,
+            }),
+            WireRequest::PeerRestarted { node } => WireResponse::Done(self.end_orphans(node).await),
             WireRequest::Abort { session } => match self.sessions.end(session) {
                 Ok(txn) => {
                     txn.abort().await;
@@ -464,6 +612,74 @@ impl NodeService {
             commits: stats.commits,
             lock_waits: stats.lock_waits,
             sessions: self.sessions.open() as u64,
+        }
+    }
+
+    /// Node `node` restarted: its previous run's transactions still open at
+    /// this node's partitions are aborted, except prepared ones, whose
+    /// outcome is asked of it (its decision log has it) and applied.
+    async fn end_orphans(&self, node: u32) -> Result<()> {
+        let Some(peer) = self.peers.get(&NodeId(node)).cloned() else {
+            return Err(Error::Config(format!(
+                "node {node} is not a peer of node {}",
+                self.node.0
+            )));
+        };
+        let mut parts: Vec<u32> = self.local_partitions().collect();
+        parts.sort_unstable();
+        for p in parts {
+            let WireResponse::Orphans(in_doubt) = self
+                .serve(p, WireMsg::AbortOrphans { coordinator: node })
+                .await
+            else {
+                continue;
+            };
+            for txn in in_doubt {
+                let started = Instant::now();
+                let committed = loop {
+                    match peer.request(WireRequest::Decision { txn }).await {
+                        Ok(WireResponse::Decision(Inquiry::Committed)) => break Some(true),
+                        Ok(WireResponse::Decision(Inquiry::Aborted)) => break Some(false),
+                        _ if started.elapsed() > INQUIRY_PATIENCE => break None,
+                        Ok(_) | Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                };
+                let Some(committed) = committed else {
+                    tracing::error!(%txn, "node {node} did not say what became of this prepared transaction; it stays in doubt (holding its locks) until node {node} restarts again");
+                    continue;
+                };
+                let msg = if committed {
+                    WireMsg::Commit {
+                        txn,
+                        keep: None,
+                        decided: true,
+                        expect: None,
+                    }
+                } else {
+                    WireMsg::Abort { txn, keep: None }
+                };
+                tracing::info!(%txn, committed, "resolved a transaction of restarted node {node}");
+                self.serve(p, msg).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells every peer that this node restarted (after its recovery,
+    /// before it serves): they end what its previous run left open.
+    /// Unreachable peers are skipped: their own restart ends it there.
+    pub async fn announce_restart(&self) {
+        for (n, peer) in &self.peers {
+            match peer
+                .request(WireRequest::PeerRestarted { node: self.node.0 })
+                .await
+            {
+                Ok(WireResponse::Done(Ok(()))) => {}
+                Ok(other) => {
+                    tracing::warn!(peer = n.0, "restart announcement: {}", unexpected(&other))
+                }
+                Err(e) => tracing::info!(peer = n.0, "restart announcement not delivered: {e}"),
+            }
         }
     }
 
@@ -596,4 +812,61 @@ impl RemoteCluster {
         }
         Cluster::connect(config, app, peers)
     }
+}
+
+/// How long a restarting participant waits for the coordinators of its
+/// in-doubt transactions before it gives up starting.
+const INQUIRY_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Asks the coordinators on other nodes which of `txns` (prepared here, no
+/// outcome logged) committed. Blocks the calling thread, which must be
+/// one of the runtime's blocking threads (`Cluster::start_node` of a
+/// durable node runs in `spawn_blocking`): waits while a coordinator is
+/// unreachable or still deciding, up to `INQUIRY_PATIENCE`. A transaction whose id names
+/// no node (coordinated by a client process, which keeps no log) is
+/// presumed aborted.
+pub(crate) fn ask_coordinators(
+    peers: &HashMap<NodeId, Arc<PeerClient>>,
+    txns: &[TxnId],
+) -> Result<std::collections::HashSet<TxnId>> {
+    let ask = async {
+        let mut committed = std::collections::HashSet::new();
+        for &txn in txns {
+            let coordinator = NodeId((txn.id >> crate::cluster::NODE_TXN_SHIFT) as u32);
+            let Some(peer) = peers.get(&coordinator) else {
+                tracing::warn!(%txn, "in-doubt transaction of a coordinator without a log: presumed aborted");
+                continue;
+            };
+            let started = Instant::now();
+            loop {
+                let why = match peer.request(WireRequest::Decision { txn }).await {
+                    Ok(WireResponse::Decision(Inquiry::Committed)) => {
+                        committed.insert(txn);
+                        break;
+                    }
+                    Ok(WireResponse::Decision(Inquiry::Aborted)) => break,
+                    Ok(WireResponse::Decision(Inquiry::Undecided)) => "still deciding".to_string(),
+                    Ok(other) => unexpected(&other).to_string(),
+                    Err(e) => e.to_string(),
+                };
+                if started.elapsed() > INQUIRY_PATIENCE {
+                    return Err(Error::Transport(format!(
+                        "in-doubt transaction {txn}: its coordinator, node {} at {}, has not answered for {} s ({why}); start that node",
+                        coordinator.0,
+                        peer.addr(),
+                        INQUIRY_PATIENCE.as_secs()
+                    )));
+                }
+                tracing::info!(%txn, node = coordinator.0, "waiting for the coordinator's decision: {why}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(committed)
+    };
+    let handle = tokio::runtime::Handle::try_current().map_err(|_| {
+        Error::Internal(
+            "in-doubt inquiry outside the runtime (start_node must run in spawn_blocking)".into(),
+        )
+    })?;
+    handle.block_on(ask)
 }

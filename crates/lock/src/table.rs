@@ -1036,6 +1036,11 @@ impl LockTable {
         self.txns.len()
     }
 
+    /// Those transactions' ids (O(transactions): not for the hot path).
+    pub fn txn_ids(&self) -> impl Iterator<Item = TxnId> + '_ {
+        self.txns.keys().copied()
+    }
+
     /// Checks every structural invariant; for tests and debug assertions.
     /// O(size of the table), so not for the hot path.
     pub fn check_invariants(&self) -> Result<(), String> {

@@ -252,6 +252,11 @@ impl PartitionStore {
         self.undo.len()
     }
 
+    /// The transactions with uncommitted writes here.
+    pub fn active_txn_ids(&self) -> impl Iterator<Item = TxnId> + '_ {
+        self.undo.keys().copied()
+    }
+
     /// Makes `txn`'s changes permanent (drops its undo).
     pub fn commit(&mut self, txn: TxnId) {
         self.undo.remove(&txn);
