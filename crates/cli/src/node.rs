@@ -339,6 +339,37 @@ async fn render_metrics(
         "Time statements spent waiting for locks at this node's partitions.",
         &[(n.clone(), s.lock_wait_us_total)],
     );
+    let by_table = cluster.locks_by_table();
+    let per_table = |f: fn(&brine_cluster::cluster::TableLocks) -> u64| {
+        by_table
+            .iter()
+            .map(|t| (format!("{n},table=\"{}\"", t.table), f(t)))
+            .collect::<Vec<_>>()
+    };
+    counter(
+        &mut out,
+        "brine_table_lock_waits_total",
+        "Statements that waited for a lock here, by the statement's table.",
+        &per_table(|t| t.waits),
+    );
+    counter(
+        &mut out,
+        "brine_table_lock_wait_microseconds_total",
+        "Their time waiting, by table.",
+        &per_table(|t| t.wait_us),
+    );
+    counter(
+        &mut out,
+        "brine_table_lock_holds_total",
+        "Lock holds ended here, one per transaction and table: from its first long-held lock on the table to their release.",
+        &per_table(|t| t.holds),
+    );
+    counter(
+        &mut out,
+        "brine_table_lock_hold_microseconds_total",
+        "Their duration, by table (divide by the holds for the mean hold time).",
+        &per_table(|t| t.hold_us),
+    );
     let mut rows = Vec::new();
     let mut active = Vec::new();
     let mut parked = Vec::new();

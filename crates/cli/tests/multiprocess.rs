@@ -264,6 +264,15 @@ fn cluster_up_starts_and_stops_cleanly_on_sigterm() {
         metrics.contains("brine_partition_rows{node=\"0\",partition=\"0\"}"),
         "{metrics}"
     );
+    assert!(
+        metrics.contains("brine_table_lock_waits_total{node=\"0\",table=\"account\"} 0"),
+        "{metrics}"
+    );
+    // `total` read every account under serializable: one hold here.
+    assert!(
+        metrics.contains("brine_table_lock_holds_total{node=\"0\",table=\"account\"} 1"),
+        "{metrics}"
+    );
     let missing = http_get(&format!("127.0.0.1:{}", u32::from(port) + 100), "/nope");
     assert!(missing.starts_with("HTTP/1.0 404"), "{missing}");
     // SAFETY: kill(2) on our own child with SIGTERM.

@@ -175,6 +175,19 @@ pub struct Cluster {
     home: Option<NodeId>,
 }
 
+/// Lock figures of one table (see `PartitionCounters`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableLocks {
+    pub table: String,
+    /// Statements that waited for a lock, and how long in all.
+    pub waits: u64,
+    pub wait_us: u64,
+    /// Lock holds ended (one per transaction and table per partition),
+    /// and how long they lasted in all.
+    pub holds: u64,
+    pub hold_us: u64,
+}
+
 /// How this process takes part in a multi-process cluster.
 struct Hosting {
     /// The node it is (or, for a coordinator-only client, an id above
@@ -583,6 +596,34 @@ impl Cluster {
             s.lock_wait_us_total += p.lock_wait_ns.load(Ordering::Relaxed) / 1000;
         }
         s
+    }
+
+    /// Lock figures of this process's partitions by table.
+    pub fn locks_by_table(&self) -> Vec<TableLocks> {
+        let tables = self.shared.catalog.tables();
+        let mut out: Vec<TableLocks> = tables
+            .iter()
+            .take(crate::partition::TABLE_SLOTS)
+            .map(|t| TableLocks {
+                table: t.name.clone(),
+                ..TableLocks::default()
+            })
+            .collect();
+        if tables.len() > crate::partition::TABLE_SLOTS {
+            if let Some(last) = out.last_mut() {
+                last.table = "(other tables)".into();
+            }
+        }
+        let sum = |a: &[std::sync::atomic::AtomicU64], i: usize| a[i].load(Ordering::Relaxed);
+        for c in self.partition_counters.iter() {
+            for (i, row) in out.iter_mut().enumerate() {
+                row.waits += sum(&c.lock_waits_by_table, i);
+                row.wait_us += sum(&c.lock_wait_ns_by_table, i) / 1000;
+                row.holds += sum(&c.lock_holds_by_table, i);
+                row.hold_us += sum(&c.lock_hold_ns_by_table, i) / 1000;
+            }
+        }
+        out
     }
 
     fn adhoc_plan(&self, sql: &str) -> Result<Arc<Plan>> {

@@ -41,11 +41,30 @@ pub struct PartitionCounters {
     pub statements: AtomicU64,
     pub lock_waits: AtomicU64,
     pub lock_wait_ns: AtomicU64,
+    /// The same two by the waiting statement's table (tables past
+    /// `TABLE_SLOTS - 1` share the last slot).
+    pub lock_waits_by_table: [AtomicU64; TABLE_SLOTS],
+    pub lock_wait_ns_by_table: [AtomicU64; TABLE_SLOTS],
+    /// Lock holds ended, by table: one per (transaction, table) here, from
+    /// the transaction's first long-held lock on the table to the release
+    /// of its locks (a BASE transaction's: to its end).
+    pub lock_holds_by_table: [AtomicU64; TABLE_SLOTS],
+    pub lock_hold_ns_by_table: [AtomicU64; TABLE_SLOTS],
     pub commits: AtomicU64,
     pub aborts: AtomicU64,
     pub victims_wait_die: AtomicU64,
     pub victims_deadlock: AtomicU64,
     pub victims_timeout: AtomicU64,
+}
+
+/// At most this many transactions' hold start times are kept.
+const HELD_SINCE_MAX: usize = 1 << 20;
+
+/// Per-table counter slots.
+pub const TABLE_SLOTS: usize = 32;
+
+fn table_slot(plan: &brine_sql::Plan) -> usize {
+    (plan.table().0 as usize).min(TABLE_SLOTS - 1)
 }
 
 impl PartitionCounters {
@@ -116,6 +135,9 @@ pub struct Partition {
     /// Salt with a log: what each running alkaline subtransaction ran
     /// here, logged when it commits or prepares.
     base_results: HashMap<TxnId, BaseContext>,
+    /// Since when each transaction (by lock owner) has held locks on each
+    /// table here, for the hold-time counters.
+    held_since: HashMap<TxnId, smallvec::SmallVec<[(u8, Instant); 4]>>,
 }
 
 /// A long-term lock of a BASE transaction.
@@ -193,6 +215,7 @@ impl Partition {
             progressed: Vec::new(),
             last_writer: HashMap::new(),
             base_results: HashMap::new(),
+            held_since: HashMap::new(),
         }
     }
 
@@ -420,6 +443,7 @@ impl Partition {
             // now.
             None => {
                 let _ = self.locks.release_all(txn, &mut self.wakeups);
+                self.count_holds(txn);
             }
         }
         self.process_wakeups();
@@ -428,9 +452,23 @@ impl Partition {
     /// Salt: releases the locks of BASE transaction `owner` taken by
     /// statements up to `upto` (all with `None`), each once its
     /// release-order dependencies allow; answers when all are released.
+    /// Adds `owner`'s lock holds here to the per-table counters.
+    fn count_holds(&mut self, owner: TxnId) {
+        let Some(held) = self.held_since.remove(&owner) else {
+            return;
+        };
+        let at = now();
+        for (slot, since) in held {
+            let ns = at.saturating_duration_since(since).as_nanos() as u64;
+            self.counters.lock_holds_by_table[slot as usize].fetch_add(1, Ordering::Relaxed);
+            self.counters.lock_hold_ns_by_table[slot as usize].fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
     fn release_base(&mut self, owner: TxnId, upto: Option<u32>, reply: Reply<()>) {
         let Some(upto) = upto else {
             self.base_locks.remove(&owner);
+            self.count_holds(owner);
             match self.locks.release_all(owner, &mut self.wakeups) {
                 ReleaseOutcome::Done => reply.send(()),
                 ReleaseOutcome::Deferred => {
@@ -637,6 +675,8 @@ impl Partition {
                 }
                 Ok(Acquire::Waiting(ticket)) => {
                     self.counters.lock_waits.fetch_add(1, Ordering::Relaxed);
+                    self.counters.lock_waits_by_table[table_slot(&stmt.plan)]
+                        .fetch_add(1, Ordering::Relaxed);
                     let owner = stmt.owner;
                     let prev = self.parked.insert(
                         owner,
@@ -671,6 +711,19 @@ impl Partition {
     /// A lock of the statement was granted (`newly`: not already held).
     fn granted(&mut self, stmt: &mut Stmt, need: &LockNeed, newly: bool) {
         let short = short_lived(&stmt.lock, need.access);
+        if newly && !short {
+            if self.held_since.len() >= HELD_SINCE_MAX && !self.held_since.contains_key(&stmt.owner)
+            {
+                // Owners whose end never came here (a coordinator that
+                // vanished): the counters are statistics, the bound is not.
+                self.held_since.clear();
+            }
+            let slot = table_slot(&stmt.plan) as u8;
+            let held = self.held_since.entry(stmt.owner).or_default();
+            if !held.iter().any(|(t, _)| *t == slot) {
+                held.push((slot, now()));
+            }
+        }
         if self.base_granted(stmt, need, short) {
             stmt.dirty = true;
         } else if newly && short {
@@ -752,6 +805,8 @@ impl Partition {
                     let waited = now().saturating_duration_since(p.since).as_nanos() as u64;
                     self.counters
                         .lock_wait_ns
+                        .fetch_add(waited, Ordering::Relaxed);
+                    self.counters.lock_wait_ns_by_table[table_slot(&p.stmt.plan)]
                         .fetch_add(waited, Ordering::Relaxed);
                     let mut stmt = p.stmt;
                     self.granted(&mut stmt, &p.waiting, true);
