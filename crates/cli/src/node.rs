@@ -13,7 +13,6 @@
 //! workload and its `brine bench` options, and hosts its share of the
 //! partitions; a call sent to a node is coordinated there.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,7 +20,7 @@ use std::time::Duration;
 
 pub use brine_client::{ClusterFile, NodeEntry};
 use brine_cluster::decision::DecisionBook;
-use brine_cluster::remote::{self, NodeService, PeerClient, WireRequest, WireResponse};
+use brine_cluster::remote::{self, NodeService, WireRequest, WireResponse};
 use brine_cluster::{Application, Cluster, ClusterConfig, Isolation};
 use brine_core::{NodeId, Value};
 use clap::{Args, Parser};
@@ -109,10 +108,6 @@ fn read_file(path: &Path) -> Result<ClusterFile, NodeError> {
     ClusterFile::read(path).map_err(NodeError::Client)
 }
 
-fn peer_config() -> brine_net::ClientConfig {
-    brine_net::ClientConfig::default()
-}
-
 /// `brine server`.
 #[derive(Args, Debug)]
 pub struct ServerArgs {
@@ -132,18 +127,12 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         .address(me)?
         .parse()
         .map_err(|e| NodeError::Config(format!("address of node {me}: {e}")))?;
-    let mut peers = HashMap::new();
-    for n in &file.nodes {
-        if n.id != me {
-            let client = PeerClient::new(n.address.clone(), peer_config()).map_err(|source| {
-                NodeError::Net {
-                    context: format!("client of node {} at {}", n.id, n.address),
-                    source,
-                }
-            })?;
-            peers.insert(NodeId(n.id), Arc::new(client));
-        }
-    }
+    let addresses: Vec<String> = file.nodes.iter().map(|n| n.address.clone()).collect();
+    let peers =
+        remote::peer_clients(&addresses, Some(NodeId(me))).map_err(|source| NodeError::Engine {
+            context: format!("node {me}'s peers"),
+            source,
+        })?;
     let mut config = cluster_config(&file)?;
     // A durable node answers its peers' questions about its decisions as
     // soon as it listens, even while its own recovery waits for theirs.
@@ -373,15 +362,11 @@ async fn render_metrics(
     let mut rows = Vec::new();
     let mut active = Vec::new();
     let mut parked = Vec::new();
-    let mut parts: Vec<u32> = service.local_partitions().collect();
-    parts.sort_unstable();
-    for p in parts {
-        if let WireResponse::Status(st) = service.serve(p, remote::WireMsg::Status).await {
-            let l = format!("{n},partition=\"{p}\"");
-            rows.push((l.clone(), st.rows_per_table.iter().sum::<usize>() as u64));
-            active.push((l.clone(), st.active_txns as u64));
-            parked.push((l, st.parked_statements as u64));
-        }
+    for (p, st) in service.status(cluster).await.partitions {
+        let l = format!("{n},partition=\"{p}\"");
+        rows.push((l.clone(), st.rows_per_table.iter().sum::<usize>() as u64));
+        active.push((l.clone(), st.active_txns as u64));
+        parked.push((l, st.parked_statements as u64));
     }
     gauge(
         &mut out,

@@ -597,7 +597,8 @@ impl NodeService {
         }
     }
 
-    async fn status(&self, cluster: &Cluster) -> NodeStatus {
+    /// This node's status (also what `brine status` shows).
+    pub async fn status(&self, cluster: &Cluster) -> NodeStatus {
         let mut partitions = Vec::new();
         for p in self.local_partitions() {
             if let WireResponse::Status(s) = self.serve(p, WireMsg::Status).await {
@@ -804,14 +805,27 @@ impl RemoteCluster {
                 self.addresses.len()
             )));
         }
-        let mut peers = HashMap::new();
-        for (n, addr) in self.addresses.iter().enumerate() {
-            let client = PeerClient::new(addr.clone(), brine_net::ClientConfig::default())
-                .map_err(|e| Error::Transport(format!("node {n} at {addr}: {e}")))?;
-            peers.insert(NodeId(n as u32), Arc::new(client));
-        }
-        Cluster::connect(config, app, peers)
+        Cluster::connect(config, app, peer_clients(&self.addresses, None)?)
     }
+}
+
+/// One lazily connecting client per node of `addresses` (node n at
+/// `addresses[n]`), except node `skip` (the caller itself).
+pub fn peer_clients(
+    addresses: &[String],
+    skip: Option<NodeId>,
+) -> Result<HashMap<NodeId, Arc<PeerClient>>> {
+    let mut peers = HashMap::new();
+    for (n, addr) in addresses.iter().enumerate() {
+        let node = NodeId(n as u32);
+        if Some(node) == skip {
+            continue;
+        }
+        let client = PeerClient::new(addr.clone(), brine_net::ClientConfig::default())
+            .map_err(|e| Error::Transport(format!("client of node {n} at {addr}: {e}")))?;
+        peers.insert(node, Arc::new(client));
+    }
+    Ok(peers)
 }
 
 /// How long a restarting participant waits for the coordinators of its
