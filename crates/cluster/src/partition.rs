@@ -148,6 +148,11 @@ struct BaseLock {
     /// holds the lock until every dirty read before that statement is
     /// released.
     seq: u32,
+    /// The first statement whose access to it was a dirty read (it carries
+    /// a read-after-write dependency): the release stage of that statement
+    /// waits for the dependency even when a later statement moved the lock
+    /// itself to a later stage.
+    dirty_at: Option<u32>,
 }
 
 fn access_index(a: Access) -> usize {
@@ -163,8 +168,9 @@ const ACCESSES: [Access; 3] = [Access::Read, Access::RangeRead, Access::Write];
 /// A `Release` waiting for some of its locks.
 struct PendingRelease {
     /// `None`: a whole release (`release_all`), answered on `Released`.
-    /// `Some`: a partial one, answered once none of these targets (those
-    /// whose release was held back) is held any more.
+    /// `Some`: a partial one, answered once no release-order dependency
+    /// holds back any of these targets (those whose release was held back,
+    /// and those of the stage's dirty reads that a later statement keeps).
     targets: Option<Vec<LockTarget>>,
     reply: Reply<()>,
 }
@@ -492,6 +498,16 @@ impl Partition {
             let (now, later): (Vec<_>, Vec<_>) = std::mem::take(held)
                 .into_iter()
                 .partition(|l| l.seq <= upto);
+            // A dirty read of this stage on a row a later statement needed
+            // again: the lock stays for its own stage, but this stage (and
+            // so every write after the read) waits for the dependency.
+            for l in &later {
+                if l.dirty_at.is_some_and(|d| d <= upto)
+                    && self.locks.release_blocked(owner, &l.target)
+                {
+                    held_back.push(l.target.clone());
+                }
+            }
             *held = later;
             for l in now {
                 for (i, a) in ACCESSES.iter().enumerate() {
@@ -527,7 +543,9 @@ impl Partition {
         let mut kept = Vec::new();
         for r in pending {
             let done = match &r.targets {
-                Some(ts) => ts.iter().all(|t| !self.locks.holds(owner, t)),
+                Some(ts) => ts.iter().all(|t| {
+                    !self.locks.holds(owner, t) || !self.locks.release_blocked(owner, t)
+                }),
                 None => whole,
             };
             if done {
@@ -618,6 +636,7 @@ impl Partition {
                     target: need.target.clone(),
                     accesses,
                     seq: b.seq,
+                    dirty_at: dirty.then_some(b.seq),
                 });
             }
         }

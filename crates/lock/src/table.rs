@@ -556,8 +556,9 @@ pub struct LockTable {
     next_ticket: u64,
     /// Transactions whose held-back releases may have become possible.
     worklist: Vec<TxnId>,
-    /// Transactions some of whose held-back single releases (`release`)
-    /// happened since the last `take_released_held_back`.
+    /// Transactions some of whose dependencies were satisfied or
+    /// held-back single releases (`release`) happened since the last
+    /// `take_released_held_back`.
     held_back_progress: Vec<TxnId>,
     stats: LockStats,
 }
@@ -985,15 +986,22 @@ impl LockTable {
         }
     }
 
+    /// Whether a release-order dependency still holds back `txn`'s lock on
+    /// `target` (whether or not a release of it was asked for).
+    pub fn release_blocked(&self, txn: TxnId, target: &LockTarget) -> bool {
+        self.txns.get(&txn).is_some_and(|s| s.is_blocked(target))
+    }
+
     /// Whether `txn` holds any lock on exactly `target`.
     pub fn holds(&self, txn: TxnId, target: &LockTarget) -> bool {
         self.txns.get(&txn).is_some_and(|s| s.held.contains(target))
     }
 
-    /// Moves into `out` the transactions some of whose held-back single
-    /// releases (`release` answered while a dependency held the lock back)
-    /// have happened since the last call, so a caller waiting for them
-    /// looks only at those.
+    /// Moves into `out` the transactions some of whose release-order
+    /// dependencies were satisfied, or whose held-back single releases
+    /// (`release` answered while a dependency held the lock back) happened,
+    /// since the last call, so a caller waiting for them looks only at
+    /// those.
     pub fn take_released_held_back(&mut self, out: &mut Vec<TxnId>) {
         out.append(&mut self.held_back_progress);
     }
@@ -1609,9 +1617,13 @@ impl LockTable {
             let Some(ds) = self.txns.get_mut(&d) else {
                 continue;
             };
+            let before = ds.deps.len();
             ds.deps.retain(|dep| {
                 !(dep.on == txn && (target.is_none() || dep.on_target.as_ref() == target))
             });
+            if ds.deps.len() != before && !self.held_back_progress.contains(&d) {
+                self.held_back_progress.push(d);
+            }
             if (ds.releasing || !ds.pending.is_empty()) && !self.worklist.contains(&d) {
                 self.worklist.push(d);
             }
