@@ -139,6 +139,15 @@ impl BenchSpec {
         );
         m.insert("max_attempts".into(), json!(c.retry.max_attempts));
         m.insert("protocols".into(), json!(self.protocols));
+        if self.protocols.iter().any(|p| p == "callas") {
+            let grouping = c
+                .grouping
+                .as_ref()
+                .map_or("every procedure in one 2pl group".to_string(), |g| {
+                    g.to_string()
+                });
+            m.insert("grouping".into(), json!(grouping));
+        }
         m.insert("baseline".into(), json!(self.protocols.first()));
         m.insert("clients".into(), json!(self.clients));
         m.insert("warmup_s".into(), json!(self.warmup.as_secs_f64()));
@@ -249,6 +258,9 @@ async fn measure_point(
         .clone();
     let mut config = spec.cluster.clone();
     config.protocol = protocol.clone();
+    if protocol != "callas" {
+        config.grouping = None;
+    }
     if spec.deadlock_per_protocol {
         config.lock.policy = brine_cluster::protocol::default_deadlock_policy(&protocol);
     }

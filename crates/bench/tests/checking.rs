@@ -13,8 +13,9 @@ use brine_bench::{run_bench, BenchError, BenchSpec, Workload};
 use brine_check::{AnomalyClass, Level, Outcome, Report};
 use brine_cluster::{ClusterConfig, Isolation, LinkConfig, Mutation};
 
-/// Every protocol brine has; each must pass the checks below.
-const PROTOCOLS: &[&str] = &["acid"];
+/// Every protocol with ACID guarantees for these workloads (`callas`: every
+/// procedure in one 2PL group); each must pass the checks below.
+const PROTOCOLS: &[&str] = &["acid", "callas"];
 
 struct Run<'a> {
     workload: Arc<dyn Workload>,

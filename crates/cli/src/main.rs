@@ -233,14 +233,22 @@ struct BenchArgs {
     compare: Option<String>,
 
     /// The concurrency-control protocol: acid; salt or salt-nolocal (Salt, with or without
-    /// the local-transaction optimization); raw (every statement locks only while it runs:
-    /// the "raw ops" upper bound, no isolation, invariants may break).
+    /// the local-transaction optimization); callas (transaction groups with nexus locks, see
+    /// --grouping); raw (every statement locks only while it runs: the "raw ops" upper
+    /// bound, no isolation, invariants may break).
     #[arg(long, value_name = "P", default_value = "acid")]
     protocol: String,
 
     /// Isolation level of ACID transactions.
     #[arg(long, value_enum, default_value_t = IsolationArg::Serializable)]
     isolation: IsolationArg,
+
+    /// Callas' transaction groups, for the `callas` points:
+    /// `name:mechanism=proc,proc;...` with mechanism 2pl or chop. Procedures
+    /// in no group run as ACID transactions (the default group). Default:
+    /// every procedure in one 2PL group.
+    #[arg(long, value_name = "SPEC")]
+    grouping: Option<String>,
 
     /// Data nodes of the embedded cluster.
     #[arg(long, value_name = "N", default_value_t = 2)]
@@ -442,8 +450,19 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
             IsolationArg::Serializable => Isolation::Serializable,
         },
         history: args.history.clone(),
+        grouping: args
+            .grouping
+            .as_deref()
+            .map(brine_cluster::Grouping::parse)
+            .transpose()
+            .map_err(|e| BenchError::Config(format!("--grouping: {e}")))?,
         ..ClusterConfig::default()
     };
+    if cluster.grouping.is_some() && !protocols.iter().any(|p| p == "callas") {
+        return Err(BenchError::Config(
+            "--grouping applies to the callas protocol: add it to --compare or --protocol".into(),
+        ));
+    }
     cluster.lock.policy = match args.deadlock {
         None | Some(DeadlockArg::WaitDie) => DeadlockPolicy::WaitDie,
         Some(DeadlockArg::Detect) => DeadlockPolicy::Detect,

@@ -73,6 +73,9 @@ pub struct ClusterConfig {
     pub mutation: Option<Mutation>,
     /// Write-ahead logging, checkpoints and recovery (default: in memory).
     pub durability: DurabilityConfig,
+    /// Callas: which procedures run in which group (protocol `callas`
+    /// only; `None`: every procedure in one 2PL group).
+    pub grouping: Option<crate::callas::Grouping>,
 }
 
 impl Default for ClusterConfig {
@@ -95,6 +98,7 @@ impl Default for ClusterConfig {
             history: None,
             mutation: None,
             durability: DurabilityConfig::default(),
+            grouping: None,
         }
     }
 }
@@ -157,6 +161,9 @@ fn history_config(c: &ClusterConfig) -> serde_json::Map<String, serde_json::Valu
     m.insert("topology".into(), c.to_string().into());
     if let Some(mutation) = c.mutation {
         m.insert("mutation".into(), format!("{mutation:?}").into());
+    }
+    if let Some(g) = &c.grouping {
+        m.insert("grouping".into(), g.to_string().into());
     }
     m
 }
@@ -303,7 +310,24 @@ impl Cluster {
         config.validate()?;
         let hosting_node = hosting.as_ref().map(|h| h.node);
         let catalog = Arc::new(brine_sql::parse_schema(&app.ddl)?);
-        let protocol = protocol_by_name(&config.protocol)?;
+        let protocol = crate::protocol::protocol_with_grouping(
+            &config.protocol,
+            config.grouping.as_ref(),
+            app.procedures.iter().map(|d| d.name.as_str()),
+        )?;
+        if protocol.callas().is_some()
+            && (hosting.is_some() || config.durability.mode == DurabilityMode::Wal)
+        {
+            return Err(Error::Config(
+                "Callas runs in the embedded cluster without a log for now: its nexus release order \
+                 is kept by the coordinators of one process"
+                    .into(),
+            ));
+        }
+        let rp = match protocol.callas() {
+            Some(g) => crate::callas::plan_rp(g, &app.name, &app.ddl, &app.procedures)?,
+            None => HashMap::new(),
+        };
         let mut procedures = HashMap::new();
         for def in app.procedures {
             let name = def.name.clone();
@@ -421,6 +445,9 @@ impl Cluster {
             .unwrap_or_default();
         let (ready_tx, ready) = tokio::sync::watch::channel(unfinished.is_empty());
         let shared = Arc::new(Shared {
+            nexus: Default::default(),
+            rp,
+            wait_timeout: config.lock.wait_timeout,
             ready,
             history,
             mutation: config.mutation,

@@ -57,6 +57,15 @@ pub struct Shared {
     pub seed: u64,
     /// Where the run's history goes, when it records one.
     pub history: Option<Arc<HistorySink>>,
+    /// How long a transaction waits for a lock, or (Callas) for another
+    /// transaction's progress, before it aborts.
+    pub wait_timeout: Duration,
+    /// Callas: which transactions still hold nexus locks, and how far
+    /// each got.
+    pub nexus: crate::callas::NexusBoard,
+    /// Callas: the Runtime Pipelining pieces of each procedure of an `rp`
+    /// group.
+    pub rp: std::collections::HashMap<String, Arc<crate::callas::ProcPieces>>,
     /// A deliberately broken locking variant (checker validation only).
     pub mutation: Option<Mutation>,
     /// The cluster's logs (`None`: durability off).
@@ -94,7 +103,7 @@ impl Default for RetryPolicy {
 }
 
 impl Shared {
-    fn send(&self, from: NodeId, p: usize, msg: PartitionMsg) {
+    pub(crate) fn send(&self, from: NodeId, p: usize, msg: PartitionMsg) {
         let part = &self.partitions[p];
         let tx = part.tx.clone();
         self.link.send(from, part.node, move || {
@@ -117,7 +126,7 @@ impl Shared {
             .map_err(|_| Error::Transport(format!("partition {} did not answer (shut down?)", p)))
     }
 
-    fn partition_for(&self, v: &Value) -> usize {
+    pub(crate) fn partition_for(&self, v: &Value) -> usize {
         partition_of(v, self.partitions.len() as u32) as usize
     }
 
@@ -165,6 +174,11 @@ pub struct TxnState {
     pub rec: Option<Box<TxnRecording>>,
     /// Set when the transaction runs as a Salt BASE transaction.
     pub(crate) base: Option<Box<crate::salt::BaseState>>,
+    /// The lock class its statements take instead of the protocol's
+    /// (Callas: the group's member class).
+    pub(crate) lock_class: Option<brine_lock::LockClass>,
+    /// Set when the transaction runs in a Callas group.
+    pub(crate) callas: Option<Box<crate::callas::CallasState>>,
 }
 
 impl TxnState {
@@ -176,6 +190,8 @@ impl TxnState {
             finished: false,
             rec: None,
             base: None,
+            lock_class: None,
+            callas: None,
         }
     }
 
@@ -195,6 +211,9 @@ impl TxnState {
     }
 
     pub(crate) fn add_participant(&mut self, p: usize) {
+        if let Some(c) = &mut self.callas {
+            c.touch(p);
+        }
         if !self.participants.contains(&p) {
             self.participants.push(p);
         }
@@ -241,6 +260,15 @@ impl ProcCtx {
                 })
             }
         };
+        let pipelined = self
+            .state
+            .lock()
+            .callas
+            .as_ref()
+            .is_some_and(|c| c.pieces.is_some());
+        if pipelined {
+            crate::callas::enter_piece(self, statement).await?;
+        }
         self.exec_plan(plan, args).await
     }
 
@@ -298,6 +326,16 @@ impl ProcCtx {
             .await?
     }
 
+    /// Callas: remembers the same-group transactions a statement found it
+    /// depends on (for the nexus release order).
+    pub(crate) fn note_after(&self, after: &[TxnId]) {
+        if !after.is_empty() {
+            if let Some(c) = &mut self.state.lock().callas {
+                c.note_after(after, &self.shared.nexus);
+            }
+        }
+    }
+
     /// Adds a statement's recorded operations to the attempt's history.
     pub(crate) fn record_ops(&self, ops: Vec<Op>) {
         if !ops.is_empty() {
@@ -315,7 +353,7 @@ impl ProcCtx {
         if self.state.lock().base.is_some() {
             return crate::salt::exec(self, plan, args).await;
         }
-        let txn = {
+        let (txn, lock_class, chop) = {
             let st = self.state.lock();
             if let Some(cause) = st.doomed {
                 return Err(Error::Aborted(cause));
@@ -323,12 +361,23 @@ impl ProcCtx {
             if st.finished {
                 return Err(Error::TxnState("the transaction already ended".into()));
             }
-            st.txn
+            let chop = st
+                .callas
+                .as_ref()
+                .filter(|c| c.mechanism == crate::callas::Mechanism::Chop)
+                .map(|c| c.seq);
+            (st.txn, st.lock_class, chop)
         };
         let params = plan.bind(args)?;
         let mut lock = self.shared.protocol.lock_spec(self.shared.isolation);
+        if let Some(class) = lock_class {
+            lock.class = class;
+        }
         if let Some(m) = self.shared.mutation {
             lock = m.apply(lock);
+        }
+        if let Some(seq) = chop {
+            return crate::callas::exec_piece(self, plan, params, lock, seq).await;
         }
         let result = match plan.route(&params, &self.shared.catalog) {
             Route::Partition(v) => {
@@ -337,6 +386,7 @@ impl ProcCtx {
                 self.execute_at(p, txn, plan.clone(), params, lock, None)
                     .await
                     .map(|e| {
+                        self.note_after(&e.after);
                         self.record_ops(e.ops);
                         e.result
                     })
@@ -357,6 +407,7 @@ impl ProcCtx {
                 for r in futures::future::join_all(futs).await {
                     match r {
                         Ok(e) => {
+                            self.note_after(&e.after);
                             parts.push(e.result);
                             if !e.ops.is_empty() {
                                 ops.push(e.ops);
@@ -390,7 +441,19 @@ impl ProcCtx {
 /// Commits an attempt whose body succeeded. On a `No` vote the attempt is
 /// aborted and the cause returned.
 pub async fn commit(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> Result<()> {
-    let result = commit_attempt(shared, node, state).await;
+    commit_keeping(shared, node, state, None, false).await
+}
+
+/// [`commit`] with the participants told to keep the transaction's locks
+/// under `keep` (Callas: as nexus locks, released later in order).
+pub(crate) async fn commit_keeping(
+    shared: &Shared,
+    node: NodeId,
+    state: &Mutex<TxnState>,
+    keep: Option<TxnId>,
+    vote: bool,
+) -> Result<()> {
+    let result = commit_attempt(shared, node, state, keep, vote).await;
     if shared.history.is_some() {
         let outcome = match &result {
             Ok(()) => Outcome::Committed,
@@ -402,7 +465,13 @@ pub async fn commit(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> R
     result
 }
 
-async fn commit_attempt(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> Result<()> {
+async fn commit_attempt(
+    shared: &Shared,
+    node: NodeId,
+    state: &Mutex<TxnState>,
+    keep: Option<TxnId>,
+    vote: bool,
+) -> Result<()> {
     let (txn, participants) = {
         let mut st = state.lock();
         if st.finished {
@@ -411,7 +480,7 @@ async fn commit_attempt(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) 
         st.finished = true;
         (st.txn, st.participants.clone())
     };
-    commit_at(shared, node, txn, None, &participants).await
+    commit_at_with(shared, node, txn, keep, &participants, vote).await
 }
 
 /// Commits `txn` at `participants`: one round for one participant,
@@ -425,9 +494,22 @@ pub(crate) async fn commit_at(
     keep: Option<TxnId>,
     participants: &[usize],
 ) -> Result<()> {
+    commit_at_with(shared, node, txn, keep, participants, false).await
+}
+
+/// [`commit_at`]; `vote`: ask for votes (two-phase commit) even with one
+/// participant, which may then refuse.
+pub(crate) async fn commit_at_with(
+    shared: &Shared,
+    node: NodeId,
+    txn: TxnId,
+    keep: Option<TxnId>,
+    participants: &[usize],
+    vote: bool,
+) -> Result<()> {
     match participants.len() {
         0 => Ok(()),
-        1 => {
+        1 if !vote => {
             shared
                 .request(node, participants[0], |reply| PartitionMsg::Commit {
                     txn,
@@ -570,6 +652,13 @@ pub async fn run_procedure(
         if let Some(opts) = shared.protocol.salt() {
             return crate::salt::run_base(shared, node, proc, args, opts, on_accept, None).await;
         }
+    }
+    if let Some(group) = shared
+        .protocol
+        .callas()
+        .and_then(|g| g.group_of(&proc.name))
+    {
+        return crate::callas::run_grouped(shared, node, proc, args, group, on_accept).await;
     }
     let mut ts = None;
     let mut attempt = 0u32;

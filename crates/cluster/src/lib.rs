@@ -18,6 +18,7 @@
 //! times, and user aborts and constraint violations reach the caller as typed
 //! errors with nothing changed.
 
+pub mod callas;
 pub mod cluster;
 pub mod coordinator;
 pub mod decision;
@@ -32,12 +33,13 @@ pub mod remote;
 pub(crate) mod salt;
 pub mod stats;
 
+pub use callas::{GroupDef, Grouping, Mechanism};
 pub use cluster::{Client, Cluster, ClusterConfig, Placement, Submitted, Txn};
 pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
 pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};
 pub use link::LinkConfig;
 pub use procedure::{Application, ProcedureDef};
-pub use protocol::{Isolation, Mutation, Protocol, Salt, SaltOptions};
+pub use protocol::{Callas, Isolation, Mutation, Protocol, Salt, SaltOptions};
 pub use stats::StatsSnapshot;
 
 pub use brine_lock::{DeadlockPolicy, LockConfig};

@@ -43,6 +43,10 @@ pub struct Executed {
     /// Salt: the statement accessed a row that another BASE transaction
     /// wrote and has not released (a read-after-write dependency).
     pub dirty: bool,
+    /// Callas: same-group transactions holding nexus locks on rows the
+    /// statement accessed in a conflicting way (it depends on them).
+    #[serde(default)]
+    pub after: Vec<TxnId>,
 }
 
 /// Salt with a log: a BASE transaction's procedure and arguments, sent
@@ -132,6 +136,11 @@ pub enum PartitionMsg {
         owner: TxnId,
         upto: Option<u32>,
         reply: Reply<()>,
+    },
+    /// Callas, Runtime Pipelining: a piece of `owner` ended; its
+    /// piece-level (member) locks here become nexus locks.
+    EndPiece {
+        owner: TxnId,
     },
     /// The node whose transaction ids carry `coordinator` (the id's top
     /// byte) restarted: abort every transaction of its previous run that

@@ -15,7 +15,9 @@
 //! make the second computation stable. A statement runs only when every need
 //! was granted in one pass, so it always executes under all its locks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,6 +91,8 @@ struct Stmt {
     base: Option<BaseStmt>,
     /// Salt: it accessed a row another BASE transaction wrote and holds.
     dirty: bool,
+    /// Callas: same-group transactions it depends on.
+    after: Vec<TxnId>,
     intro: Option<Arc<(String, Vec<Value>)>>,
     plan: Arc<Plan>,
     params: Vec<Value>,
@@ -135,9 +139,71 @@ pub struct Partition {
     /// Salt with a log: what each running alkaline subtransaction ran
     /// here, logged when it commits or prepares.
     base_results: HashMap<TxnId, BaseContext>,
+    /// Callas: the group of each transaction (lock owner) running here in
+    /// one, until its nexus locks are released.
+    callas_groups: HashMap<TxnId, u32>,
+    /// Callas, Runtime Pipelining: for each uncommitted transaction, the
+    /// same-group transactions that accessed rows it wrote here (they saw
+    /// or overwrote its uncommitted state): its abort is theirs.
+    rp_dependants: HashMap<TxnId, SmallVec<[TxnId; 2]>>,
+    /// Transactions aborted here by such a cascade, until their
+    /// coordinator ends them (every later statement and vote fails).
+    cascaded: HashSet<TxnId>,
+    /// Callas: which columns each grouped transaction read, wrote and
+    /// incremented on each row it locked here, so dependencies are
+    /// declared only on real (column-level) conflicts, as the analysis
+    /// assumes; and the rows of each transaction, to forget them.
+    nexus_cols: HashMap<LockTarget, SmallVec<[ColUse; 2]>>,
+    nexus_rows: HashMap<TxnId, Vec<LockTarget>>,
     /// Since when each transaction (by lock owner) has held locks on each
     /// table here, for the hold-time counters.
     held_since: HashMap<TxnId, smallvec::SmallVec<[(u8, Instant); 4]>>,
+}
+
+/// Callas: the columns one transaction used on one row (bit `c` for
+/// column `c`; columns past 63 share bit 63).
+#[derive(Clone, Copy, Debug)]
+struct ColUse {
+    txn: TxnId,
+    read: u64,
+    /// Written other than by a blind increment.
+    write: u64,
+    /// Written by blind increments only (`SET c = c + e`), which commute
+    /// with each other and are undone by subtraction.
+    add: u64,
+}
+
+impl ColUse {
+    fn of(txn: TxnId, a: &brine_sql::AccessDescriptor) -> ColUse {
+        let mask = |cols: &[usize]| cols.iter().fold(0u64, |m, &c| m | 1u64 << c.min(63));
+        let written = mask(&a.columns_written);
+        let (write, add) = if a.blind_increment {
+            (0, written)
+        } else {
+            (written, 0)
+        };
+        ColUse {
+            txn,
+            read: mask(&a.columns_read),
+            write,
+            add,
+        }
+    }
+
+    /// Whether `self` (the later access) saw or overwrote what `earlier`
+    /// wrote: a read or write of a column it wrote, or an increment of a
+    /// column it wrote other than by increments. Increments of the same
+    /// column commute. Such a dependency also makes an abort of `earlier`
+    /// cascade.
+    fn reads_or_overwrites(&self, earlier: &ColUse) -> bool {
+        let w = earlier.write | earlier.add;
+        (self.read & w) | (self.write & w) | (self.add & earlier.write) != 0
+    }
+
+    /// Whether `self` writes what `earlier` read (an anti-dependency).
+    fn overwrites_read(&self, earlier: &ColUse) -> bool {
+        (self.write | self.add) & earlier.read != 0
+    }
 }
 
 /// A long-term lock of a BASE transaction.
@@ -220,6 +286,11 @@ impl Partition {
             releases: HashMap::new(),
             progressed: Vec::new(),
             last_writer: HashMap::new(),
+            callas_groups: HashMap::new(),
+            rp_dependants: HashMap::new(),
+            cascaded: HashSet::new(),
+            nexus_cols: HashMap::new(),
+            nexus_rows: HashMap::new(),
             base_results: HashMap::new(),
             held_since: HashMap::new(),
         }
@@ -280,11 +351,19 @@ impl Partition {
                 reply,
             } => {
                 self.counters.statements.fetch_add(1, Ordering::Relaxed);
+                if self.cascaded.contains(&base.map_or(txn, |b| b.owner)) {
+                    reply.send(Err(Error::Aborted(AbortCause::Cascade)));
+                    return;
+                }
+                if let LockClass::Member(g) = lock.class {
+                    self.callas_groups.insert(base.map_or(txn, |b| b.owner), g);
+                }
                 self.run_statement(Stmt {
                     txn,
                     owner: base.map_or(txn, |b| b.owner),
                     base,
                     dirty: false,
+                    after: Vec::new(),
                     intro,
                     plan,
                     params,
@@ -293,6 +372,20 @@ impl Partition {
                     short: Vec::new(),
                     ops: Vec::new(),
                 });
+            }
+            PartitionMsg::Prepare { txn, reply, .. } if self.cascaded.remove(&txn) => {
+                reply.send(Vote::No);
+            }
+            PartitionMsg::EndPiece { owner } => {
+                if let Some(&g) = self.callas_groups.get(&owner) {
+                    self.locks.downgrade_all(
+                        owner,
+                        LockClass::Member(g),
+                        LockClass::Nexus(g),
+                        &mut self.wakeups,
+                    );
+                    self.process_wakeups();
+                }
             }
             PartitionMsg::Prepare { txn, keep, reply } => {
                 // Nothing can make a live participant refuse yet (no
@@ -339,6 +432,7 @@ impl Partition {
                 }
             }
             PartitionMsg::Abort { txn, keep, reply } => {
+                self.cascaded.remove(&txn);
                 self.base_results.remove(&txn);
                 if let Some(wal) = &mut self.wal {
                     wal.abort(txn);
@@ -432,12 +526,31 @@ impl Partition {
         if commit {
             self.store.commit(txn);
             self.counters.commits.fetch_add(1, Ordering::Relaxed);
+            self.rp_dependants.remove(&txn);
         } else {
-            self.store.abort(txn);
+            self.abort_with_dependants(txn);
             self.counters.aborts.fetch_add(1, Ordering::Relaxed);
         }
-        match keep {
-            Some(owner) => {
+        match (keep, self.callas_groups.get(&owner).copied()) {
+            // Callas: a transaction that commits with `keep` naming itself
+            // keeps its locks as its group's nexus locks until the release
+            // order lets them go (`Release`), and so does every piece of a
+            // chopped one; without `keep` (nothing to wait for), or on
+            // abort, they go now.
+            (Some(k), Some(g)) if commit || k != txn => {
+                self.locks.downgrade_all(
+                    owner,
+                    LockClass::Member(g),
+                    LockClass::Nexus(g),
+                    &mut self.wakeups,
+                );
+            }
+            (_, Some(_)) => {
+                self.forget_callas(owner);
+                let _ = self.locks.release_all(txn, &mut self.wakeups);
+                self.count_holds(txn);
+            }
+            (Some(owner), None) => {
                 self.locks.downgrade_all(
                     owner,
                     LockClass::Alkaline,
@@ -447,12 +560,55 @@ impl Partition {
             }
             // `acid` sets no release-order dependencies, so this completes
             // now.
-            None => {
+            (None, None) => {
                 let _ = self.locks.release_all(txn, &mut self.wakeups);
                 self.count_holds(txn);
             }
         }
         self.process_wakeups();
+    }
+
+    /// Undoes `txn` here. Under Runtime Pipelining every same-group
+    /// transaction that saw or overwrote its uncommitted writes here (and,
+    /// in turn, theirs) aborts here with it: all their changes are undone
+    /// together, newest first, their waiting statements fail, their locks
+    /// go, and whatever they send here next fails until their coordinator
+    /// ends them.
+    fn abort_with_dependants(&mut self, txn: TxnId) {
+        let mut closure: Vec<TxnId> = Vec::new();
+        let mut stack = vec![txn];
+        while let Some(t) = stack.pop() {
+            for d in self.rp_dependants.remove(&t).unwrap_or_default() {
+                if d != txn
+                    && !closure.contains(&d)
+                    && !self.cascaded.contains(&d)
+                    && self.callas_groups.contains_key(&d)
+                {
+                    closure.push(d);
+                    stack.push(d);
+                }
+            }
+        }
+        if closure.is_empty() {
+            self.store.abort(txn);
+            return;
+        }
+        closure.push(txn);
+        self.store.abort_all(&closure);
+        closure.pop();
+        for d in closure {
+            tracing::debug!(partition = self.id.0, %d, cause = %txn, "cascading abort");
+            if let Some(p) = self.parked.remove(&d) {
+                self.locks.cancel_waits(d, &mut self.wakeups);
+                p.stmt.reply.send(Err(Error::Aborted(AbortCause::Cascade)));
+            }
+            self.counters.aborts.fetch_add(1, Ordering::Relaxed);
+            self.counters.count_victim(AbortCause::Cascade);
+            self.forget_callas(d);
+            let _ = self.locks.release_all(d, &mut self.wakeups);
+            self.count_holds(d);
+            self.cascaded.insert(d);
+        }
     }
 
     /// Salt: releases the locks of BASE transaction `owner` taken by
@@ -474,6 +630,7 @@ impl Partition {
     fn release_base(&mut self, owner: TxnId, upto: Option<u32>, reply: Reply<()>) {
         let Some(upto) = upto else {
             self.base_locks.remove(&owner);
+            self.forget_callas(owner);
             self.count_holds(owner);
             match self.locks.release_all(owner, &mut self.wakeups) {
                 ReleaseOutcome::Done => reply.send(()),
@@ -543,9 +700,9 @@ impl Partition {
         let mut kept = Vec::new();
         for r in pending {
             let done = match &r.targets {
-                Some(ts) => ts.iter().all(|t| {
-                    !self.locks.holds(owner, t) || !self.locks.release_blocked(owner, t)
-                }),
+                Some(ts) => ts
+                    .iter()
+                    .all(|t| !self.locks.holds(owner, t) || !self.locks.release_blocked(owner, t)),
                 None => whole,
             };
             if done {
@@ -743,6 +900,9 @@ impl Partition {
                 held.push((slot, now()));
             }
         }
+        if let LockClass::Member(g) = stmt.lock.class {
+            self.callas_granted(stmt, need, g);
+        }
         if self.base_granted(stmt, need, short) {
             stmt.dirty = true;
         } else if newly && short {
@@ -750,11 +910,67 @@ impl Partition {
         }
     }
 
+    /// Callas, after a member lock on `target` was granted: the same-group
+    /// transactions with nexus locks there that this access depends on,
+    /// column by column (it read or overwrote what they wrote; at
+    /// serializable also: it wrote what they read; read committed ignores
+    /// anti-dependencies, DESIGN 4.4). Those whose writes are uncommitted
+    /// (Runtime Pipelining) take this transaction down if they abort.
+    fn callas_granted(&mut self, stmt: &mut Stmt, need: &LockNeed, g: u32) {
+        let owner = stmt.owner;
+        let mine = ColUse::of(owner, stmt.plan.access());
+        let uses = self.nexus_cols.entry(need.target.clone()).or_default();
+        for u in uses.iter() {
+            if u.txn == owner || self.callas_groups.get(&u.txn) != Some(&g) {
+                continue;
+            }
+            let sees = mine.reads_or_overwrites(u);
+            if sees || (stmt.lock.serializable && mine.overwrites_read(u)) {
+                if !stmt.after.contains(&u.txn) {
+                    stmt.after.push(u.txn);
+                }
+                if sees && self.store.has_writes(u.txn) {
+                    let ds = self.rp_dependants.entry(u.txn).or_default();
+                    if !ds.contains(&owner) {
+                        ds.push(owner);
+                    }
+                }
+            }
+        }
+        match uses.iter_mut().find(|u| u.txn == owner) {
+            Some(u) => {
+                u.read |= mine.read;
+                u.write |= mine.write;
+                u.add |= mine.add;
+            }
+            None => {
+                uses.push(mine);
+                self.nexus_rows
+                    .entry(owner)
+                    .or_default()
+                    .push(need.target.clone());
+            }
+        }
+    }
+
+    /// Callas: `txn` holds nothing here any more.
+    fn forget_callas(&mut self, txn: TxnId) {
+        self.callas_groups.remove(&txn);
+        for t in self.nexus_rows.remove(&txn).unwrap_or_default() {
+            if let Some(uses) = self.nexus_cols.get_mut(&t) {
+                uses.retain(|u| u.txn != txn);
+                if uses.is_empty() {
+                    self.nexus_cols.remove(&t);
+                }
+            }
+        }
+    }
+
     /// Ends a statement: releases its short locks and answers. A BASE
     /// statement sent with the local-transaction optimization is its own
     /// alkaline subtransaction: committed (or rolled back) here at once.
     fn finish(&mut self, mut stmt: Stmt, result: Result<QueryResult>) {
-        self.release_short(stmt.owner, &mut stmt.short);
+        self.release_short(stmt.owner, stmt.lock.class, &mut stmt.short);
         if let (Some(b), Some(_), Ok(r)) = (stmt.base, &self.wal, &result) {
             let c = self
                 .base_results
@@ -775,8 +991,13 @@ impl Partition {
                 affected: r.affected,
             });
         }
-        let (ops, dirty) = (stmt.ops, stmt.dirty);
-        let executed = result.map(|result| Executed { result, ops, dirty });
+        let (ops, dirty, after) = (stmt.ops, stmt.dirty, stmt.after);
+        let executed = result.map(|result| Executed {
+            result,
+            ops,
+            dirty,
+            after,
+        });
         match stmt.base {
             Some(b) if b.autocommit => {
                 let ok = executed.is_ok();
@@ -799,13 +1020,27 @@ impl Partition {
         }
     }
 
-    fn release_short(&mut self, txn: TxnId, short: &mut Vec<LockNeed>) {
+    /// Releases a statement's short locks; a Callas member's become its
+    /// group's nexus locks instead (a nexus lock covers every access until
+    /// the release order lets it go).
+    fn release_short(&mut self, txn: TxnId, class: LockClass, short: &mut Vec<LockNeed>) {
         if short.is_empty() {
             return;
         }
         for need in short.drain(..) {
-            self.locks
-                .release(txn, &need.target, need.access, &mut self.wakeups);
+            match class {
+                LockClass::Member(g) => self.locks.downgrade_access(
+                    txn,
+                    &need.target,
+                    Some(need.access),
+                    class,
+                    LockClass::Nexus(g),
+                    &mut self.wakeups,
+                ),
+                _ => self
+                    .locks
+                    .release(txn, &need.target, need.access, &mut self.wakeups),
+            }
         }
         self.process_wakeups();
     }

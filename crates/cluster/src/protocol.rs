@@ -13,6 +13,7 @@ use std::str::FromStr;
 use brine_core::Error;
 use brine_lock::LockClass;
 
+use crate::callas::Grouping;
 use crate::message::LockSpec;
 
 /// Isolation levels, defined as in seed 000 section 3.2.1 by which operations
@@ -66,6 +67,33 @@ pub trait Protocol: Send + Sync + 'static {
     /// as ACID transactions.
     fn salt(&self) -> Option<SaltOptions> {
         None
+    }
+    /// Callas' grouping, if the protocol runs grouped procedures in their
+    /// groups; `None`: every procedure runs as an ACID transaction.
+    fn callas(&self) -> Option<&Grouping> {
+        None
+    }
+}
+
+/// Callas (DESIGN 4.4): procedures of a group run under that group's
+/// mechanism and nexus locks; the rest, and interactive transactions, as in
+/// `acid` (the default group).
+#[derive(Debug)]
+pub struct Callas {
+    pub grouping: Grouping,
+}
+
+impl Protocol for Callas {
+    fn name(&self) -> &'static str {
+        "callas"
+    }
+
+    fn lock_spec(&self, isolation: Isolation) -> LockSpec {
+        Acid.lock_spec(isolation)
+    }
+
+    fn callas(&self) -> Option<&Grouping> {
+        Some(&self.grouping)
     }
 }
 
@@ -163,6 +191,11 @@ pub enum Mutation {
     /// transaction can read another BASE transaction's unfinished state
     /// through it (the indirect dirty read of seed 000 Fig. 3.3).
     NoSalineReleaseOrder,
+    /// Callas without its nexus release order: a transaction releases its
+    /// nexus locks as soon as it committed, whatever same-group
+    /// transaction it depends on still holds its own, so a dependency
+    /// cycle can span groups (seed 000 Fig. 4.2).
+    NoNexusReleaseOrder,
 }
 
 impl Mutation {
@@ -171,7 +204,7 @@ impl Mutation {
         match self {
             Mutation::EarlyReadRelease => spec.short_reads = true,
             Mutation::EarlyWriteRelease => spec.short_writes = true,
-            Mutation::NoSalineReleaseOrder => {}
+            Mutation::NoSalineReleaseOrder | Mutation::NoNexusReleaseOrder => {}
         }
         spec
     }
@@ -203,10 +236,41 @@ pub fn protocol_by_name(name: &str) -> Result<std::sync::Arc<dyn Protocol>, Erro
                 local_commit: name == "salt",
             },
         })),
+        // No groups: every procedure in the default group. A cluster gets
+        // its grouping from `protocol_with_grouping`.
+        "callas" => Ok(std::sync::Arc::new(Callas {
+            grouping: Grouping::default(),
+        })),
         other => Err(Error::Config(format!(
-            "unknown protocol `{other}` (available: acid, salt, salt-nolocal, raw)"
+            "unknown protocol `{other}` (available: acid, salt, salt-nolocal, callas, raw)"
         ))),
     }
+}
+
+/// The protocol for `name`, with Callas' grouping (`None`: every one of
+/// `procedures` in one 2PL group), checked against the procedures.
+pub fn protocol_with_grouping<'a>(
+    name: &str,
+    grouping: Option<&Grouping>,
+    procedures: impl IntoIterator<Item = &'a str>,
+) -> Result<std::sync::Arc<dyn Protocol>, Error> {
+    if name != "callas" {
+        if grouping.is_some() {
+            return Err(Error::Config(format!(
+                "a grouping is for protocol `callas`, not `{name}`"
+            )));
+        }
+        return protocol_by_name(name);
+    }
+    let grouping = match grouping {
+        Some(g) => {
+            let g = g.clone();
+            g.validate(procedures)?;
+            g
+        }
+        None => Grouping::one_group(procedures),
+    };
+    Ok(std::sync::Arc::new(Callas { grouping }))
 }
 
 #[cfg(test)]

@@ -331,6 +331,11 @@ async fn forward(
             }
             reply.send(());
         }
+        PartitionMsg::EndPiece { owner } => {
+            // Callas runs in one process only (Cluster::start refuses it
+            // on nodes), so this never crosses the network.
+            tracing::error!(%owner, "a Callas piece end cannot be sent to another process");
+        }
         PartitionMsg::Release { owner, upto, reply } => {
             if let Err(e) = client
                 .request(request(WireMsg::Release { owner, upto }))

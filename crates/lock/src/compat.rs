@@ -22,6 +22,11 @@ pub enum LockClass {
     Saline,
     /// Callas: nexus lock of the given transaction group.
     Nexus(u32),
+    /// Callas: the in-group lock of a running transaction of the given
+    /// group under plain 2PL (or of a running piece): shared/exclusive
+    /// against every lock except its own group's nexus locks, with which it
+    /// shares. At commit it becomes that group's nexus lock.
+    Member(u32),
 }
 
 impl fmt::Display for LockClass {
@@ -31,6 +36,7 @@ impl fmt::Display for LockClass {
             LockClass::Alkaline => write!(f, "alkaline"),
             LockClass::Saline => write!(f, "saline"),
             LockClass::Nexus(g) => write!(f, "nexus{g}"),
+            LockClass::Member(g) => write!(f, "member{g}"),
         }
     }
 }
@@ -96,6 +102,9 @@ pub trait Compatibility: Send + Sync {
 ///   both read. Against any non-nexus class (ACID, and, conservatively, the
 ///   Salt classes, which a Callas deployment does not mix) the other class is
 ///   treated as a group of its own: conflict unless both read.
+/// - Member (a running Callas transaction's in-group lock): compatible with
+///   its own group's nexus locks; against everything else, including other
+///   members of its group, shared/exclusive.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StandardCompat;
 
@@ -116,7 +125,7 @@ fn salt_index(m: Mode) -> Option<usize> {
         LockClass::Acid => 0,
         LockClass::Alkaline => 1,
         LockClass::Saline => 2,
-        LockClass::Nexus(_) => return None,
+        LockClass::Nexus(_) | LockClass::Member(_) => return None,
     };
     Some(class * 2 + usize::from(!m.access.is_read()))
 }
@@ -126,8 +135,9 @@ impl Compatibility for StandardCompat {
         match (salt_index(held), salt_index(req)) {
             (Some(h), Some(r)) => SALT[h][r],
             _ => {
+                use LockClass::{Member, Nexus};
                 let same_group = match (held.class, req.class) {
-                    (LockClass::Nexus(a), LockClass::Nexus(b)) => a == b,
+                    (Nexus(a), Nexus(b)) | (Nexus(a), Member(b)) | (Member(a), Nexus(b)) => a == b,
                     _ => false,
                 };
                 same_group || (held.access.is_read() && req.access.is_read())
@@ -224,6 +234,25 @@ mod tests {
                 // ACID is a group of its own.
                 assert_eq!(c.compatible(m(Nexus(1), a), m(Acid, b)), both_read);
                 assert_eq!(c.compatible(m(Acid, a), m(Nexus(1), b)), both_read);
+            }
+        }
+    }
+
+    #[test]
+    fn member_shares_only_with_its_own_groups_nexus_locks() {
+        let c = StandardCompat;
+        let all = [Access::Read, Access::RangeRead, Access::Write];
+        for a in all {
+            for b in all {
+                let both_read = a.is_read() && b.is_read();
+                assert!(c.compatible(m(Nexus(1), a), m(Member(1), b)));
+                assert!(c.compatible(m(Member(1), a), m(Nexus(1), b)));
+                // In-group 2PL among running transactions of one group.
+                assert_eq!(c.compatible(m(Member(1), a), m(Member(1), b)), both_read);
+                assert_eq!(c.compatible(m(Member(1), a), m(Member(2), b)), both_read);
+                assert_eq!(c.compatible(m(Nexus(2), a), m(Member(1), b)), both_read);
+                assert_eq!(c.compatible(m(Acid, a), m(Member(1), b)), both_read);
+                assert_eq!(c.compatible(m(Member(1), a), m(Acid, b)), both_read);
             }
         }
     }

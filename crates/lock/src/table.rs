@@ -812,13 +812,28 @@ impl LockTable {
         to: LockClass,
         wakeups: &mut Vec<Wakeup>,
     ) {
+        self.downgrade_access(txn, target, None, from, to, wakeups);
+    }
+
+    /// [`LockTable::downgrade`] of the locks with exactly `access` only
+    /// (every access with `None`), e.g. a statement's short read lock whose
+    /// transaction also holds a write on the row.
+    pub fn downgrade_access(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        access: Option<Access>,
+        from: LockClass,
+        to: LockClass,
+        wakeups: &mut Vec<Wakeup>,
+    ) {
         let (sk, local) = split(target);
         let Some(e) = self.spaces.get_mut(&sk).and_then(|s| s.entry_mut(local)) else {
             return;
         };
         let mut changed = false;
         for h in e.holders.iter_mut() {
-            if h.txn == txn && h.mode.class == from {
+            if h.txn == txn && h.mode.class == from && access.is_none_or(|a| h.mode.access == a) {
                 h.mode.class = to;
                 changed = true;
             }

@@ -65,8 +65,8 @@ use brine_core::{
     TxnId, Value,
 };
 use brine_sql::{
-    arith, interval_is_nonempty, limit_value, AggFunc, Aggregate, Assignment, InsertPlan, Plan,
-    Predicate, Projection, QueryResult, SetExpr, Statement,
+    arith, interval_is_nonempty, limit_value, AggFunc, Aggregate, ArithOp, Assignment, InsertPlan,
+    Plan, Predicate, Projection, QueryResult, SetExpr, Statement,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -101,6 +101,15 @@ enum Undo {
         pk: Key,
         row: Row,
     },
+    /// A blind increment (`SET c = c + e`), undone by subtracting what it
+    /// added: exact whatever other uncommitted increments of the same
+    /// column came after it (Callas' Runtime Pipelining lets same-group
+    /// transactions increment a row concurrently).
+    Add {
+        table: TableId,
+        pk: Key,
+        deltas: Vec<(usize, Value)>,
+    },
 }
 
 impl Undo {
@@ -108,8 +117,24 @@ impl Undo {
         match self {
             Undo::Insert { table, pk }
             | Undo::Update { table, pk, .. }
-            | Undo::Delete { table, pk, .. } => (*table, pk),
+            | Undo::Delete { table, pk, .. }
+            | Undo::Add { table, pk, .. } => (*table, pk),
         }
+    }
+}
+
+/// An undo entry with its position in the partition's order of changes
+/// (what [`PartitionStore::abort_all`] undoes newest first).
+#[derive(Clone, Debug)]
+struct Logged {
+    seq: u64,
+    undo: Undo,
+}
+
+impl std::ops::Deref for Logged {
+    type Target = Undo;
+    fn deref(&self) -> &Undo {
+        &self.undo
     }
 }
 
@@ -118,7 +143,9 @@ impl Undo {
 pub struct PartitionStore {
     catalog: Arc<Catalog>,
     tables: Vec<TableData>,
-    undo: HashMap<TxnId, Vec<Undo>>,
+    undo: HashMap<TxnId, Vec<Logged>>,
+    /// Sequence number of the next undo entry.
+    undo_seq: u64,
     /// Row versions for history recording; `None` unless enabled.
     recorder: Option<Box<Recorder>>,
 }
@@ -141,6 +168,7 @@ impl PartitionStore {
             catalog,
             tables,
             undo: HashMap::new(),
+            undo_seq: 0,
             recorder: None,
         }
     }
@@ -272,8 +300,28 @@ impl PartitionStore {
         }
         if let Some(log) = self.undo.remove(&txn) {
             for u in log.into_iter().rev() {
-                self.apply_undo(u);
+                self.apply_undo(u.undo);
             }
+        }
+    }
+
+    /// Undoes every change of every one of `txns` together, newest first
+    /// across all of them: exact when they changed the same rows in turn
+    /// (a cascading abort of transactions that wrote over each other's
+    /// uncommitted writes, in whatever order).
+    pub fn abort_all(&mut self, txns: &[TxnId]) {
+        let mut all: Vec<Logged> = Vec::new();
+        for t in txns {
+            if let Some(r) = &mut self.recorder {
+                r.abort(*t);
+            }
+            if let Some(log) = self.undo.remove(t) {
+                all.extend(log);
+            }
+        }
+        all.sort_unstable_by_key(|u| std::cmp::Reverse(u.seq));
+        for u in all {
+            self.apply_undo(u.undo);
         }
     }
 
@@ -284,12 +332,12 @@ impl PartitionStore {
         let Some(log) = self.undo.get_mut(&txn) else {
             return;
         };
-        let tail: Vec<Undo> = log.drain(mark.min(log.len())..).collect();
+        let tail: Vec<Logged> = log.drain(mark.min(log.len())..).collect();
         if log.is_empty() {
             self.undo.remove(&txn);
         }
         for u in tail.into_iter().rev() {
-            self.apply_undo(u);
+            self.apply_undo(u.undo);
         }
     }
 
@@ -310,6 +358,18 @@ impl PartitionStore {
                     set.insert(def.secondary_key_of(IndexId(i as u32 + 1), &row));
                 }
                 data.rows.insert(pk, row);
+            }
+            Undo::Add { pk, deltas, .. } => {
+                let Some(row) = data.rows.get_mut(&pk) else {
+                    debug_assert!(false, "undo of an increment of a missing row");
+                    return;
+                };
+                for (c, d) in deltas {
+                    match arith(ArithOp::Sub, &row[c], &d) {
+                        Ok(v) => row[c] = v,
+                        Err(e) => debug_assert!(false, "undo of an increment: {e}"),
+                    }
+                }
             }
             Undo::Update { pk, old, .. } => {
                 let Some(row) = data.rows.get_mut(&pk) else {
@@ -651,10 +711,11 @@ impl PartitionStore {
                 if let (Some(r), Some(ops)) = (recorder, ops) {
                     ops.push(r.write(txn, def, &pk, None, data.rows.get(&pk)));
                 }
-                self.undo
-                    .entry(txn)
-                    .or_default()
-                    .push(Undo::Insert { table, pk });
+                self.undo_seq += 1;
+                self.undo.entry(txn).or_default().push(Logged {
+                    seq: self.undo_seq,
+                    undo: Undo::Insert { table, pk },
+                });
                 Ok(affected(plan, 1))
             }
             Statement::Update(upd) => {
@@ -666,13 +727,39 @@ impl PartitionStore {
                 }
                 let n = pks.len() as u64;
                 let log = self.undo.entry(txn).or_default();
+                // A blind increment of columns no index covers is undone
+                // by subtraction (see `Undo::Add`).
+                let additive = plan.access().blind_increment
+                    && !def.indexes.iter().any(|idx| {
+                        plan.access()
+                            .columns_written
+                            .iter()
+                            .any(|c| idx.columns.contains(c))
+                    });
                 for pk in pks {
                     let before = recorder.as_ref().and_then(|_| data.rows.get(&pk).cloned());
                     let old = update_row(def, data, &pk, &upd.sets, params)?;
                     if let (Some(r), Some(ops)) = (recorder.as_deref_mut(), ops.as_deref_mut()) {
                         ops.push(r.write(txn, def, &pk, before.as_ref(), data.rows.get(&pk)));
                     }
-                    log.push(Undo::Update { table, pk, old });
+                    let undo = match (additive, data.rows.get(&pk)) {
+                        (true, Some(row)) => {
+                            let deltas = old
+                                .iter()
+                                .map(|(c, v)| Ok((*c, arith(ArithOp::Sub, &row[*c], v)?)))
+                                .collect::<Result<Vec<_>>>();
+                            match deltas {
+                                Ok(deltas) => Undo::Add { table, pk, deltas },
+                                Err(_) => Undo::Update { table, pk, old },
+                            }
+                        }
+                        _ => Undo::Update { table, pk, old },
+                    };
+                    self.undo_seq += 1;
+                    log.push(Logged {
+                        seq: self.undo_seq,
+                        undo,
+                    });
                 }
                 Ok(affected(plan, n))
             }
@@ -699,7 +786,11 @@ impl PartitionStore {
                         {
                             ops.push(r.write(txn, def, &pk, Some(&row), None));
                         }
-                        log.push(Undo::Delete { table, pk, row });
+                        self.undo_seq += 1;
+                        log.push(Logged {
+                            seq: self.undo_seq,
+                            undo: Undo::Delete { table, pk, row },
+                        });
                     }
                 }
                 Ok(affected(plan, n))

@@ -97,13 +97,23 @@ impl PartitionStore {
                 let slot = out
                     .entry((table, pk.clone()))
                     .or_insert_with(|| self.get(table, pk).cloned());
-                match u {
+                match &u.undo {
                     Undo::Insert { .. } => *slot = None,
                     Undo::Delete { row, .. } => *slot = Some(row.clone()),
                     Undo::Update { old, .. } => {
                         if let Some(r) = slot.as_mut() {
                             for (c, v) in old {
                                 r[*c] = v.clone();
+                            }
+                        }
+                    }
+                    Undo::Add { deltas, .. } => {
+                        if let Some(r) = slot.as_mut() {
+                            for (c, d) in deltas {
+                                if let Ok(v) = brine_sql::arith(brine_sql::ArithOp::Sub, &r[*c], d)
+                                {
+                                    r[*c] = v;
+                                }
                             }
                         }
                     }

@@ -1037,3 +1037,64 @@ fn range_reads_report_rows_walked_and_the_interval_observed() {
     keys.sort();
     assert_eq!(keys, vec![pk(1, 1), pk(1, 3), pk(1, 5)]);
 }
+
+// Callas' Runtime Pipelining lets same-group transactions increment one
+// row in turn before either commits: a blind increment is undone by
+// subtracting it, so either can abort alone.
+#[test]
+fn interleaved_blind_increments_undo_independently() {
+    let mut s = store();
+    let add = "UPDATE acct SET bal = bal + $d WHERE w = $w AND id = $id";
+    let bal = |s: &PartitionStore| s.get(ACCT, &pk(1, 1)).unwrap()[3].clone();
+    run(&mut s, T1, add, vec![dec(10), Value::Int(1), Value::Int(1)]).unwrap();
+    run(&mut s, T2, add, vec![dec(7), Value::Int(1), Value::Int(1)]).unwrap();
+    assert_eq!(bal(&s), dec(117));
+    s.abort(T1);
+    assert_eq!(bal(&s), dec(107), "T2's increment survives T1's abort");
+    s.commit(T2);
+    assert_eq!(bal(&s), dec(107));
+}
+
+// A cascading abort undoes the transactions' changes together, newest
+// first across all of them, whatever the order they wrote in.
+#[test]
+fn abort_all_undoes_interleaved_writes_newest_first() {
+    let mut s = store();
+    let set = "UPDATE acct SET n = $n WHERE w = $w AND id = $id";
+    let n = |s: &PartitionStore, id: i64| s.get(ACCT, &pk(1, id)).unwrap()[4].clone();
+    // T1 then T2 on row 1; T2 then T1 on row 2 (a cycle no single
+    // transaction order undoes correctly).
+    run(
+        &mut s,
+        T1,
+        set,
+        vec![Value::Int(10), Value::Int(1), Value::Int(1)],
+    )
+    .unwrap();
+    run(
+        &mut s,
+        T2,
+        set,
+        vec![Value::Int(20), Value::Int(1), Value::Int(1)],
+    )
+    .unwrap();
+    run(
+        &mut s,
+        T2,
+        set,
+        vec![Value::Int(21), Value::Int(1), Value::Int(2)],
+    )
+    .unwrap();
+    run(
+        &mut s,
+        T1,
+        set,
+        vec![Value::Int(11), Value::Int(1), Value::Int(2)],
+    )
+    .unwrap();
+    let before = snapshot(&store());
+    s.abort_all(&[T1, T2]);
+    assert_eq!((n(&s, 1), n(&s, 2)), (Value::Int(1), Value::Int(2)));
+    assert_eq!(snapshot(&s), before);
+    assert_eq!(s.active_txns(), 0);
+}

@@ -1,0 +1,182 @@
+//! The workloads under `callas`: TPC-C, ticketing and bank keep their
+//! consistency checks and invariants with several groupings (one 2PL group
+//! for everything, one group per procedure type, groups beside the default
+//! ACID group), and recorded TPC-C and ticketing histories pass the
+//! checker at the level the run promised. Short debug-build runs; no
+//! timing figure is asserted.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use brine_bench::workloads::bank::Bank;
+use brine_bench::workloads::ticket::{Ticket, TicketParams};
+use brine_bench::workloads::tpcc::{self, Mix, Scale, Tpcc};
+use brine_bench::{run_bench, BenchError, BenchSpec, Workload};
+use brine_check::Level;
+use brine_cluster::{ClusterConfig, Grouping, Isolation, LinkConfig};
+
+fn spec(grouping: Option<&str>, isolation: Isolation, clients: u32, secs: f64) -> BenchSpec {
+    BenchSpec {
+        cluster: ClusterConfig {
+            isolation,
+            link: LinkConfig {
+                delay_us: 50,
+                jitter_us: 10,
+            },
+            grouping: grouping.map(|g| Grouping::parse(g).expect("grouping")),
+            ..ClusterConfig::default()
+        },
+        protocols: vec!["callas".into()],
+        clients: vec![clients],
+        warmup: Duration::from_millis(200),
+        duration: Duration::from_secs_f64(secs),
+        check: true,
+        deadlock_per_protocol: false,
+        remote: None,
+    }
+}
+
+/// One group per TPC-C procedure type (each 2PL inside), the tool's
+/// starting point in seed 000 section 4.5.
+fn tpcc_per_type() -> String {
+    tpcc::PROCEDURES
+        .iter()
+        .map(|p| format!("{p}:2pl={p}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn tpcc_workload() -> Result<Arc<dyn Workload>, BenchError> {
+    Ok(Arc::new(
+        Tpcc::new(2, Scale::SMALL, Mix::STANDARD)?
+            .with_measure_window(Duration::from_millis(200), Duration::from_millis(1500)),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcc_keeps_its_consistency_under_every_grouping() -> Result<(), BenchError> {
+    let per_type = tpcc_per_type();
+    for grouping in [
+        None,
+        Some(per_type.as_str()),
+        // new-order and payment grouped, the rest in the default group.
+        Some("orders:2pl=new_order,payment"),
+        // The sources' group, under Runtime Pipelining.
+        Some("orders:rp=new_order,payment"),
+    ] {
+        let report = run_bench(
+            &spec(grouping, Isolation::Serializable, 12, 1.5),
+            &[tpcc_workload()?],
+            |_| {},
+        )
+        .await?;
+        for r in &report.results {
+            assert_eq!(r.check, "passed", "{grouping:?}");
+            assert!(
+                r.per_procedure
+                    .get(tpcc::NEW_ORDER)
+                    .is_some_and(|s| s.commits > 0),
+                "{grouping:?}: no new-order committed"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticketing_keeps_its_invariants_under_callas() -> Result<(), BenchError> {
+    let w: Arc<dyn Workload> = Arc::new(Ticket::new(TicketParams {
+        seats_per_category: 300,
+        customers: 200,
+        abandon_percent: 20,
+        delete_batch: 1,
+    })?);
+    for grouping in [
+        None,
+        Some("checkout:2pl=reserve_seats,create_order,pay,issue_tickets,delete_order"),
+    ] {
+        let report = run_bench(
+            &spec(grouping, Isolation::ReadCommitted, 24, 1.5),
+            std::slice::from_ref(&w),
+            |_| {},
+        )
+        .await?;
+        for r in &report.results {
+            assert_eq!(r.check, "passed", "{grouping:?}");
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bank_keeps_its_total_with_transfers_in_a_group() -> Result<(), BenchError> {
+    let w: Arc<dyn Workload> = Arc::new(Bank::new(20, 10)?);
+    // Transfers in a group, totals in the default group (ACID): every
+    // total must see the whole sum.
+    let report = run_bench(
+        &spec(Some("money:2pl=transfer"), Isolation::Serializable, 16, 1.5),
+        &[w],
+        |_| {},
+    )
+    .await?;
+    for r in &report.results {
+        assert_eq!(r.check, "passed");
+        assert!(r.commits > 0);
+    }
+    Ok(())
+}
+
+/// Records a short run's history under `callas` with `grouping` and checks
+/// it at `level`.
+async fn checked_history(
+    workload: Arc<dyn Workload>,
+    grouping: &str,
+    isolation: Isolation,
+    level: Level,
+) -> Result<brine_check::Report, BenchError> {
+    let path: PathBuf = std::env::temp_dir().join(format!(
+        "brine-callas-{}-{}-{isolation}.jsonl",
+        std::process::id(),
+        workload.name()
+    ));
+    let mut s = spec(Some(grouping), isolation, 16, 0.6);
+    s.cluster.history = Some(path.clone());
+    run_bench(&s, &[workload], |_| {}).await?;
+    let h = brine_check::read_file(&path).map_err(|e| BenchError::Internal(e.to_string()))?;
+    let _ = std::fs::remove_file(&path);
+    assert!(h.txns.len() > 100, "too short a history: {}", h.txns.len());
+    Ok(brine_check::check(&h.txns, level))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcc_histories_under_callas_pass_the_checker() -> Result<(), BenchError> {
+    let report = checked_history(
+        tpcc_workload()?,
+        &tpcc_per_type(),
+        Isolation::Serializable,
+        Level::Serializable,
+    )
+    .await?;
+    assert!(report.valid, "{:?}", report.anomalies);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticketing_histories_under_callas_pass_the_checker() -> Result<(), BenchError> {
+    let w: Arc<dyn Workload> = Arc::new(Ticket::new(TicketParams {
+        seats_per_category: 300,
+        customers: 200,
+        abandon_percent: 20,
+        delete_batch: 1,
+    })?);
+    let report = checked_history(
+        w,
+        "checkout:2pl=reserve_seats,create_order,pay,issue_tickets,delete_order",
+        Isolation::ReadCommitted,
+        Level::ReadCommitted,
+    )
+    .await?;
+    assert!(report.valid, "{:?}", report.anomalies);
+    Ok(())
+}

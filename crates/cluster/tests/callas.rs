@@ -1,0 +1,386 @@
+//! Scenario tests of Callas' inter-group mechanism (seed 000 section 4.3,
+//! seed 002 section 4): nexus locks between groups, sharing inside a
+//! group, and the nexus lock release order, whose absence lets a
+//! dependency cycle span two groups (seed 000 Fig. 4.2, first example).
+
+use std::time::Duration;
+
+use brine_check::{AnomalyClass, Level};
+use brine_cluster::{
+    Application, Cluster, ClusterConfig, DeadlockPolicy, Grouping, Isolation, LinkConfig, Mutation,
+    ProcedureDef,
+};
+use brine_core::Value;
+
+mod salt_common;
+use salt_common::{int, Gates};
+
+const DDL: &str = "
+CREATE TABLE kv (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
+CREATE TABLE district (d INT NOT NULL, next INT NOT NULL, PRIMARY KEY (d)) PARTITION BY (d);
+CREATE TABLE orders (o INT NOT NULL, d INT NOT NULL, PRIMARY KEY (o)) PARTITION BY (o);
+";
+
+const A: i64 = 1;
+const B: i64 = 2;
+const C: i64 = 3;
+
+/// T1 writes a, waits at gate `t1`, then reads c (returned). T2 writes a
+/// and b. T3 reads b (returned) and writes c. T1 and T2 are in group
+/// `g1` (chopped: each statement commits on its own, so T2 can go ahead
+/// of the unfinished T1), T3 in group `g2` (2PL).
+fn app(gates: Gates) -> Application {
+    let gates_for_order = gates.clone();
+    Application {
+        name: "callas-scenarios".into(),
+        ddl: DDL.into(),
+        procedures: vec![
+            ProcedureDef::new("t1")
+                .statement("set", "UPDATE kv SET v = $v WHERE k = $k")
+                .statement("get", "SELECT v FROM kv WHERE k = $k")
+                .body(move |mut ctx, _| {
+                    let gates = gates.clone();
+                    async move {
+                        ctx.exec("set", vec![Value::Int(10), Value::Int(A)]).await?;
+                        gates.wait("t1").await;
+                        let c = ctx.exec("get", vec![Value::Int(C)]).await?;
+                        Ok(vec![c.rows[0][0].clone()])
+                    }
+                }),
+            ProcedureDef::new("t2")
+                .statement("set", "UPDATE kv SET v = $v WHERE k = $k")
+                .body(|mut ctx, _| async move {
+                    ctx.exec("set", vec![Value::Int(20), Value::Int(A)]).await?;
+                    ctx.exec("set", vec![Value::Int(20), Value::Int(B)]).await?;
+                    Ok(vec![])
+                }),
+            ProcedureDef::new("t3")
+                .statement("set", "UPDATE kv SET v = $v WHERE k = $k")
+                .statement("get", "SELECT v FROM kv WHERE k = $k")
+                .body(|mut ctx, _| async move {
+                    let b = ctx.exec("get", vec![Value::Int(B)]).await?;
+                    ctx.exec("set", vec![Value::Int(30), Value::Int(C)]).await?;
+                    Ok(vec![b.rows[0][0].clone()])
+                }),
+            // A new-order in miniature: take the district's next order
+            // number (rank 0: district), open gate `<signal>` if one is
+            // given, insert the order (rank 1: orders), wait at gate
+            // `<gate>` if one is given, and abort there if asked to (1).
+            // Arguments: district, gate, abort, signal. Returns the order
+            // number.
+            ProcedureDef::new("order")
+                .statement("bump", "UPDATE district SET next = next + 1 WHERE d = $d")
+                .statement("get", "SELECT next FROM district WHERE d = $d")
+                .statement("ins", "INSERT INTO orders (o, d) VALUES ($o, $d)")
+                .body({
+                    let gates = gates_for_order.clone();
+                    move |mut ctx, args| {
+                        let gates = gates.clone();
+                        async move {
+                            let d = args[0].clone();
+                            ctx.exec("bump", vec![d.clone()]).await?;
+                            let next = int(&ctx.exec("get", vec![d.clone()]).await?.rows[0][0]);
+                            if let Some(g) = args.get(3).and_then(Value::as_str) {
+                                gates.open(g);
+                            }
+                            let o = next * 100 + int(&d);
+                            ctx.exec("ins", vec![Value::Int(o), d]).await?;
+                            if let Some(g) = args.get(1).and_then(Value::as_str) {
+                                gates.wait(g).await;
+                            }
+                            if matches!(args.get(2), Some(Value::Int(1))) {
+                                return Err(ctx.abort("asked to abort"));
+                            }
+                            Ok(vec![Value::Int(next)])
+                        }
+                    }
+                }),
+            // The same statements out of the analysis's order.
+            ProcedureDef::new("backwards")
+                .statement("bump", "UPDATE district SET next = next + 1 WHERE d = $d")
+                .statement("ins", "INSERT INTO orders (o, d) VALUES ($o, $d)")
+                .body(|mut ctx, _| async move {
+                    ctx.exec("ins", vec![Value::Int(999), Value::Int(1)])
+                        .await?;
+                    ctx.exec("bump", vec![Value::Int(1)]).await?;
+                    Ok(vec![])
+                }),
+            ProcedureDef::new("bump")
+                .statement("add", "UPDATE kv SET v = v + 1 WHERE k = $k")
+                .body(|mut ctx, args| async move {
+                    ctx.exec("add", vec![args[0].clone()]).await?;
+                    Ok(vec![])
+                }),
+        ],
+    }
+}
+
+fn config(
+    grouping: &str,
+    mutation: Option<Mutation>,
+    history: Option<std::path::PathBuf>,
+) -> ClusterConfig {
+    let mut c = ClusterConfig {
+        nodes: 2,
+        partitions_per_node: 1,
+        link: LinkConfig {
+            delay_us: 0,
+            jitter_us: 0,
+        },
+        protocol: "callas".into(),
+        isolation: Isolation::ReadCommitted,
+        mutation,
+        history,
+        grouping: Some(Grouping::parse(grouping).expect("grouping")),
+        ..ClusterConfig::default()
+    };
+    c.lock.policy = DeadlockPolicy::Detect;
+    c.lock.wait_timeout = Duration::from_secs(10);
+    c
+}
+
+async fn start(cfg: ClusterConfig, gates: Gates) -> Cluster {
+    let c = Cluster::start(cfg, app(gates)).expect("start");
+    let rows = (0..8).map(|k| vec![Value::Int(k), Value::Int(0)]).collect();
+    c.load("kv", rows).await.expect("load");
+    let districts = (1..=2)
+        .map(|d| vec![Value::Int(d), Value::Int(0)])
+        .collect();
+    c.load("district", districts).await.expect("load");
+    c
+}
+
+/// An ACID read of one column of one row.
+async fn acid_read(c: &Cluster, sql: &str, key: i64) -> Option<i64> {
+    let mut t = c.client().begin();
+    let r = t.execute(sql, vec![Value::Int(key)]).await.expect("read");
+    t.commit().await.expect("commit");
+    r.rows.first().map(|row| int(&row[0]))
+}
+
+const RP: &str = "orders:rp=order,backwards";
+
+/// T1 takes district 1's next order number and pauses after its order
+/// insert; T2 does the same. Returns whether T2 got through its first
+/// piece (the counter) while T1 was paused, and both results.
+async fn order_pair(grouping: &str) -> (bool, i64, i64, Cluster) {
+    let gates = Gates::default();
+    let c = start(config(grouping, None, None), gates.clone()).await;
+    let t1 = call(&c, "order", vec![Value::Int(1), Value::str("t1")]);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t2 = call(
+        &c,
+        "order",
+        vec![
+            Value::Int(1),
+            Value::Null,
+            Value::Null,
+            Value::str("t2-got"),
+        ],
+    );
+    let overlapped = tokio::time::timeout(Duration::from_millis(300), gates.wait("t2-got"))
+        .await
+        .is_ok();
+    gates.open("t1");
+    let t1 = int(&t1.await.unwrap().expect("T1 commits")[0]);
+    let t2 = int(&t2.await.unwrap().expect("T2 commits")[0]);
+    (overlapped, t1, t2, c)
+}
+
+// Runtime Pipelining: T2 takes the district counter right after T1's
+// first piece (it reads T1's uncommitted increment), but its next piece
+// waits until T1 has executed a piece of that rank or committed, and it
+// commits after T1. Under in-group 2PL, T2 cannot start before T1 ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_pair_of_orders_commits_in_dependency_order() {
+    let (overlapped, t1, t2, c) = order_pair(RP).await;
+    assert!(overlapped, "T2's first piece ran while T1 was unfinished");
+    assert_eq!((t1, t2), (1, 2), "T2 read T1's uncommitted increment");
+    let next = "SELECT next FROM district WHERE d = $d";
+    assert_eq!(acid_read(&c, next, 1).await, Some(2));
+    let order = "SELECT d FROM orders WHERE o = $o";
+    assert_eq!(acid_read(&c, order, 101).await, Some(1));
+    assert_eq!(acid_read(&c, order, 201).await, Some(1));
+
+    let (overlapped, t1, t2, _) = order_pair("orders:2pl=order,backwards").await;
+    assert!(!overlapped, "in-group 2PL: T2 waits for T1's end");
+    assert_eq!((t1, t2), (1, 2));
+}
+
+// Cascading abort: T1 aborts after T2 read its uncommitted increment, so
+// T2 aborts too and runs again; T3 (same group, another district) does
+// not depend on T1 and is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_cascades_to_exactly_the_dependants() {
+    let gates = Gates::default();
+    let c = start(config(RP, None, None), gates.clone()).await;
+    let t1 = call(
+        &c,
+        "order",
+        vec![Value::Int(1), Value::str("t1"), Value::Int(1)],
+    );
+    // T2's first piece overlaps T1 (it reads T1's increment), then T2
+    // waits for T1.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let client = c.client();
+    let mut t2 = tokio::spawn(async move { client.call("order", vec![Value::Int(1)]).await });
+    assert!(within(&mut t2).await.is_none(), "T2 waits for T1");
+    let t3 = c
+        .client()
+        .call("order", vec![Value::Int(2)])
+        .await
+        .expect("T3 commits: it depends on nobody");
+    assert_eq!((t3.values, t3.attempts), (vec![Value::Int(1)], 1));
+    gates.open("t1");
+    let e = t1.await.unwrap().expect_err("T1 aborts");
+    assert!(e.to_string().contains("asked to abort"), "{e}");
+    let t2 = t2.await.unwrap().expect("T2 commits on its retry");
+    assert!(t2.attempts >= 2, "T2 was cascaded: {t2:?}");
+    assert_eq!(t2.values, vec![Value::Int(1)], "T1's increment was undone");
+    let next = "SELECT next FROM district WHERE d = $d";
+    assert_eq!(acid_read(&c, next, 1).await, Some(1));
+    assert_eq!(acid_read(&c, next, 2).await, Some(1));
+    let order = "SELECT d FROM orders WHERE o = $o";
+    assert_eq!(acid_read(&c, order, 101).await, Some(1), "T2's order");
+    assert_eq!(acid_read(&c, order, 201).await, None, "nothing of T1's");
+    assert!(c.stats().aborts_cascade >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_before_its_piece_is_an_error_naming_the_disagreement() {
+    let c = start(config(RP, None, None), Gates::default()).await;
+    let e = c
+        .client()
+        .call("backwards", vec![])
+        .await
+        .expect_err("out of order")
+        .to_string();
+    assert!(e.contains("disagree"), "{e}");
+}
+
+fn call(
+    c: &Cluster,
+    proc: &'static str,
+    args: Vec<Value>,
+) -> tokio::task::JoinHandle<brine_core::Result<Vec<Value>>> {
+    let client = c.client();
+    tokio::spawn(async move { client.call(proc, args).await.map(|o| o.values) })
+}
+
+/// Awaits `task` for a short while: `None` if it is still pending
+/// (blocked), else its output.
+async fn within<T>(task: &mut tokio::task::JoinHandle<T>) -> Option<T> {
+    tokio::time::timeout(Duration::from_millis(200), task)
+        .await
+        .ok()
+        .map(|r| r.expect("task"))
+}
+
+const FIG_4_2: &str = "g1:chop=t1,t2;g2:2pl=t3";
+
+/// Fig. 4.2: T1 writes a and pauses; T2 (T1's group) writes a after it and
+/// writes b, and commits; T3 (the other group) reads b and writes c; T1
+/// reads c. Returns (whether T3 had to wait for T1, what T3 read of b, what
+/// T1 read of c, the checker's report).
+async fn fig_4_2(mutation: Option<Mutation>) -> (bool, i64, i64, brine_check::Report) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("h.jsonl");
+    let gates = Gates::default();
+    let c = start(config(FIG_4_2, mutation, Some(path.clone())), gates.clone()).await;
+    let t1 = call(&c, "t1", vec![]);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    call(&c, "t2", vec![])
+        .await
+        .unwrap()
+        .expect("T2 commits: its group shares T1's nexus lock on a");
+    let mut t3 = call(&c, "t3", vec![]);
+    let early = within(&mut t3).await;
+    let t3_waited = early.is_none();
+    gates.open("t1");
+    let c_seen = int(&t1.await.unwrap().expect("T1 completes")[0]);
+    let t3_result = match early {
+        Some(r) => r,
+        None => t3.await.unwrap(),
+    };
+    let b_seen = int(&t3_result.expect("T3 completes")[0]);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    c.flush_history().expect("flush");
+    let h = brine_check::read_file(&path).expect("history");
+    (
+        t3_waited,
+        b_seen,
+        c_seen,
+        brine_check::check(&h.txns, Level::ReadCommitted),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fig_4_2_no_cycle_spans_groups_with_the_nexus_release_order() {
+    let (t3_waited, b, c, report) = fig_4_2(None).await;
+    assert!(
+        t3_waited,
+        "T2 depends on the unfinished T1, so it keeps its nexus lock on b"
+    );
+    assert_eq!(b, 20, "T3 reads T2's b once T1 and T2 released");
+    assert_eq!(c, 0, "T1 read c before T3 could write it");
+    assert!(report.valid, "{:?}", report.anomalies);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fig_4_2_cycle_appears_without_the_nexus_release_order() {
+    let (t3_waited, b, c, report) = fig_4_2(Some(Mutation::NoNexusReleaseOrder)).await;
+    assert!(!t3_waited, "T2 released b as soon as it committed");
+    assert_eq!(b, 20);
+    assert_eq!(c, 30, "T1 read T3's c: T1 -> T2 -> T3 -> T1");
+    assert!(
+        report.violations().any(|a| a.class == AnomalyClass::G1c),
+        "{:?}",
+        report.anomalies
+    );
+}
+
+// Nexus locks: a transaction of another group (or of the default group)
+// waits for a committed group member's nexus lock; one of the same group
+// goes through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nexus_locks_block_other_groups_and_share_within_one() {
+    let gates = Gates::default();
+    let c = start(
+        config("g1:chop=t1,bump;g2:2pl=t3", None, None),
+        gates.clone(),
+    )
+    .await;
+    let t1 = call(&c, "t1", vec![]);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Same group: bump a while T1 (which wrote a) is unfinished.
+    call(&c, "bump", vec![Value::Int(A)])
+        .await
+        .unwrap()
+        .expect("same group shares the nexus lock");
+    // Default group (an interactive ACID transaction): must wait.
+    let c2 = c.clone();
+    let mut acid = tokio::spawn(async move {
+        let mut t = c2.client().begin();
+        let r = t
+            .execute("SELECT v FROM kv WHERE k = $k", vec![Value::Int(A)])
+            .await?;
+        t.commit().await?;
+        Ok::<_, brine_core::Error>(int(&r.rows[0][0]))
+    });
+    assert!(
+        within(&mut acid).await.is_none(),
+        "ACID waits for the nexus lock"
+    );
+    gates.open("t1");
+    t1.await.unwrap().expect("T1 completes");
+    assert_eq!(acid.await.unwrap().expect("ACID read"), 11);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouping_naming_an_unknown_procedure_is_refused() {
+    let e = Cluster::start(config("g1:2pl=t1,nope", None, None), app(Gates::default()))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("`nope`"), "{e}");
+}
