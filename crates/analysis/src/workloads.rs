@@ -66,6 +66,33 @@ pub fn notes(app: &str, proc: &str) -> Option<ProcNotes> {
             "credit_customer",
         ])),
         ("tpcc", "stock_level") => Some(ProcNotes::new().looped(&["stock"])),
+        ("ticket", "create_order") => Some(
+            // crates/bench/src/workloads/ticket/procedures.rs,
+            // create_order(): the cart and its items (checks that may roll
+            // back), the cart deleted, the order inserted, each seat sold
+            // with its order item, then the counters of each category and
+            // of the event, hot rows last; a counter that cannot sell rolls
+            // back.
+            ProcNotes::new()
+                .order(&[
+                    "cart",
+                    "items",
+                    "delete_items",
+                    "delete_cart",
+                    "insert_order",
+                    "sell_seat",
+                    "insert_item",
+                    "sell_category",
+                    "sell_event",
+                ])
+                .looped(&["sell_seat", "insert_item"])
+                .looped(&["sell_category"])
+                .rollback("cart")
+                .rollback("items")
+                .rollback("sell_seat")
+                .rollback("sell_category")
+                .rollback("sell_event"),
+        ),
         ("callas_rollback", rollback_micro::PROC) => Some(rollback_micro::notes()),
         _ => None,
     }

@@ -95,6 +95,8 @@ async fn ticketing_keeps_its_invariants_under_callas() -> Result<(), BenchError>
     for grouping in [
         None,
         Some("checkout:2pl=reserve_seats,create_order,pay,issue_tickets,delete_order"),
+        // The sources' group: checkout (create-order) alone, pipelined.
+        Some("checkout:rp=create_order"),
     ] {
         let report = run_bench(
             &spec(grouping, Isolation::ReadCommitted, 24, 1.5),

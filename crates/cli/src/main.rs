@@ -9,6 +9,7 @@
 //! ```
 
 mod analyze;
+mod group;
 mod metrics;
 mod node;
 
@@ -108,6 +109,18 @@ brine bench register --clients 64 --history h.jsonl && brine check h.jsonl --lev
     )]
     // Boxed: the bench flags make this variant far larger than the others.
     Bench(Box<BenchArgs>),
+    /// Callas' grouping tool: profile a workload under acid, measure
+    /// candidate groupings under callas, print each one's throughput and
+    /// the chosen grouping (takes the bench options).
+    #[command(
+        long_about = "Callas' grouping tool (seed 000 section 4.5).
+
+Profiles the workload under acid at 1 client and at the largest --clients count (the load), ranks the procedures by how much their latency grows under load, builds candidate groupings (every procedure in one 2PL group; one 2PL group per type; the 1, 2 and 3 fastest-growing procedures pipelined in one Runtime Pipelining group with the rest in the default group; with at most four procedure types, every partition of them into Runtime Pipelining groups), measures each under callas at the load on the same data and request streams, prints each one's throughput and ratio to acid, and prints the best as a --grouping argument. A candidate whose procedures the analysis cannot pipeline as their bodies run is reported as failed and skipped.",
+        after_long_help = "Examples:
+  brine group tpcc --warehouses 1 --clients 64 --duration 3 --isolation read-committed
+  brine group micro --rows 100 --clients 32 --duration 2"
+    )]
+    Group(Box<BenchArgs>),
     /// Check a recorded history (--history FILE of a bench run) for
     /// isolation anomalies; exits 1 on any violation at --level.
     #[command(
@@ -746,6 +759,24 @@ async fn bench(args: BenchArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
+async fn group_command(args: BenchArgs) -> Result<(), BenchError> {
+    if args.cluster.is_some() || args.history.is_some() || args.compare.is_some() {
+        return Err(BenchError::Config(
+            "brine group runs its own protocols on an embedded cluster: --compare, --cluster and \
+             --history do not apply"
+                .into(),
+        ));
+    }
+    let spec = spec_from(&args)?;
+    let mut workloads = workloads_from(&args)?;
+    if workloads.len() != 1 {
+        return Err(BenchError::Config(
+            "brine group measures one workload variant: give single values, not sweeps".into(),
+        ));
+    }
+    group::run(spec, workloads.remove(0)).await
+}
+
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -889,7 +920,7 @@ fn main() -> ExitCode {
     // with the workers for a core or every delivery comes late; so it gets
     // one core of its own when there is more than one.
     let link_delayed = match &cli.command {
-        Command::Bench(b) => b.link_delay > 0 || b.jitter > 0,
+        Command::Bench(b) | Command::Group(b) => b.link_delay > 0 || b.jitter > 0,
         _ => false,
     };
     let default_threads = if link_delayed && cores > 1 {
@@ -913,6 +944,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Bench(args) => runtime.block_on(bench(*args)),
+        Command::Group(args) => runtime.block_on(group_command(*args)),
         _ => Ok(()),
     };
     match result {

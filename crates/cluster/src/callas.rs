@@ -218,6 +218,8 @@ pub(crate) struct CallasState {
     /// Runtime Pipelining: the procedure's pieces, the current piece
     /// (number, rank) and the partitions it touched.
     pub pieces: Option<Arc<ProcPieces>>,
+    /// Runs the rollback-safe chopping (the group is in safe mode).
+    pub safe: bool,
     pub piece: Option<(u32, Option<u32>)>,
     pub piece_parts: SmallVec<[usize; 4]>,
     /// This transaction's own progress, on the board.
@@ -229,7 +231,15 @@ impl CallasState {
         for t in txns {
             if !self.after.contains(t) {
                 self.after.push(*t);
-                self.deps.push(board.get(*t));
+                let p = board.get(*t);
+                if let Some(p) = p
+                    .as_ref()
+                    .filter(|p| p.outcome.load(Ordering::Acquire) == 0)
+                {
+                    let d = p.depth.load(Ordering::Acquire) + 1;
+                    self.progress.depth.fetch_max(d, Ordering::AcqRel);
+                }
+                self.deps.push(p);
             }
         }
     }
@@ -244,14 +254,106 @@ impl CallasState {
 }
 
 /// Runtime Pipelining: which piece (and rank, `None` for a piece of free
-/// operations) each statement of a procedure belongs to.
-#[derive(Debug, Default)]
+/// operations or one spanning ranks) each statement of a procedure
+/// belongs to, in the optimistic chopping and in the rollback-safe one
+/// (every statement after which the body may roll back in the first
+/// piece), and the group's safe-mode switch.
+#[derive(Debug)]
 pub struct ProcPieces {
     pub by_statement: HashMap<String, (u32, Option<u32>)>,
+    pub safe_by_statement: HashMap<String, (u32, Option<u32>)>,
+    pub mode: Arc<SafeMode>,
 }
 
-/// Runs the static analysis (DESIGN 5, `brine analyze`) on every `rp` group
-/// of `grouping`: the pieces of each of its procedures. The notes the
+/// When Runtime Pipelining switches a group to its rollback-safe chopping
+/// (seed 002 section 5.1: "when the rollback rate crosses a threshold,
+/// Runtime Pipelining goes temporarily back to enforcing rollback safety
+/// ... it periodically tries to revert").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SafeModeConfig {
+    /// Rollback rate (user aborts and cascaded aborts per finished attempt
+    /// of the group), in percent, above which the group goes safe.
+    pub threshold_percent: f64,
+    /// Attempts per measurement window.
+    pub window: u32,
+    /// How long the group stays safe before it tries optimism again.
+    pub hold: Duration,
+}
+
+impl Default for SafeModeConfig {
+    fn default() -> Self {
+        // The sources' crossover: optimism wins below about 7% rollbacks.
+        SafeModeConfig {
+            threshold_percent: 7.0,
+            window: 200,
+            hold: Duration::from_secs(1),
+        }
+    }
+}
+
+/// One `rp` group's rollback rate and mode.
+#[derive(Debug)]
+pub struct SafeMode {
+    config: SafeModeConfig,
+    /// Attempts and rollbacks in the current window.
+    counts: Mutex<(u32, u32)>,
+    /// Safe until this instant (`None`: optimistic).
+    safe_until: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl SafeMode {
+    pub fn new(config: SafeModeConfig) -> SafeMode {
+        SafeMode {
+            config,
+            counts: Mutex::new((0, 0)),
+            safe_until: Mutex::new(None),
+        }
+    }
+
+    /// Whether a transaction starting now runs the rollback-safe chopping.
+    pub fn is_safe(&self) -> bool {
+        let mut until = self.safe_until.lock();
+        match *until {
+            Some(t) if tokio::time::Instant::now() < t => true,
+            Some(_) => {
+                // Probe: optimism again until the rate says otherwise.
+                *until = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// An attempt of the group finished; `rolled_back`: by a user abort or
+    /// a cascade. Returns whether this made the group go safe.
+    pub fn record(&self, rolled_back: bool) -> bool {
+        let mut c = self.counts.lock();
+        c.0 += 1;
+        c.1 += u32::from(rolled_back);
+        if c.0 < self.config.window.max(1) {
+            return false;
+        }
+        let rate = 100.0 * f64::from(c.1) / f64::from(c.0);
+        *c = (0, 0);
+        drop(c);
+        if rate <= self.config.threshold_percent {
+            return false;
+        }
+        let mut until = self.safe_until.lock();
+        let switched = until.is_none();
+        if switched {
+            tracing::info!(
+                rate,
+                "Runtime Pipelining group switches to its rollback-safe chopping"
+            );
+        }
+        *until = Some(tokio::time::Instant::now() + self.config.hold);
+        switched
+    }
+}
+
+/// Runs the static analysis (DESIGN 5, `brine analyze --off larger-first`)
+/// on every `rp` group of `grouping`: the pieces of each of its procedures. The notes the
 /// analysis keeps for the built-in workloads (`brine_analysis::workloads`)
 /// are used when the application is one of them.
 pub fn plan_rp(
@@ -259,8 +361,9 @@ pub fn plan_rp(
     app: &str,
     ddl: &str,
     procedures: &[crate::ProcedureDef],
+    safe_mode: SafeModeConfig,
 ) -> Result<HashMap<String, Arc<ProcPieces>>> {
-    use brine_analysis::{runtime_pipelining, specs_from_sources, ProcSource, Refinements};
+    use brine_analysis::{analyze_group, specs_from_sources, ProcSource, Refinements};
     let mut out = HashMap::new();
     for g in grouping
         .groups
@@ -299,10 +402,18 @@ pub fn plan_rp(
         })
         .map_err(fail)?;
         let refs: Vec<&brine_analysis::ProcSpec> = specs.iter().collect();
-        let rp = runtime_pipelining(&refs, Refinements::ALL).map_err(fail)?;
-        for (spec, chopping) in specs.iter().zip(&rp.choppings) {
+        // Larger pieces first is the sources' tool reordering the code;
+        // brine runs bodies as written, so where the order is free the
+        // pieces keep the body's order.
+        let refinements = Refinements {
+            larger_first: false,
+            ..Refinements::ALL
+        };
+        let analysed = analyze_group(&refs, refinements).map_err(fail)?;
+        let mode = Arc::new(SafeMode::new(safe_mode));
+        let placed = |spec: &brine_analysis::ProcSpec, c: &brine_analysis::ProcChopping| {
             let mut by_statement = HashMap::new();
-            for (k, piece) in chopping.pieces.iter().enumerate() {
+            for (k, piece) in c.pieces.iter().enumerate() {
                 for &op in &piece.ops {
                     by_statement.insert(
                         spec.ops[op].name.clone(),
@@ -310,10 +421,46 @@ pub fn plan_rp(
                     );
                 }
             }
-            out.insert(spec.name.clone(), Arc::new(ProcPieces { by_statement }));
+            by_statement
+        };
+        for ((spec, chopping), safe) in specs.iter().zip(&analysed.rp.choppings).zip(&analysed.safe)
+        {
+            out.insert(
+                spec.name.clone(),
+                Arc::new(ProcPieces {
+                    by_statement: placed(spec, chopping),
+                    safe_by_statement: placed(spec, safe),
+                    mode: mode.clone(),
+                }),
+            );
         }
     }
     Ok(out)
+}
+
+/// Runtime Pipelining, when the body returned: its last piece ends now,
+/// not at the commit (which may wait for other transactions' commits and
+/// takes a round of votes), so same-group transactions waiting for this
+/// one's rank go on. Returns whether a piece ended.
+fn rp_body_done(shared: &Shared, node: NodeId, state: &Mutex<TxnState>, ok: bool) -> bool {
+    let mut st = state.lock();
+    let owner = st.txn;
+    if !ok || st.doomed.is_some() {
+        return false;
+    }
+    let Some(c) = st.callas.as_mut().filter(|c| c.pieces.is_some()) else {
+        return false;
+    };
+    let Some((_, rank)) = c.piece.take() else {
+        return false;
+    };
+    for p in std::mem::take(&mut c.piece_parts) {
+        shared.send(node, p, PartitionMsg::EndPiece { owner });
+    }
+    if let Some(r) = rank {
+        c.progress.finished_piece(r);
+    }
+    true
 }
 
 /// Runtime Pipelining, before a statement runs: when it opens a new piece,
@@ -332,7 +479,12 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<()> {
         let Some(pieces) = &c.pieces else {
             return Ok(());
         };
-        let Some(&(piece, rank)) = pieces.by_statement.get(statement) else {
+        let map = if c.safe {
+            &pieces.safe_by_statement
+        } else {
+            &pieces.by_statement
+        };
+        let Some(&(piece, rank)) = map.get(statement) else {
             return Err(Error::Internal(format!(
                 "statement `{statement}` is not in the Runtime Pipelining analysis of its procedure"
             )));
@@ -372,7 +524,13 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<()> {
     if let Some((r, deps)) = wait {
         for d in deps {
             tracing::trace!(%owner, rank = r, "rank wait");
-            if let Err(e) = d.reached(r, ctx.shared.wait_timeout).await {
+            let patience = ctx.shared.wait_timeout;
+            let waited = if d.depth.load(Ordering::Acquire) + 1 >= MAX_CHAIN {
+                d.committed(patience).await
+            } else {
+                d.reached(r, patience).await
+            };
+            if let Err(e) = waited {
                 if let Error::Aborted(cause) = &e {
                     ctx.state.lock().doomed = Some(*cause);
                 }
@@ -390,6 +548,9 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<()> {
 pub struct Progress {
     /// 1 + the highest rank of a piece it finished (0: none yet).
     rank: AtomicU32,
+    /// The longest chain of uncommitted transactions it depends on (0:
+    /// none), for the bound [`MAX_CHAIN`].
+    depth: AtomicU32,
     /// 0 while running, then `COMMITTED` or `ABORTED`.
     outcome: AtomicU8,
     released: AtomicBool,
@@ -398,6 +559,13 @@ pub struct Progress {
 
 const COMMITTED: u8 = 1;
 const ABORTED: u8 = 2;
+
+/// Runtime Pipelining pipelines a transaction behind a chain of at most
+/// this many uncommitted transactions; one that would be deeper waits for
+/// the one it depends on to commit instead of only for its rank, so an
+/// abort cascades through at most this many transactions (seed 002
+/// section 5.1: "limits the depth of dependency chains").
+pub const MAX_CHAIN: u32 = 4;
 
 impl Progress {
     fn finished_piece(&self, rank: u32) {
@@ -535,22 +703,31 @@ pub(crate) async fn run_grouped(
 ) -> Result<CallOutcome> {
     let mut ts = None;
     let mut attempt = 0u32;
+    let mut cascaded = false;
     loop {
         attempt += 1;
         let txn = shared.new_txn(ts);
         ts = Some(txn.ts);
         let progress = shared.nexus.register(txn);
+        // A transaction a cascade rolled back runs its retry in the
+        // default group, under ACID locks: it reads no uncommitted state,
+        // so no cascade can roll it back again (seed 002 section 5.1).
+        let (mechanism, pieces) = match mechanism {
+            Mechanism::Rp if cascaded => (Mechanism::TwoPl, None),
+            Mechanism::Rp => (Mechanism::Rp, shared.rp.get(&proc.name).cloned()),
+            m => (m, None),
+        };
         let mut st = TxnState::begin(shared, txn, Some(&proc.name));
-        st.lock_class = Some(brine_lock::LockClass::Member(group));
+        if !cascaded {
+            st.lock_class = Some(brine_lock::LockClass::Member(group));
+        }
         st.callas = Some(Box::new(CallasState {
             mechanism,
             after: SmallVec::new(),
             deps: SmallVec::new(),
             seq: 0,
-            pieces: match mechanism {
-                Mechanism::Rp => shared.rp.get(&proc.name).cloned(),
-                _ => None,
-            },
+            safe: pieces.as_ref().is_some_and(|p| p.mode.is_safe()),
+            pieces: pieces.clone(),
             piece: None,
             piece_parts: SmallVec::new(),
             progress: progress.clone(),
@@ -558,6 +735,9 @@ pub(crate) async fn run_grouped(
         let state = Arc::new(Mutex::new(st));
         let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
         let body_result = (proc.body)(ctx, args.clone()).await;
+        if rp_body_done(shared, node, &state, body_result.is_ok()) {
+            tracing::trace!(%txn, "last piece ended before the commit");
+        }
         // Runtime Pipelining: no commit before the same-group transactions
         // whose uncommitted state this one saw; their abort is its own.
         let rp = mechanism == Mechanism::Rp;
@@ -577,22 +757,34 @@ pub(crate) async fn run_grouped(
         }
         let doomed = state.lock().doomed;
         let ordered = shared.mutation != Some(Mutation::NoNexusReleaseOrder);
-        // Nothing to wait for (the common case without contention): the
-        // nexus locks go with the commit, as ACID locks would, and no
-        // release round follows.
-        let waits = ordered && {
+        // The release order matters only where a transaction can commit
+        // before one it depends on (`chop`: pieces commit on their own).
+        // Under `2pl` and `rp` a dependant commits after what it depends
+        // on, and releases no earlier than it commits, so "releases after"
+        // already holds and the nexus locks go with the commit, as ACID
+        // locks would, with no release round; so do a `chop`
+        // transaction's when nothing it depends on still holds its own.
+        let (waits, depends) = {
             let st = state.lock();
             let c = st.callas.as_ref().expect("callas state");
-            c.after.iter().any(|t| shared.nexus.holds(*t))
+            let waits = ordered
+                && mechanism == Mechanism::Chop
+                && c.after.iter().any(|t| shared.nexus.holds(*t));
+            (waits, !c.after.is_empty())
         };
         let keep = waits.then_some(txn);
         let outcome = match (body_result, doomed) {
-            // Runtime Pipelining always asks for votes: a participant that
-            // cascaded this transaction's abort says No.
-            (Ok(values), None) => match commit_keeping(shared, node, &state, keep, rp).await {
-                Ok(()) => Ok(values),
-                Err(e) => Err(e),
-            },
+            // Runtime Pipelining asks for votes when the transaction saw
+            // another's uncommitted state: a participant that cascaded
+            // an abort to it says No. (Only such a transaction can be
+            // cascaded, and every dependency is reported with the
+            // statement that created it.)
+            (Ok(values), None) => {
+                match commit_keeping(shared, node, &state, keep, rp && depends).await {
+                    Ok(()) => Ok(values),
+                    Err(e) => Err(e),
+                }
+            }
             (_, Some(cause)) => {
                 abort(shared, node, &state).await;
                 Err(Error::Aborted(cause))
@@ -603,6 +795,18 @@ pub(crate) async fn run_grouped(
             }
         };
         progress.decide(outcome.is_ok());
+        if let Some(p) = &pieces {
+            let rolled_back = matches!(
+                outcome,
+                Err(Error::UserAbort(_)) | Err(Error::Aborted(AbortCause::Cascade))
+            );
+            if p.mode.record(rolled_back) {
+                shared
+                    .counters
+                    .safe_mode_switches
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let (participants, after) = {
             let st = state.lock();
             let c = st.callas.as_ref().expect("callas state");
@@ -633,6 +837,7 @@ pub(crate) async fn run_grouped(
                 });
             }
             Err(Error::Aborted(cause)) => {
+                cascaded |= cause == AbortCause::Cascade;
                 shared.counters.count_abort(cause);
                 if attempt >= shared.retry.max_attempts {
                     return Err(Error::RetriesExhausted {
@@ -787,6 +992,26 @@ mod tests {
         let g = Grouping::parse("a:2pl=nope").expect("parses");
         let e = g.validate(["x", "y"]).expect_err("unknown").to_string();
         assert!(e.contains("does not have (it has: x, y)"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn safe_mode_goes_on_above_the_threshold_and_probes_back_after_the_hold() {
+        let m = SafeMode::new(SafeModeConfig {
+            threshold_percent: 7.0,
+            window: 100,
+            hold: Duration::from_secs(1),
+        });
+        // 7 rollbacks in 100: not above the threshold.
+        let switched: Vec<bool> = (0..100).map(|i| m.record(i < 7)).collect();
+        assert!(!switched.contains(&true) && !m.is_safe());
+        // 8 in 100: safe, once.
+        let switched: Vec<bool> = (0..100).map(|i| m.record(i < 8)).collect();
+        assert_eq!(switched.iter().filter(|s| **s).count(), 1);
+        assert!(m.is_safe());
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert!(m.is_safe());
+        tokio::time::advance(Duration::from_millis(2)).await;
+        assert!(!m.is_safe(), "probes optimism again after the hold");
     }
 
     #[tokio::test]

@@ -76,6 +76,8 @@ pub struct ClusterConfig {
     /// Callas: which procedures run in which group (protocol `callas`
     /// only; `None`: every procedure in one 2PL group).
     pub grouping: Option<crate::callas::Grouping>,
+    /// Callas: when a Runtime Pipelining group goes rollback-safe.
+    pub safe_mode: crate::callas::SafeModeConfig,
 }
 
 impl Default for ClusterConfig {
@@ -99,6 +101,7 @@ impl Default for ClusterConfig {
             mutation: None,
             durability: DurabilityConfig::default(),
             grouping: None,
+            safe_mode: Default::default(),
         }
     }
 }
@@ -325,7 +328,9 @@ impl Cluster {
             ));
         }
         let rp = match protocol.callas() {
-            Some(g) => crate::callas::plan_rp(g, &app.name, &app.ddl, &app.procedures)?,
+            Some(g) => {
+                crate::callas::plan_rp(g, &app.name, &app.ddl, &app.procedures, config.safe_mode)?
+            }
             None => HashMap::new(),
         };
         let mut procedures = HashMap::new();
@@ -615,6 +620,7 @@ impl Cluster {
             aborts_cascade: c.aborts_cascade.load(Ordering::Relaxed),
             base_accepted: c.base_accepted.load(Ordering::Relaxed),
             base_replays: c.base_replays.load(Ordering::Relaxed),
+            safe_mode_switches: c.safe_mode_switches.load(Ordering::Relaxed),
             ..Default::default()
         };
         for p in self.partition_counters.iter() {

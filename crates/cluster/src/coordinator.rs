@@ -353,7 +353,7 @@ impl ProcCtx {
         if self.state.lock().base.is_some() {
             return crate::salt::exec(self, plan, args).await;
         }
-        let (txn, lock_class, chop) = {
+        let (txn, lock_class, chop, callas_deps) = {
             let st = self.state.lock();
             if let Some(cause) = st.doomed {
                 return Err(Error::Aborted(cause));
@@ -366,12 +366,17 @@ impl ProcCtx {
                 .as_ref()
                 .filter(|c| c.mechanism == crate::callas::Mechanism::Chop)
                 .map(|c| c.seq);
-            (st.txn, st.lock_class, chop)
+            let callas_deps = st
+                .callas
+                .as_ref()
+                .is_some_and(|c| c.mechanism != crate::callas::Mechanism::TwoPl);
+            (st.txn, st.lock_class, chop, callas_deps)
         };
         let params = plan.bind(args)?;
         let mut lock = self.shared.protocol.lock_spec(self.shared.isolation);
         if let Some(class) = lock_class {
             lock.class = class;
+            lock.callas_deps = callas_deps;
         }
         if let Some(m) = self.shared.mutation {
             lock = m.apply(lock);

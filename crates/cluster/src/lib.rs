@@ -33,7 +33,7 @@ pub mod remote;
 pub(crate) mod salt;
 pub mod stats;
 
-pub use callas::{GroupDef, Grouping, Mechanism};
+pub use callas::{GroupDef, Grouping, Mechanism, SafeModeConfig};
 pub use cluster::{Client, Cluster, ClusterConfig, Placement, Submitted, Txn};
 pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
 pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};

@@ -32,6 +32,11 @@ pub struct LockSpec {
     /// transactions see (and overwrite) uncommitted writes. Never set by a
     /// real protocol; see `Mutation`.
     pub short_writes: bool,
+    /// Callas: track which columns the statement uses on each row, to
+    /// declare same-group dependencies (groups whose mechanism uses them:
+    /// `rp`, `chop`).
+    #[serde(default)]
+    pub callas_deps: bool,
 }
 
 /// A statement's answer: its result and, when the run records a history,

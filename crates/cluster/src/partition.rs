@@ -900,7 +900,7 @@ impl Partition {
                 held.push((slot, now()));
             }
         }
-        if let LockClass::Member(g) = stmt.lock.class {
+        if let (LockClass::Member(g), true) = (stmt.lock.class, stmt.lock.callas_deps) {
             self.callas_granted(stmt, need, g);
         }
         if self.base_granted(stmt, need, short) {
@@ -970,7 +970,7 @@ impl Partition {
     /// statement sent with the local-transaction optimization is its own
     /// alkaline subtransaction: committed (or rolled back) here at once.
     fn finish(&mut self, mut stmt: Stmt, result: Result<QueryResult>) {
-        self.release_short(stmt.owner, stmt.lock.class, &mut stmt.short);
+        self.release_short(stmt.owner, &mut stmt.short);
         if let (Some(b), Some(_), Ok(r)) = (stmt.base, &self.wal, &result) {
             let c = self
                 .base_results
@@ -1020,27 +1020,18 @@ impl Partition {
         }
     }
 
-    /// Releases a statement's short locks; a Callas member's become its
-    /// group's nexus locks instead (a nexus lock covers every access until
-    /// the release order lets it go).
-    fn release_short(&mut self, txn: TxnId, class: LockClass, short: &mut Vec<LockNeed>) {
+    /// Releases a statement's short locks (reads at read committed). A
+    /// Callas member's read lock goes too: at read committed a read need
+    /// not keep out later writers of other groups (circularity there is a
+    /// cycle of write and read dependencies, which the writers' nexus
+    /// locks prevent).
+    fn release_short(&mut self, txn: TxnId, short: &mut Vec<LockNeed>) {
         if short.is_empty() {
             return;
         }
         for need in short.drain(..) {
-            match class {
-                LockClass::Member(g) => self.locks.downgrade_access(
-                    txn,
-                    &need.target,
-                    Some(need.access),
-                    class,
-                    LockClass::Nexus(g),
-                    &mut self.wakeups,
-                ),
-                _ => self
-                    .locks
-                    .release(txn, &need.target, need.access, &mut self.wakeups),
-            }
+            self.locks
+                .release(txn, &need.target, need.access, &mut self.wakeups);
         }
         self.process_wakeups();
     }

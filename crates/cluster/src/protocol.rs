@@ -147,6 +147,7 @@ impl Protocol for Acid {
             short_reads: isolation == Isolation::ReadCommitted,
             serializable: isolation == Isolation::Serializable,
             short_writes: false,
+            callas_deps: false,
         }
     }
 }

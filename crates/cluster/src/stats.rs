@@ -19,6 +19,8 @@ pub struct ClusterCounters {
     /// Salt: bodies run again after acceptance because a subtransaction
     /// was a concurrency-control victim (replayed from the context table).
     pub base_replays: AtomicU64,
+    /// Callas: times a Runtime Pipelining group went rollback-safe.
+    pub safe_mode_switches: AtomicU64,
 }
 
 impl ClusterCounters {
@@ -49,6 +51,7 @@ pub struct StatsSnapshot {
     pub lock_wait_us_total: u64,
     pub base_accepted: u64,
     pub base_replays: u64,
+    pub safe_mode_switches: u64,
 }
 
 impl StatsSnapshot {
@@ -71,6 +74,7 @@ impl StatsSnapshot {
             lock_wait_us_total: self.lock_wait_us_total - earlier.lock_wait_us_total,
             base_accepted: self.base_accepted - earlier.base_accepted,
             base_replays: self.base_replays - earlier.base_replays,
+            safe_mode_switches: self.safe_mode_switches - earlier.safe_mode_switches,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use brine_check::{AnomalyClass, Level};
 use brine_cluster::{
     Application, Cluster, ClusterConfig, DeadlockPolicy, Grouping, Isolation, LinkConfig, Mutation,
-    ProcedureDef,
+    ProcedureDef, SafeModeConfig,
 };
 use brine_core::Value;
 
@@ -383,4 +383,38 @@ async fn a_grouping_naming_an_unknown_procedure_is_refused() {
         .expect("refused")
         .to_string();
     assert!(e.contains("`nope`"), "{e}");
+}
+
+// The adaptive safe mode: a Runtime Pipelining group whose rollback rate
+// passes the threshold switches to its rollback-safe chopping, and
+// transactions still commit there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_rolling_back_often_goes_rollback_safe() {
+    let mut cfg = config(RP, None, None);
+    cfg.safe_mode = SafeModeConfig {
+        threshold_percent: 5.0,
+        window: 10,
+        hold: Duration::from_secs(60),
+    };
+    let c = start(cfg, Gates::default()).await;
+    for _ in 0..9 {
+        let abort = vec![Value::Int(1), Value::Null, Value::Int(1)];
+        c.client()
+            .call("order", abort)
+            .await
+            .expect_err("user abort");
+    }
+    assert_eq!(c.stats().safe_mode_switches, 0, "the window is not full");
+    let abort = vec![Value::Int(1), Value::Null, Value::Int(1)];
+    c.client()
+        .call("order", abort)
+        .await
+        .expect_err("user abort");
+    assert_eq!(c.stats().safe_mode_switches, 1);
+    let o = c
+        .client()
+        .call("order", vec![Value::Int(2)])
+        .await
+        .expect("commits in safe mode");
+    assert_eq!(o.values, vec![Value::Int(1)]);
 }
