@@ -84,14 +84,20 @@ async fn tpcc_keeps_its_consistency_under_every_grouping() -> Result<(), BenchEr
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ticketing_keeps_its_invariants_under_callas() -> Result<(), BenchError> {
-    let w: Arc<dyn Workload> = Arc::new(Ticket::new(TicketParams {
+/// Ticketing on a small event (300 seats per category, 200 customers), so
+/// short runs contend.
+fn small_ticketing() -> Result<Arc<dyn Workload>, BenchError> {
+    Ok(Arc::new(Ticket::new(TicketParams {
         seats_per_category: 300,
         customers: 200,
         abandon_percent: 20,
         delete_batch: 1,
-    })?);
+    })?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticketing_keeps_its_invariants_under_callas() -> Result<(), BenchError> {
+    let w = small_ticketing()?;
     for grouping in [
         None,
         Some("checkout:2pl=reserve_seats,create_order,pay,issue_tickets,delete_order"),
@@ -166,12 +172,7 @@ async fn tpcc_histories_under_callas_pass_the_checker() -> Result<(), BenchError
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ticketing_histories_under_callas_pass_the_checker() -> Result<(), BenchError> {
-    let w: Arc<dyn Workload> = Arc::new(Ticket::new(TicketParams {
-        seats_per_category: 300,
-        customers: 200,
-        abandon_percent: 20,
-        delete_batch: 1,
-    })?);
+    let w = small_ticketing()?;
     let report = checked_history(
         w,
         "checkout:2pl=reserve_seats,create_order,pay,issue_tickets,delete_order",
@@ -180,5 +181,35 @@ async fn ticketing_histories_under_callas_pass_the_checker() -> Result<(), Bench
     )
     .await?;
     assert!(report.valid, "{:?}", report.anomalies);
+    Ok(())
+}
+
+/// The rollback microbenchmark under Runtime Pipelining: calls the check
+/// on C rolls back end as user aborts (cascading to the group members that
+/// saw their writes, which are retried), and the rest commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rollback_microbenchmark_rolls_back_and_commits() -> Result<(), BenchError> {
+    let w: Arc<dyn Workload> = Arc::new(brine_bench::workloads::Rollback::new(20)?);
+    let report = run_bench(
+        &spec(Some("g:rp=rollback11"), Isolation::ReadCommitted, 16, 1.0),
+        &[w],
+        |_| {},
+    )
+    .await?;
+    for r in &report.results {
+        assert!(r.commits > 0);
+        assert!(r.user_aborts > 0, "{:?}", r.workload_metrics);
+        // Counted over the whole run, warm-up included.
+        let rolled_back = r
+            .workload_metrics
+            .get("rolled_back")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        assert!(
+            rolled_back >= r.user_aborts,
+            "every user abort is the check on C: {rolled_back} < {}",
+            r.user_aborts
+        );
+    }
     Ok(())
 }

@@ -90,7 +90,9 @@ non-standard database for quick runs. Reports new_order_per_min (tpmC-style, not
 TPC result).\n  \
 ticket ticketing modelled on the sources' description of Fusion Ticket: one event, two \
 categories of --seats N (default 10000) seats, 11 booking-flow procedures with a hot create_order; \
---check verifies seats, counters, payments and tickets.\n\n\
+--check verifies seats, counters, payments and tickets.\n  \
+rollback Callas' rollback microbenchmark: check and update a row of A, B and C (10 rows each), \
+the check on C rolling back --rollback-percent LIST of the calls, then 5 private updates.\n\n\
 Under --protocol salt (or salt-nolocal), the procedures named by --base LIST run as BASE \
 transactions (Salt's alkaline subtransactions); under acid they are ordinary ACID transactions, so \
 --compare acid,salt runs the same application code. Defaults: the sources' choices (micro update5, \
@@ -195,6 +197,9 @@ enum WorkloadName {
     Register,
     /// Lists of unique elements for the isolation checker (Elle's list-append).
     ListAppend,
+    /// Callas' rollback microbenchmark: check and update rows of A, B, C (10 rows each), the
+    /// check on C rolling back --rollback-percent of the calls, then 5 private updates.
+    Rollback,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -334,6 +339,15 @@ struct BenchArgs {
     #[arg(long, value_name = "LIST")]
     read_only_percent: Option<String>,
 
+    /// rollback: percentages of calls the check on C rolls back, comma-separated (default 0).
+    #[arg(long, value_name = "LIST")]
+    rollback_percent: Option<String>,
+
+    /// callas: rollback rate (percent of a Runtime Pipelining group's attempts) above which
+    /// the group switches to its rollback-safe chopping [default: 7; 100: never].
+    #[arg(long, value_name = "PCT")]
+    safe_mode_threshold: Option<f64>,
+
     /// Procedures to run as BASE transactions under salt, comma-separated, or none,
     /// or all (default: the sources' choice for the workload; see the workload list).
     #[arg(long, value_name = "LIST")]
@@ -471,6 +485,14 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
             .map_err(|e| BenchError::Config(format!("--grouping: {e}")))?,
         ..ClusterConfig::default()
     };
+    if let Some(t) = args.safe_mode_threshold {
+        if !(0.0..=100.0).contains(&t) {
+            return Err(BenchError::Config(
+                "--safe-mode-threshold must be between 0 and 100".into(),
+            ));
+        }
+        cluster.safe_mode.threshold_percent = t;
+    }
     if cluster.grouping.is_some() && !protocols.iter().any(|p| p == "callas") {
         return Err(BenchError::Config(
             "--grouping applies to the callas protocol: add it to --compare or --protocol".into(),
@@ -554,6 +576,13 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
             args.read_only_percent.is_some(),
             "--read-only-percent",
             "micro3",
+        )?;
+    }
+    if args.workload != WorkloadName::Rollback {
+        only(
+            args.rollback_percent.is_some(),
+            "--rollback-percent",
+            "rollback",
         )?;
     }
     // --base: procedure names of the workload that can be BASE.
@@ -666,6 +695,20 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
                         None => m,
                     };
                     Ok(Arc::new(m) as Arc<dyn Workload>)
+                })
+                .collect()
+        }
+        WorkloadName::Rollback => {
+            let percents = match &args.rollback_percent {
+                Some(list) => {
+                    parse_percents(list, "--rollback-percent").map_err(BenchError::Config)?
+                }
+                None => vec![brine_bench::workloads::rollback::DEFAULT_ROLLBACK_PERCENT],
+            };
+            percents
+                .into_iter()
+                .map(|p| {
+                    Ok(Arc::new(brine_bench::workloads::Rollback::new(p)?) as Arc<dyn Workload>)
                 })
                 .collect()
         }

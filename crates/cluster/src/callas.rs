@@ -49,7 +49,9 @@ use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use tokio::sync::Notify;
 
-use crate::coordinator::{abort, backoff, commit_keeping, CallOutcome, ProcCtx, Shared, TxnState};
+use crate::coordinator::{
+    abort, backoff, commit_keeping, retry_after, CallOutcome, ProcCtx, Shared, TxnState,
+};
 use crate::message::PartitionMsg;
 use crate::procedure::PreparedProc;
 use crate::protocol::Mutation;
@@ -838,15 +840,7 @@ pub(crate) async fn run_grouped(
             }
             Err(Error::Aborted(cause)) => {
                 cascaded |= cause == AbortCause::Cascade;
-                shared.counters.count_abort(cause);
-                if attempt >= shared.retry.max_attempts {
-                    return Err(Error::RetriesExhausted {
-                        attempts: attempt,
-                        last: cause,
-                    });
-                }
-                shared.counters.retries.fetch_add(1, Ordering::Relaxed);
-                backoff(&shared.retry, attempt, shared.seed ^ txn.id).await;
+                retry_after(shared, attempt, cause, txn).await?;
             }
             Err(e) => {
                 if matches!(e, Error::UserAbort(_)) {

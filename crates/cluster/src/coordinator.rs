@@ -703,16 +703,29 @@ pub async fn run_procedure(
             }
         };
         tracing::debug!(%txn, procedure = %proc.name, attempt, cause = cause.as_str(), "concurrency-control abort");
-        shared.counters.count_abort(cause);
-        if attempt >= shared.retry.max_attempts {
-            return Err(Error::RetriesExhausted {
-                attempts: attempt,
-                last: cause,
-            });
-        }
-        shared.counters.retries.fetch_add(1, Ordering::Relaxed);
-        backoff(&shared.retry, attempt, shared.seed ^ txn.id).await;
+        retry_after(shared, attempt, cause, txn).await?;
     }
+}
+
+/// Attempt `attempt` of a call was a concurrency-control victim: counts
+/// it and, within the retry bound, backs off before the next attempt;
+/// past the bound, the error the call ends with.
+pub(crate) async fn retry_after(
+    shared: &Shared,
+    attempt: u32,
+    cause: AbortCause,
+    txn: TxnId,
+) -> Result<()> {
+    shared.counters.count_abort(cause);
+    if attempt >= shared.retry.max_attempts {
+        return Err(Error::RetriesExhausted {
+            attempts: attempt,
+            last: cause,
+        });
+    }
+    shared.counters.retries.fetch_add(1, Ordering::Relaxed);
+    backoff(&shared.retry, attempt, shared.seed ^ txn.id).await;
+    Ok(())
 }
 
 pub(crate) async fn backoff(policy: &RetryPolicy, attempt: u32, seed: u64) {

@@ -6,6 +6,7 @@ pub mod checking;
 pub mod micro;
 pub mod micro2;
 pub mod micro3;
+pub mod rollback;
 pub mod ticket;
 pub mod tpcc;
 
@@ -22,6 +23,7 @@ pub use checking::{ListAppend, Register};
 pub use micro::Micro;
 pub use micro2::Micro2;
 pub use micro3::Micro3;
+pub use rollback::Rollback;
 pub use ticket::Ticket;
 pub use tpcc::Tpcc;
 
