@@ -213,3 +213,32 @@ async fn the_rollback_microbenchmark_rolls_back_and_commits() -> Result<(), Benc
     }
     Ok(())
 }
+
+/// The inter-group microbenchmark: both types commit under callas with
+/// each type in its own group, conflicting through nexus locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inter_group_microbenchmark_runs_both_types() -> Result<(), BenchError> {
+    let w: Arc<dyn Workload> = Arc::new(brine_bench::workloads::InterGroup::new(1, 5_000)?);
+    let report = run_bench(
+        &spec(
+            Some("p:rp=pipelined;o:2pl=other"),
+            Isolation::Serializable,
+            16,
+            1.0,
+        ),
+        &[w],
+        |_| {},
+    )
+    .await?;
+    for r in &report.results {
+        for p in ["pipelined", "other"] {
+            assert!(
+                r.per_procedure.get(p).is_some_and(|s| s.commits > 0),
+                "{p}: {:?}",
+                r.per_procedure.get(p)
+            );
+        }
+        assert!(r.workload_metrics["conflicting_other_calls"].as_u64() > Some(0));
+    }
+    Ok(())
+}

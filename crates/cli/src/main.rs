@@ -91,6 +91,9 @@ TPC result).\n  \
 ticket ticketing modelled on the sources' description of Fusion Ticket: one event, two \
 categories of --seats N (default 10000) seats, 11 booking-flow procedures with a hot create_order; \
 --check verifies seats, counters, payments and tickets.\n  \
+intergroup Callas' inter-group microbenchmark: a contended \"pipelined\" type (row i of A, B, \
+C of 10 rows each, then a private row) and an \"other\" type (a row of D) that also updates a row \
+of A in --conflict-bp LIST basis points of its calls, --ratio LIST pipelined calls per other call.\n  \
 rollback Callas' rollback microbenchmark: check and update a row of A, B and C (10 rows each), \
 the check on C rolling back --rollback-percent LIST of the calls, then 5 private updates.\n\n\
 Under --protocol salt (or salt-nolocal), the procedures named by --base LIST run as BASE \
@@ -200,6 +203,9 @@ enum WorkloadName {
     /// Callas' rollback microbenchmark: check and update rows of A, B, C (10 rows each), the
     /// check on C rolling back --rollback-percent of the calls, then 5 private updates.
     Rollback,
+    /// Callas' inter-group microbenchmark: a contended "pipelined" type and an "other" type
+    /// that conflicts with it in --conflict-bp of its calls, --ratio N to 1.
+    Intergroup,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -342,6 +348,15 @@ struct BenchArgs {
     /// rollback: percentages of calls the check on C rolls back, comma-separated (default 0).
     #[arg(long, value_name = "LIST")]
     rollback_percent: Option<String>,
+
+    /// intergroup: "pipelined" calls per "other" call, comma-separated (default 1).
+    #[arg(long, value_name = "LIST")]
+    ratio: Option<String>,
+
+    /// intergroup: basis points (1 = 0.01%) of "other" calls that also update a row the
+    /// "pipelined" type uses, comma-separated (default 10000: every call).
+    #[arg(long, value_name = "LIST")]
+    conflict_bp: Option<String>,
 
     /// callas: rollback rate (percent of a Runtime Pipelining group's attempts) above which
     /// the group switches to its rollback-safe chopping [default: 7; 100: never].
@@ -578,6 +593,10 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
             "micro3",
         )?;
     }
+    if args.workload != WorkloadName::Intergroup {
+        only(args.ratio.is_some(), "--ratio", "intergroup")?;
+        only(args.conflict_bp.is_some(), "--conflict-bp", "intergroup")?;
+    }
     if args.workload != WorkloadName::Rollback {
         only(
             args.rollback_percent.is_some(),
@@ -697,6 +716,27 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
                     Ok(Arc::new(m) as Arc<dyn Workload>)
                 })
                 .collect()
+        }
+        WorkloadName::Intergroup => {
+            use brine_bench::workloads::intergroup;
+            let ratios = match &args.ratio {
+                Some(list) => parse_counts(list, "--ratio", intergroup::MAX_RATIO)
+                    .map_err(BenchError::Config)?,
+                None => vec![intergroup::DEFAULT_RATIO],
+            };
+            let bps = match &args.conflict_bp {
+                Some(list) => {
+                    parse_counts(list, "--conflict-bp", 10_000).map_err(BenchError::Config)?
+                }
+                None => vec![intergroup::DEFAULT_CONFLICT_BP],
+            };
+            let mut out: Vec<Arc<dyn Workload>> = Vec::new();
+            for &r in &ratios {
+                for &bp in &bps {
+                    out.push(Arc::new(brine_bench::workloads::InterGroup::new(r, bp)?));
+                }
+            }
+            Ok(out)
         }
         WorkloadName::Rollback => {
             let percents = match &args.rollback_percent {

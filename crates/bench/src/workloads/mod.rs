@@ -3,6 +3,7 @@
 pub mod bank;
 pub mod base;
 pub mod checking;
+pub mod intergroup;
 pub mod micro;
 pub mod micro2;
 pub mod micro3;
@@ -20,6 +21,7 @@ use crate::error::{BenchError, Result};
 
 pub use bank::Bank;
 pub use checking::{ListAppend, Register};
+pub use intergroup::InterGroup;
 pub use micro::Micro;
 pub use micro2::Micro2;
 pub use micro3::Micro3;
