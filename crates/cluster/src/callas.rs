@@ -50,7 +50,7 @@ use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 use crate::coordinator::{
-    abort, backoff, commit_keeping, retry_after, CallOutcome, ProcCtx, Shared, TxnState,
+    abort, backoff, commit_keeping, committed, retry_after, CallOutcome, ProcCtx, Shared, TxnState,
 };
 use crate::message::PartitionMsg;
 use crate::procedure::PreparedProc;
@@ -828,15 +828,9 @@ pub(crate) async fn run_grouped(
         }
         match outcome {
             Ok(values) => {
-                tracing::debug!(%txn, procedure = %proc.name, attempt, "committed");
-                shared.counters.commits.fetch_add(1, Ordering::Relaxed);
-                if let Some(tx) = on_accept {
-                    let _ = tx.send(());
-                }
-                return Ok(CallOutcome {
-                    values,
-                    attempts: attempt,
-                });
+                return Ok(committed(
+                    shared, txn, &proc.name, attempt, values, on_accept,
+                ));
             }
             Err(Error::Aborted(cause)) => {
                 cascaded |= cause == AbortCause::Cascade;

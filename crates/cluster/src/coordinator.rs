@@ -678,15 +678,9 @@ pub async fn run_procedure(
         let cause = match (body_result, doomed) {
             (Ok(values), None) => match commit(shared, node, &state).await {
                 Ok(()) => {
-                    tracing::debug!(%txn, procedure = %proc.name, attempt, "committed");
-                    shared.counters.commits.fetch_add(1, Ordering::Relaxed);
-                    if let Some(tx) = on_accept {
-                        let _ = tx.send(());
-                    }
-                    return Ok(CallOutcome {
-                        values,
-                        attempts: attempt,
-                    });
+                    return Ok(committed(
+                        shared, txn, &proc.name, attempt, values, on_accept,
+                    ));
                 }
                 Err(Error::Aborted(cause)) => cause,
                 Err(e) => return Err(e),
@@ -704,6 +698,27 @@ pub async fn run_procedure(
         };
         tracing::debug!(%txn, procedure = %proc.name, attempt, cause = cause.as_str(), "concurrency-control abort");
         retry_after(shared, attempt, cause, txn).await?;
+    }
+}
+
+/// Attempt `attempt` of a call committed: counts it, tells whoever waits
+/// for acceptance, and makes the call's outcome.
+pub(crate) fn committed(
+    shared: &Shared,
+    txn: TxnId,
+    procedure: &str,
+    attempt: u32,
+    values: Vec<Value>,
+    on_accept: Option<tokio::sync::oneshot::Sender<()>>,
+) -> CallOutcome {
+    tracing::debug!(%txn, procedure, attempt, "committed");
+    shared.counters.commits.fetch_add(1, Ordering::Relaxed);
+    if let Some(tx) = on_accept {
+        let _ = tx.send(());
+    }
+    CallOutcome {
+        values,
+        attempts: attempt,
     }
 }
 
