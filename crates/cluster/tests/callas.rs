@@ -13,7 +13,7 @@ use brine_cluster::{
 use brine_core::Value;
 
 mod salt_common;
-use salt_common::{int, Gates};
+use salt_common::{call, int, Gates};
 
 const DDL: &str = "
 CREATE TABLE kv (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
@@ -256,15 +256,6 @@ async fn a_statement_before_its_piece_is_an_error_naming_the_disagreement() {
         .expect_err("out of order")
         .to_string();
     assert!(e.contains("disagree"), "{e}");
-}
-
-fn call(
-    c: &Cluster,
-    proc: &'static str,
-    args: Vec<Value>,
-) -> tokio::task::JoinHandle<brine_core::Result<Vec<Value>>> {
-    let client = c.client();
-    tokio::spawn(async move { client.call(proc, args).await.map(|o| o.values) })
 }
 
 /// Awaits `task` for a short while: `None` if it is still pending

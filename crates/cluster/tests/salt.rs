@@ -18,7 +18,7 @@ use brine_cluster::{
 use brine_core::Value;
 
 mod salt_common;
-use salt_common::{fig_3_1_transfer, int, Gates};
+use salt_common::{call, fig_3_1_transfer, int, Gates};
 
 const DDL: &str = "
 CREATE TABLE kv (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
@@ -161,15 +161,6 @@ async fn blocked<T>(fut: &mut tokio::task::JoinHandle<T>) -> bool {
     tokio::time::timeout(Duration::from_millis(150), fut)
         .await
         .is_err()
-}
-
-fn call(
-    c: &Cluster,
-    proc: &'static str,
-    args: Vec<Value>,
-) -> tokio::task::JoinHandle<brine_core::Result<Vec<Value>>> {
-    let client = c.client();
-    tokio::spawn(async move { client.call(proc, args).await.map(|o| o.values) })
 }
 
 fn s(x: &str) -> Value {

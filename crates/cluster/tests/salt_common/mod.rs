@@ -1,11 +1,12 @@
-//! Fixtures shared by the Salt tests: gates a BASE body can wait at, and
-//! the transfer of seed 000 Figure 3.1.
+//! Fixtures shared by the Salt and Callas tests: gates a body can wait at,
+//! a call running in the background, and the transfer of seed 000 Figure
+//! 3.1.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use brine_cluster::ProcedureDef;
+use brine_cluster::{Cluster, ProcedureDef};
 use brine_core::{Error, Value};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
@@ -30,6 +31,17 @@ impl Gates {
     pub fn open(&self, name: &str) {
         self.gate(name).add_permits(1);
     }
+}
+
+/// Calls `proc` in a task of its own, so the test can look at what the
+/// call waits for meanwhile.
+pub fn call(
+    c: &Cluster,
+    proc: &'static str,
+    args: Vec<Value>,
+) -> tokio::task::JoinHandle<brine_core::Result<Vec<Value>>> {
+    let client = c.client();
+    tokio::spawn(async move { client.call(proc, args).await.map(|o| o.values) })
 }
 
 pub fn int(v: &Value) -> i64 {
