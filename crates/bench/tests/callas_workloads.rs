@@ -154,7 +154,16 @@ async fn checked_history(
     let h = brine_check::read_file(&path).map_err(|e| BenchError::Internal(e.to_string()))?;
     let _ = std::fs::remove_file(&path);
     assert!(h.txns.len() > 100, "too short a history: {}", h.txns.len());
-    Ok(brine_check::check(&h.txns, level))
+    // Runs with a Runtime Pipelining group ask for column-level items.
+    let rp = grouping.contains(":rp=");
+    assert_eq!(brine_check::columns::wants_columns(&h.header), rp);
+    Ok(if rp {
+        let names = brine_check::columns::column_names(&h.header);
+        assert!(!names.is_empty(), "the header names no columns");
+        brine_check::check_columns(&h.txns, level, &names)
+    } else {
+        brine_check::check(&h.txns, level)
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,6 +190,39 @@ async fn ticketing_histories_under_callas_pass_the_checker() -> Result<(), Bench
     )
     .await?;
     assert!(report.valid, "{:?}", report.anomalies);
+    Ok(())
+}
+
+/// Runtime Pipelining's histories, checked per column (its dependencies
+/// are per column; see brine_check::columns).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_tpcc_histories_pass_the_checker() -> Result<(), BenchError> {
+    // One warehouse, so new-orders and payments pipeline on its rows.
+    let w: Arc<dyn Workload> = Arc::new(
+        Tpcc::new(1, Scale::SMALL, Mix::STANDARD)?
+            .with_measure_window(Duration::from_millis(200), Duration::from_millis(1500)),
+    );
+    let report = checked_history(
+        w,
+        "orders:rp=new_order,payment",
+        Isolation::Serializable,
+        Level::Serializable,
+    )
+    .await?;
+    assert!(report.valid, "{}", report.render(5));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_ticketing_histories_pass_the_checker() -> Result<(), BenchError> {
+    let report = checked_history(
+        small_ticketing()?,
+        "checkout:rp=create_order",
+        Isolation::ReadCommitted,
+        Level::ReadCommitted,
+    )
+    .await?;
+    assert!(report.valid, "{}", report.render(5));
     Ok(())
 }
 

@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         json: false,
         self_bench: Some(n),
         seed,
+        granularity: None,
     };
     match run(&opts, &mut std::io::stdout().lock()) {
         Ok(true) => ExitCode::SUCCESS,

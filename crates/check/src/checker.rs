@@ -41,6 +41,11 @@ const G2_STARTS_MAX: usize = 16;
 /// A `prev` chain longer than this is treated as corrupt (it can only be a
 /// loop of `prev` links in a malformed file).
 const PREV_WALK_MAX: usize = 1 << 20;
+/// The most versions of one run of commuting increments the checker
+/// relates to a read or an overwrite (see `Checker::run_above`); runs are
+/// walked from the version, so only runs longer than this are cut, and the
+/// report says so.
+const RUN_WALK_MAX: usize = 1 << 12;
 
 type KeyId = u32;
 type TxnIdx = u32;
@@ -53,6 +58,9 @@ struct VersionInfo {
     key: KeyId,
     prev: u64,
     sub: Option<u32>,
+    /// A blind increment: it commutes with the increments next to it in
+    /// its key's version order.
+    add: bool,
 }
 
 /// An edge of the graph, with what causes it.
@@ -126,6 +134,10 @@ struct Checker<'h> {
     /// Installed versions by their nearest installed ancestor:
     /// `(key, ancestor) -> children`.
     kids: HashMap<(KeyId, u64), Kids>,
+    /// Each installed version's nearest installed ancestor.
+    parent: HashMap<u64, u64>,
+    /// Walks of increment runs cut at `RUN_WALK_MAX`.
+    runs_cut: u64,
     edges: Vec<Edge>,
     edge_set: HashSet<(TxnIdx, TxnIdx, EdgeKind)>,
     chains: Vec<Vec<ChainHop>>,
@@ -145,6 +157,8 @@ pub fn check(txns: &[TxnRecord], level: Level) -> Report {
         installed: vec![false; txns.len()],
         promoted: vec![false; txns.len()],
         kids: HashMap::new(),
+        parent: HashMap::new(),
+        runs_cut: 0,
         edges: Vec::new(),
         edge_set: HashSet::new(),
         chains: Vec::new(),
@@ -240,6 +254,7 @@ impl<'h> Checker<'h> {
                     version,
                     prev,
                     sub,
+                    cols,
                     ..
                 } = op
                 {
@@ -263,6 +278,7 @@ impl<'h> Checker<'h> {
                         key: k,
                         prev: *prev,
                         sub: *sub,
+                        add: cols.as_ref().is_some_and(|c| c.add),
                     };
                     if let Some(first) = self.versions.get(version) {
                         let first_txn = first.txn;
@@ -408,7 +424,8 @@ impl<'h> Checker<'h> {
             skipped.push(pi.txn);
             p = pi.prev;
         }
-        if let Some(&first) = skipped.first() {
+        let commuted = info.add && skipped.len() == self.skipped_adds(info.prev, skipped.len());
+        if let (Some(&first), false) = (skipped.first(), commuted) {
             let summary = format!(
                 "T{} wrote version {v} of {} over version {} of T{}, which did not commit (a dirty write)",
                 self.txns[info.txn as usize].id,
@@ -430,24 +447,38 @@ impl<'h> Checker<'h> {
             .map(|(v, i)| (*v, i.clone()))
             .collect();
         installed_versions.sort_unstable_by_key(|(v, _)| *v);
+        let mut placed = Vec::with_capacity(installed_versions.len());
         for (v, info) in installed_versions {
             let Some(parent) = self.installed_parent(v, &info) else {
                 continue;
             };
             self.kids.entry((info.key, parent)).or_default().push(v);
-            if parent != INITIAL_VERSION {
-                if let Some(pi) = self.versions.get(&parent) {
-                    let from = pi.txn;
-                    self.add_edge(Edge {
-                        from,
-                        to: info.txn,
-                        kind: EdgeKind::Ww,
-                        key: info.key,
-                        v1: parent,
-                        v2: v,
-                        chain: None,
-                    });
-                }
+            self.parent.insert(v, parent);
+            placed.push((v, info, parent));
+        }
+        for (v, info, parent) in placed {
+            // An increment over increments follows only the run's base;
+            // anything else over a run follows every increment in it.
+            let (run, base) = self.run_above(parent);
+            let before: SmallVec<[u64; 1]> = if info.add {
+                SmallVec::from_elem(base, 1)
+            } else {
+                run.into_iter().chain([base]).collect()
+            };
+            for p in before {
+                let Some(pi) = self.versions.get(&p) else {
+                    continue;
+                };
+                let from = pi.txn;
+                self.add_edge(Edge {
+                    from,
+                    to: info.txn,
+                    kind: EdgeKind::Ww,
+                    key: info.key,
+                    v1: p,
+                    v2: v,
+                    chain: None,
+                });
             }
         }
         let mut forks: Vec<((KeyId, u64), Kids)> = self
@@ -537,18 +568,30 @@ impl<'h> Checker<'h> {
                 // G1b itself; adding them would report it again as a cycle.
                 return;
             }
-            self.add_edge(Edge {
-                from: w,
-                to: t,
-                kind: EdgeKind::Wr,
-                key: r.key,
-                v1: v,
-                v2: v,
-                chain: None,
-            });
+            // A read of an increment saw every increment below it in its
+            // run, and the run's base.
+            let (run, base) = if info.add {
+                self.run_above(v)
+            } else {
+                (Vec::new(), v)
+            };
+            for seen in run.into_iter().chain([base]) {
+                let Some(si) = self.versions.get(&seen) else {
+                    continue;
+                };
+                let from = si.txn;
+                self.add_edge(Edge {
+                    from,
+                    to: t,
+                    kind: EdgeKind::Wr,
+                    key: r.key,
+                    v1: seen,
+                    v2: seen,
+                    chain: None,
+                });
+            }
         }
-        let next: SmallVec<[u64; 1]> = self.kids.get(&(r.key, v)).cloned().unwrap_or_default();
-        for c in next {
+        for c in self.run_below(r.key, v) {
             if let Some(ci) = self.versions.get(&c) {
                 let to = ci.txn;
                 self.add_edge(Edge {
@@ -562,6 +605,64 @@ impl<'h> Checker<'h> {
                 });
             }
         }
+    }
+
+    /// The increments at and above installed version `v` in its key's
+    /// order, newest first, and the version below them (`v` itself and an
+    /// empty run when `v` is no increment; 0 for the initial state).
+    fn run_above(&mut self, v: u64) -> (Vec<u64>, u64) {
+        let mut run = Vec::new();
+        let mut cur = v;
+        while self.versions.get(&cur).is_some_and(|i| i.add) {
+            if run.len() == RUN_WALK_MAX {
+                self.runs_cut += 1;
+                break;
+            }
+            run.push(cur);
+            cur = self.parent.get(&cur).copied().unwrap_or(INITIAL_VERSION);
+        }
+        (run, cur)
+    }
+
+    /// The installed versions a reader of `v` did not see that follow it:
+    /// its children, and below an increment child the rest of the run and
+    /// the version that ends it.
+    fn run_below(&mut self, key: KeyId, v: u64) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .kids
+            .get(&(key, v))
+            .map(|k| k.to_vec())
+            .unwrap_or_default();
+        let mut cur = match out.as_slice() {
+            [only] => *only,
+            _ => return out,
+        };
+        while self.versions.get(&cur).is_some_and(|i| i.add) {
+            let Some([next]) = self.kids.get(&(key, cur)).map(|k| k.as_slice()) else {
+                break;
+            };
+            if out.len() == RUN_WALK_MAX {
+                self.runs_cut += 1;
+                break;
+            }
+            cur = *next;
+            out.push(cur);
+        }
+        out
+    }
+
+    /// How many of the `n` versions from `v` down the `prev` links are
+    /// increments (the uncommitted ones a write skipped).
+    fn skipped_adds(&self, mut v: u64, n: usize) -> usize {
+        let mut adds = 0;
+        for _ in 0..n {
+            let Some(i) = self.versions.get(&v) else {
+                break;
+            };
+            adds += usize::from(i.add);
+            v = i.prev;
+        }
+        adds
     }
 
     /// G1b: `t` read a version its writer overwrote itself later (returns
@@ -1131,6 +1232,7 @@ impl<'h> Checker<'h> {
         let mut s = Stats {
             txns: self.txns.len() as u64,
             cyclic_components: cyclic,
+            increment_runs_cut: self.runs_cut,
             ..Stats::default()
         };
         for (i, r) in self.txns.iter().enumerate() {

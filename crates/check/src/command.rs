@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use thiserror::Error;
 
+use crate::columns;
 use crate::elle::{self, ElleModel};
 use crate::gen::{generate, GenConfig};
 use crate::reader::{self, ReadError};
@@ -27,6 +28,16 @@ pub struct CheckOptions {
     /// checker on it instead of reading a file.
     pub self_bench: Option<usize>,
     pub seed: u64,
+    /// Row- or column-level items; `None`: what the history's header asks
+    /// for (column level for runs with Runtime Pipelining).
+    pub granularity: Option<Granularity>,
+}
+
+/// What the checker treats as one item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Granularity {
+    Row,
+    Column,
 }
 
 #[derive(Debug, Error)]
@@ -54,8 +65,21 @@ pub fn run<W: Write>(opts: &CheckOptions, out: &mut W) -> Result<bool, CommandEr
     let t0 = Instant::now();
     let history = reader::read_file(path)?;
     let read_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let granularity = opts
+        .granularity
+        .unwrap_or(if columns::wants_columns(&history.header) {
+            Granularity::Column
+        } else {
+            Granularity::Row
+        });
     let t1 = Instant::now();
-    let report = crate::check(&history.txns, opts.level);
+    let report = match granularity {
+        Granularity::Row => crate::check(&history.txns, opts.level),
+        Granularity::Column => {
+            let names = columns::column_names(&history.header);
+            crate::check_columns(&history.txns, opts.level, &names)
+        }
+    };
     let check_ms = t1.elapsed().as_secs_f64() * 1e3;
     if let Some((elle_path, model)) = &opts.export_elle {
         export(&history.txns, elle_path, *model)?;
@@ -69,11 +93,15 @@ pub fn run<W: Write>(opts: &CheckOptions, out: &mut W) -> Result<bool, CommandEr
         let h = &history.header;
         writeln!(
             out,
-            "history {}: workload {}, protocol {}, isolation {}",
+            "history {}: workload {}, protocol {}, isolation {}, checked per {}",
             path.display(),
             h.workload,
             h.protocol,
-            h.isolation
+            h.isolation,
+            match granularity {
+                Granularity::Row => "row",
+                Granularity::Column => "column",
+            }
         )?;
         write!(out, "{}", report.render(opts.max_witnesses))?;
         writeln!(out, "read {read_ms:.0} ms, checked {check_ms:.0} ms")?;

@@ -111,6 +111,7 @@ pub fn generate(cfg: &GenConfig) -> History {
                     key: int_key(&[k]),
                     version: view(k, &local).version,
                     sub: None,
+                    cols: None,
                 });
             } else if dice < 65 {
                 let k = rng.gen_range(0..keys);
@@ -137,6 +138,7 @@ pub fn generate(cfg: &GenConfig) -> History {
                         new: bucket.map(|b| int_key(&[b])),
                     }],
                     sub: None,
+                    cols: None,
                 });
                 local.insert(k, Row { version, bucket });
             } else if dice < 75 {
@@ -160,6 +162,7 @@ pub fn generate(cfg: &GenConfig) -> History {
                     hi: Bound::Included(int_key(&[b])),
                     seen,
                     sub: None,
+                    cols: None,
                 });
             } else if dice < 80 {
                 let b1 = rng.gen_range(0..buckets);
@@ -181,6 +184,7 @@ pub fn generate(cfg: &GenConfig) -> History {
                     hi: Bound::Excluded(int_key(&[b2 + 1])),
                     seen,
                     sub: None,
+                    cols: None,
                 });
             } else if dice < 90 {
                 let l = list_base + rng.gen_range(0..lists);
@@ -196,6 +200,7 @@ pub fn generate(cfg: &GenConfig) -> History {
                     kind: WriteKind::Insert,
                     ix: vec![],
                     sub: None,
+                    cols: None,
                 });
                 if *e >= LIST_LEN_MAX {
                     // Retire the full list (Elle's key rotation): the
@@ -226,6 +231,7 @@ pub fn generate(cfg: &GenConfig) -> History {
                         })
                         .collect(),
                     sub: None,
+                    cols: None,
                 });
             }
         }

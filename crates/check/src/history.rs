@@ -33,6 +33,17 @@
 //!   `deleted: true`). `lo`/`hi` are the interval actually observed: a scan
 //!   stopped early by LIMIT reports the key where it stopped as `hi`.
 //!
+//! # Columns
+//!
+//! Each operation may carry `c`, the columns it touched by position in the
+//! table's definition (the header's `config.columns` names them): `r` the
+//! columns a read observed (for a write, the columns the writing statement
+//! read, e.g. the sources of `SET`), `w` the columns a write changed, and
+//! `add` when every change was a blind increment (`SET c = c + e`), which
+//! commutes with other increments of the column. Without `c` an operation
+//! touched the whole row. The row-level checker ignores `c`; the
+//! column-level one (`crate::columns`) checks each column as an item.
+//!
 //! Keys are JSON arrays of scalars: INT as a number, VARCHAR as a string,
 //! NULL as null, DECIMAL as `{"dec": "12.34"}`, TIMESTAMP as `{"ts_us": n}`.
 
@@ -133,6 +144,8 @@ pub enum Op {
         /// Alkaline subtransaction index within a BASE transaction.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sub: Option<u32>,
+        #[serde(rename = "c", default, skip_serializing_if = "Option::is_none")]
+        cols: Option<Box<Cols>>,
     },
     #[serde(rename = "w")]
     Write {
@@ -148,6 +161,8 @@ pub enum Op {
         ix: Vec<IndexChange>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sub: Option<u32>,
+        #[serde(rename = "c", default, skip_serializing_if = "Option::is_none")]
+        cols: Option<Box<Cols>>,
     },
     #[serde(rename = "rr")]
     RangeRead {
@@ -161,7 +176,33 @@ pub enum Op {
         seen: Vec<Seen>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sub: Option<u32>,
+        #[serde(rename = "c", default, skip_serializing_if = "Option::is_none")]
+        cols: Option<Box<Cols>>,
     },
+}
+
+/// The columns an operation touched (see "Columns" above), by position in
+/// the table's definition.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cols {
+    /// Columns observed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub r: Vec<u16>,
+    /// Columns changed (writes only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub w: Vec<u16>,
+    /// Every change was a blind increment.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub add: bool,
+}
+
+impl Op {
+    /// The operation's column detail, for setting it.
+    pub fn cols_mut(&mut self) -> &mut Option<Box<Cols>> {
+        match self {
+            Op::Read { cols, .. } | Op::Write { cols, .. } | Op::RangeRead { cols, .. } => cols,
+        }
+    }
 }
 
 /// A row's key in one secondary index before and after a write (`None`:
@@ -363,6 +404,7 @@ mod tests {
                     key: key(&[Value::Int(1)]),
                     version: 0,
                     sub: None,
+                    cols: None,
                 },
                 Op::Write {
                     table: "c".into(),
@@ -379,6 +421,7 @@ mod tests {
                         new: Some(key(&[Value::Timestamp(5)])),
                     }],
                     sub: Some(1),
+                    cols: None,
                 },
                 Op::RangeRead {
                     table: "account".into(),
@@ -391,6 +434,7 @@ mod tests {
                         deleted: true,
                     }],
                     sub: None,
+                    cols: None,
                 },
             ],
         };

@@ -9,12 +9,14 @@
 //! * [`history`]: the file format (the contract with the recorder).
 //! * [`reader`]: streaming, line-numbered parsing of history files.
 //! * [`checker`]: Adya's direct serialization graph and the anomaly search.
+//! * [`columns`]: column-level checking (each column of a row an item).
 //! * [`elle`], [`edn`]: export to Jepsen/Elle EDN histories and a reader
 //!   for them.
 //! * [`gen`]: seeded generator of large valid histories (tests, benchmark).
 //! * [`script`]: a compact text notation for hand-made histories.
 
 pub mod checker;
+pub mod columns;
 pub mod command;
 pub mod cycles;
 pub mod edn;
@@ -26,6 +28,7 @@ pub mod report;
 pub mod script;
 
 pub use checker::check;
-pub use history::{Header, IndexChange, Op, Outcome, Seen, TxnClass, TxnRecord, WriteKind};
+pub use columns::check_columns;
+pub use history::{Cols, Header, IndexChange, Op, Outcome, Seen, TxnClass, TxnRecord, WriteKind};
 pub use reader::{read_file, read_str, History, HistoryReader, ReadError};
 pub use report::{Anomaly, AnomalyClass, EdgeInfo, EdgeKind, Level, Report};

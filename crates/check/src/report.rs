@@ -329,6 +329,14 @@ pub struct Stats {
     pub edges: BTreeMap<String, u64>,
     /// Non-trivial strongly connected components of the graph.
     pub cyclic_components: u64,
+    /// Walks of runs of commuting increments cut short: edges beyond
+    /// `RUN_WALK_MAX` increments of one run were not added.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub increment_runs_cut: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The result of checking one history at one level.
@@ -391,6 +399,13 @@ impl Report {
             },
             s.cyclic_components
         );
+        if s.increment_runs_cut > 0 {
+            let _ = writeln!(
+                out,
+                "note: {} walks of long runs of increments were cut; edges past the cut were not checked",
+                s.increment_runs_cut
+            );
+        }
         if self.anomalies.is_empty() {
             let _ = writeln!(out, "anomalies: none");
         } else {

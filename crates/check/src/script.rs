@@ -17,6 +17,8 @@
 //! * `rr(RANGE|SEEN,SEEN...)`: range read. RANGE is `[TABLE:][iN/]LO..HI`
 //!   with `*` for unbounded and a leading `>`/`<` for an excluded bound
 //!   (`>a..<c`); SEEN is `KEY@V`, with a trailing `!` for a tombstone.
+//! * a trailing `[r=C.C;w=C;add]` gives the op's columns (positions):
+//!   read, written, and whether the writes are blind increments.
 //! * a trailing `#N` puts the op in alkaline subtransaction N.
 //!
 //! KEY is `[TABLE:]C1.C2...` (table `t` by default); a component that
@@ -27,7 +29,7 @@ use std::ops::Bound;
 use brine_core::{Key, Value};
 
 use crate::history::{
-    Header, IndexChange, Op, Outcome, Seen, TxnClass, TxnRecord, WriteKind, FORMAT_VERSION,
+    Cols, Header, IndexChange, Op, Outcome, Seen, TxnClass, TxnRecord, WriteKind, FORMAT_VERSION,
 };
 use crate::reader::History;
 
@@ -105,7 +107,7 @@ fn parse_txn(line: &str, pos: u64) -> Result<TxnRecord, String> {
 
 fn parse_op(tok: &str) -> Result<Op, String> {
     let (tok, sub) = match tok.rsplit_once('#') {
-        Some((t, s)) if t.ends_with(')') => (
+        Some((t, s)) if t.ends_with(')') || t.ends_with(']') => (
             t,
             Some(
                 s.parse::<u32>()
@@ -114,6 +116,36 @@ fn parse_op(tok: &str) -> Result<Op, String> {
         ),
         _ => (tok, None),
     };
+    let (tok, cols) = match tok.strip_suffix(']').and_then(|t| t.rsplit_once('[')) {
+        Some((t, c)) => (t, Some(Box::new(parse_cols(c)?))),
+        None => (tok, None),
+    };
+    let mut op = parse_bare_op(tok, sub)?;
+    *op.cols_mut() = cols;
+    Ok(op)
+}
+
+/// `r=1.2;w=3;add`: the columns read, the columns written, increments.
+fn parse_cols(s: &str) -> Result<Cols, String> {
+    let mut cols = Cols::default();
+    let list = |l: &str| -> Result<Vec<u16>, String> {
+        l.split('.')
+            .filter(|c| !c.is_empty())
+            .map(|c| c.parse().map_err(|_| format!("bad column {c:?}")))
+            .collect()
+    };
+    for part in s.split(';').filter(|p| !p.is_empty()) {
+        match part.split_once('=') {
+            Some(("r", l)) => cols.r = list(l)?,
+            Some(("w", l)) => cols.w = list(l)?,
+            None if part == "add" => cols.add = true,
+            _ => return Err(format!("bad column detail {part:?} (r=C.C;w=C;add)")),
+        }
+    }
+    Ok(cols)
+}
+
+fn parse_bare_op(tok: &str, sub: Option<u32>) -> Result<Op, String> {
     let (name, args) = tok
         .strip_suffix(')')
         .and_then(|t| t.split_once('('))
@@ -127,6 +159,7 @@ fn parse_op(tok: &str) -> Result<Op, String> {
                 key,
                 version: parse_version(v)?,
                 sub,
+                cols: None,
             })
         }
         "w" | "ins" | "del" => {
@@ -161,6 +194,7 @@ fn parse_op(tok: &str) -> Result<Op, String> {
                 kind,
                 ix,
                 sub,
+                cols: None,
             })
         }
         "rr" => {
@@ -201,6 +235,7 @@ fn parse_op(tok: &str) -> Result<Op, String> {
                 hi,
                 seen: rows,
                 sub,
+                cols: None,
             })
         }
         other => Err(format!("unknown op {other:?}")),

@@ -916,6 +916,17 @@ struct CheckArgs {
     /// Seed of the --self-bench history.
     #[arg(long, default_value_t = 1, requires = "self_bench")]
     seed: u64,
+    /// Check each row (row) or each column of each row (column) as one
+    /// item. Default: what the history's header asks for (column for runs
+    /// with a Runtime Pipelining group, whose dependencies are per column).
+    #[arg(long, value_enum)]
+    granularity: Option<GranularityArg>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum GranularityArg {
+    Row,
+    Column,
 }
 
 /// `brine check`: 0 valid, 1 violation, 2 unreadable input.
@@ -939,6 +950,10 @@ fn run_check(args: &CheckArgs) -> ExitCode {
         json: args.json,
         self_bench: args.self_bench,
         seed: args.seed,
+        granularity: args.granularity.map(|g| match g {
+            GranularityArg::Row => brine_check::command::Granularity::Row,
+            GranularityArg::Column => brine_check::command::Granularity::Column,
+        }),
     };
     let stdout = std::io::stdout();
     match run(&opts, &mut stdout.lock()) {

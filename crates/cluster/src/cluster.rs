@@ -154,8 +154,21 @@ impl fmt::Display for ClusterConfig {
 }
 
 /// The run configuration written into a history's header.
-fn history_config(c: &ClusterConfig) -> serde_json::Map<String, serde_json::Value> {
+fn history_config(
+    c: &ClusterConfig,
+    catalog: &Catalog,
+) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
+    // Operations name columns by position; the checker names them back.
+    let columns: serde_json::Map<String, serde_json::Value> = catalog
+        .tables()
+        .iter()
+        .map(|t| {
+            let names = t.columns.iter().map(|c| c.name.clone().into()).collect();
+            (t.name.clone(), serde_json::Value::Array(names))
+        })
+        .collect();
+    m.insert("columns".into(), columns.into());
     m.insert("nodes".into(), c.nodes.into());
     m.insert("partitions_per_node".into(), c.partitions_per_node.into());
     m.insert("link_delay_us".into(), c.link.delay_us.into());
@@ -167,6 +180,13 @@ fn history_config(c: &ClusterConfig) -> serde_json::Map<String, serde_json::Valu
     }
     if let Some(g) = &c.grouping {
         m.insert("grouping".into(), g.to_string().into());
+        if g.groups
+            .iter()
+            .any(|g| g.mechanism == crate::callas::Mechanism::Rp)
+        {
+            // Runtime Pipelining orders conflicts per column (docs/callas.md).
+            m.insert("granularity".into(), "column".into());
+        }
     }
     m
 }
@@ -438,7 +458,7 @@ impl Cluster {
                     workload: app.name.clone(),
                     protocol: config.protocol.clone(),
                     isolation: config.isolation.to_string(),
-                    config: history_config(&config),
+                    config: history_config(&config, &catalog),
                 };
                 Some(Arc::new(HistorySink::create(path, &header)?))
             }

@@ -208,6 +208,7 @@ pub fn merge_broadcast(parts: Vec<Vec<Op>>) -> Vec<Op> {
         mut hi,
         mut seen,
         sub,
+        cols,
     }) = ranges.next()
     else {
         return out;
@@ -243,6 +244,7 @@ pub fn merge_broadcast(parts: Vec<Vec<Op>>) -> Vec<Op> {
             key: s.key,
             version: s.version,
             sub,
+            cols: cols.clone(),
         }));
         if index != 0 {
             return out;
@@ -256,6 +258,7 @@ pub fn merge_broadcast(parts: Vec<Vec<Op>>) -> Vec<Op> {
         hi,
         seen,
         sub,
+        cols,
     });
     out
 }
@@ -314,6 +317,7 @@ mod tests {
                 })
                 .collect(),
             sub: None,
+            cols: None,
         }
     }
 

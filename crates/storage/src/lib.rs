@@ -311,10 +311,10 @@ impl PartitionStore {
     /// uncommitted writes, in whatever order).
     pub fn abort_all(&mut self, txns: &[TxnId]) {
         let mut all: Vec<Logged> = Vec::new();
+        if let Some(r) = &mut self.recorder {
+            r.abort_all(txns);
+        }
         for t in txns {
-            if let Some(r) = &mut self.recorder {
-                r.abort(*t);
-            }
             if let Some(log) = self.undo.remove(t) {
                 all.extend(log);
             }
@@ -608,11 +608,19 @@ impl PartitionStore {
         let ops_mark = ops.as_ref().map_or(0, |o| o.len());
         let mut ops = ops;
         let result = self.execute_inner(txn, plan, params, ops.as_deref_mut());
-        if result.is_err() {
-            self.rollback_to(txn, mark);
-            if let Some(o) = ops {
+        match ops {
+            Some(o) if result.is_err() => {
+                self.rollback_to(txn, mark);
                 o.truncate(ops_mark);
             }
+            Some(o) => {
+                let width = self.catalog.table(table).columns.len();
+                for op in &mut o[ops_mark..] {
+                    record::annotate_columns(op, plan.access(), width);
+                }
+            }
+            None if result.is_err() => self.rollback_to(txn, mark),
+            None => {}
         }
         result
     }

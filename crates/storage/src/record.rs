@@ -20,8 +20,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
 use brine_check::history::INITIAL_VERSION;
-use brine_check::{IndexChange, Op, Seen, WriteKind};
+use brine_check::{Cols, IndexChange, Op, Seen, WriteKind};
 use brine_core::{IndexId, Key, Row, TableDef, TableId, TxnId};
+use brine_sql::AccessDescriptor;
 
 /// A key's current version, and whether that version is a deletion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,9 +51,25 @@ pub(crate) struct Recorder {
     next: u64,
     /// Per table: keys written since the load (live or tombstone).
     tables: Vec<BTreeMap<Key, VerState>>,
-    /// Per transaction, in step with the store's undo log: the state each
-    /// write replaced (`None`: the key was at its initial state).
-    undo: HashMap<TxnId, Vec<(TableId, Key, Option<VerState>)>>,
+    /// Per transaction, in step with the store's undo log: each write's
+    /// version and the state it replaced.
+    undo: HashMap<TxnId, Vec<Installed>>,
+    /// Orders writes across transactions (see `abort_all`).
+    seq: u64,
+    /// Undone writes another write had already covered: version -> the
+    /// state it replaced (see `restore`).
+    covered: HashMap<u64, Option<VerState>>,
+}
+
+/// One recorded write, for undoing it.
+#[derive(Debug)]
+struct Installed {
+    seq: u64,
+    table: TableId,
+    pk: Key,
+    version: u64,
+    /// The state it replaced (`None`: the key was at its initial state).
+    before: Option<VerState>,
 }
 
 impl Recorder {
@@ -61,6 +78,8 @@ impl Recorder {
             next: base,
             tables: vec![BTreeMap::new(); tables],
             undo: HashMap::new(),
+            seq: 0,
+            covered: HashMap::new(),
         }
     }
 
@@ -77,10 +96,14 @@ impl Recorder {
         let version = self.next;
         let before =
             self.tables[table.0 as usize].insert(pk.clone(), VerState { version, deleted });
-        self.undo
-            .entry(txn)
-            .or_default()
-            .push((table, pk.clone(), before));
+        self.seq += 1;
+        self.undo.entry(txn).or_default().push(Installed {
+            seq: self.seq,
+            table,
+            pk: pk.clone(),
+            version,
+            before,
+        });
         (version, before.unwrap_or(INITIAL).version)
     }
 
@@ -102,13 +125,47 @@ impl Recorder {
         if log.is_empty() {
             self.undo.remove(&txn);
         }
-        for (table, pk, before) in tail.into_iter().rev() {
-            let map = &mut self.tables[table.0 as usize];
-            match before {
-                Some(s) => map.insert(pk, s),
-                None => map.remove(&pk),
-            };
+        for w in tail.into_iter().rev() {
+            self.restore(w);
         }
+    }
+
+    /// Restores the versions of every write of every one of `txns`,
+    /// newest first across all of them (the store's `abort_all`).
+    pub fn abort_all(&mut self, txns: &[TxnId]) {
+        let mut all: Vec<Installed> = txns
+            .iter()
+            .filter_map(|t| self.undo.remove(t))
+            .flatten()
+            .collect();
+        all.sort_unstable_by_key(|w| std::cmp::Reverse(w.seq));
+        for w in all {
+            self.restore(w);
+        }
+    }
+
+    /// Undoes one write's version. When another transaction has written
+    /// the row since (Callas' Runtime Pipelining lets a same-group
+    /// transaction change other columns, or increment the same ones, over
+    /// an uncommitted write), the row keeps that later version: the undo
+    /// took back only this write's columns, and the later write's version
+    /// still names what the row holds.
+    /// If that later write is undone in turn, the row goes back past this
+    /// one to what it replaced.
+    fn restore(&mut self, w: Installed) {
+        let map = &mut self.tables[w.table.0 as usize];
+        if map.get(&w.pk).map(|s| s.version) != Some(w.version) {
+            self.covered.insert(w.version, w.before);
+            return;
+        }
+        let mut before = w.before;
+        while let Some(older) = before.and_then(|s| self.covered.remove(&s.version)) {
+            before = older;
+        }
+        match before {
+            Some(s) => map.insert(w.pk, s),
+            None => map.remove(&w.pk),
+        };
     }
 
     /// A point read of `pk` (present or not).
@@ -118,6 +175,7 @@ impl Recorder {
             key: pk.clone(),
             version: self.state(def.id, pk).version,
             sub: None,
+            cols: None,
         }
     }
 
@@ -170,6 +228,7 @@ impl Recorder {
             hi,
             seen,
             sub: None,
+            cols: None,
         }
     }
 
@@ -204,6 +263,35 @@ impl Recorder {
             kind,
             ix,
             sub: None,
+            cols: None,
         }
     }
+}
+
+/// Sets what a statement's operation touched column by column (the
+/// history's `c`): reads observe the statement's read columns; an update
+/// changes its `SET` columns after reading its read columns; an insert or
+/// a delete changes every one of the table's `width` columns.
+pub(crate) fn annotate_columns(op: &mut Op, access: &AccessDescriptor, width: usize) {
+    let list = |cols: &[usize]| cols.iter().map(|&c| c as u16).collect::<Vec<u16>>();
+    let cols = match op {
+        Op::Read { .. } | Op::RangeRead { .. } => Cols {
+            r: list(&access.columns_read),
+            ..Cols::default()
+        },
+        Op::Write {
+            kind: WriteKind::Update,
+            ..
+        } => Cols {
+            r: list(&access.columns_read),
+            w: list(&access.columns_written),
+            add: access.blind_increment,
+        },
+        Op::Write { .. } => Cols {
+            r: Vec::new(),
+            w: (0..width as u16).collect(),
+            add: false,
+        },
+    };
+    *op.cols_mut() = Some(Box::new(cols));
 }

@@ -1098,3 +1098,44 @@ fn abort_all_undoes_interleaved_writes_newest_first() {
     assert_eq!(snapshot(&s), before);
     assert_eq!(s.active_txns(), 0);
 }
+
+// Pipelined transactions write over each other's uncommitted changes; the
+// recorded version of a row stays the newest write still standing, and
+// never names an undone one.
+#[test]
+fn recorded_versions_survive_undo_under_a_later_write() {
+    let mut s = store();
+    s.enable_recording(0);
+    let add = "UPDATE acct SET bal = bal + $d WHERE w = $w AND id = $id";
+    let read = |s: &mut PartitionStore| {
+        let reader = TxnId { ts: 3, id: 3 };
+        let ops = run_rec(
+            s,
+            reader,
+            "SELECT bal FROM acct WHERE w = 1 AND id = 1",
+            vec![],
+        )
+        .unwrap();
+        version_of(&ops[0]).0
+    };
+    let args = |d| vec![dec(d), Value::Int(1), Value::Int(1)];
+    let w1 = run_rec(&mut s, T1, add, args(10)).unwrap();
+    let w2 = run_rec(&mut s, T2, add, args(7)).unwrap();
+    let (v1, _) = version_of(&w1[0]);
+    let (v2, p2) = version_of(&w2[0]);
+    assert_eq!(p2, Some(v1));
+    // Each increment records what it changed, and that it is one.
+    let HOp::Write { cols: Some(c), .. } = &w2[0] else {
+        panic!("no column detail: {w2:?}");
+    };
+    assert_eq!((c.w.as_slice(), c.add), (&[3u16][..], true));
+    s.abort(T1);
+    assert_eq!(read(&mut s), v2, "T2's version still names the row");
+    s.abort(T2);
+    assert_eq!(read(&mut s), 0, "back past T1's undone version");
+    // Together (a cascade), newest first: the row returns to its start.
+    run_rec(&mut s, T1, add, args(1)).unwrap();
+    run_rec(&mut s, T2, add, args(2)).unwrap();
+    s.abort_all(&[T1, T2]);
+    assert_eq!(read(&mut s), 0);
+}
