@@ -650,6 +650,7 @@ impl Partition {
             self.process_wakeups();
             return;
         };
+        self.locks.begin_staged_release(owner, &mut self.wakeups);
         let mut held_back = Vec::new();
         if let Some(held) = self.base_locks.get_mut(&owner) {
             let (now, later): (Vec<_>, Vec<_>) = std::mem::take(held)

@@ -18,12 +18,20 @@
 //!   exception is an *upgrade*: a request of a transaction that already
 //!   holds a lock on an overlapping target queues ahead of fresh requests
 //!   (behind earlier upgrades), since making it wait behind requests that
-//!   wait for it would be a certain deadlock.
+//!   wait for it would be a certain deadlock. The detector makes the same
+//!   call at run time: when a deadlock cycle runs through a request that
+//!   conflicts with no holder (it waits only because FIFO queued it behind
+//!   a request that, in turn, waits for it, through holders and
+//!   release-order dependencies), that request is granted ahead of the
+//!   queue instead of aborting anyone ([`LockStats::queue_bypasses`]). The
+//!   request it passes loses nothing: it could not have been granted
+//!   before the bypassing one progressed.
 //! - **Liveness.** Whenever a lock goes away (release, downgrade, a waiter
 //!   cancelled or aborted), every waiter on an overlapping target that is no
 //!   longer blocked is granted, in queue order, and reported as a [`Wakeup`].
 //!   Deadlocks are resolved by the configured [`DeadlockPolicy`] (wait-die,
-//!   or a wait-for-graph detector that aborts the youngest transaction of the
+//!   or a wait-for-graph detector that breaks a cycle by a queue bypass
+//!   where one exists, else aborts the youngest waiting transaction of the
 //!   cycle), and by [`LockTable::expire`], the wait timeout that is the
 //!   backstop for cycles spanning partitions. Every victim is counted by
 //!   cause in [`LockStats`].
@@ -43,6 +51,14 @@
 //! [`ReleaseOutcome::Deferred`] and a later [`Wakeup::Released`] says the
 //! transaction holds nothing any more. A downgrade (alkaline to saline) keeps
 //! the lock but changes its class, which may admit waiters.
+//!
+//! Salt releases a BASE transaction's locks in stages, each after the one
+//! before it went (the write-after-read rule, kept by the coordinator).
+//! [`LockTable::begin_staged_release`] tells the table, so the detector
+//! knows that every lock of such a transaction now waits for all its
+//! release-order dependencies, and that the transaction itself waits for
+//! them: chains of dependencies through staged transactions are edges of
+//! the wait-for graph.
 //!
 //! # Request flow
 //!

@@ -115,6 +115,9 @@ pub struct LockStats {
     pub aborts_lock_timeout: u64,
     pub bound_errors: u64,
     pub deferred_releases: u64,
+    /// Deadlocks broken by granting a request ahead of the queue instead
+    /// of aborting one (see [`LockTable::acquire`]).
+    pub queue_bypasses: u64,
 }
 
 impl LockStats {
@@ -144,7 +147,7 @@ impl fmt::Display for LockStats {
             f,
             "acquires={} granted_immediately={} already_held={} waits={} granted_after_wait={} \
              aborts_wait_die={} aborts_deadlock={} aborts_lock_timeout={} bound_errors={} \
-             deferred_releases={}",
+             deferred_releases={} queue_bypasses={}",
             self.acquires,
             self.granted_immediately,
             self.already_held,
@@ -154,7 +157,8 @@ impl fmt::Display for LockStats {
             self.aborts_deadlock,
             self.aborts_lock_timeout,
             self.bound_errors,
-            self.deferred_releases
+            self.deferred_releases,
+            self.queue_bypasses
         )
     }
 }
@@ -524,6 +528,11 @@ struct TxnState {
     releasing: bool,
     /// `release_all` answered `Deferred`: completion emits `Released`.
     deferred: bool,
+    /// Its locks are being released in stages (Salt's write-after-read
+    /// rule): a lock of a later stage goes only after every earlier stage
+    /// went, so each of its locks waits, through its stages, for every
+    /// release-order dependency it carries.
+    staged: bool,
 }
 
 impl TxnState {
@@ -920,6 +929,91 @@ impl LockTable {
         Ok(())
     }
 
+    /// Salt: `txn` has begun releasing its locks in stages, each stage only
+    /// after the one before it went (the coordinator sends them in order).
+    /// From now on a request waiting for any of its locks also waits for
+    /// every transaction its release-order dependencies name, so the
+    /// detector sees the cycles that run through a later stage (an ACID
+    /// reader queued on a row of the last stage, ahead of the writer the
+    /// first stage waits for). Those edges are new: the waiters of its
+    /// locks are checked at once.
+    pub fn begin_staged_release(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) {
+        let Some(st) = self.txns.get_mut(&txn) else {
+            return;
+        };
+        if st.staged {
+            return;
+        }
+        st.staged = true;
+        if st.deps.is_empty() || self.config.policy != DeadlockPolicy::Detect {
+            return;
+        }
+        // Every cycle the new edges close runs through `txn`.
+        while let Some(cycle) = self.find_cycle(txn) {
+            if self.bypass_queue_in(&cycle, wakeups) {
+                continue;
+            }
+            let Some(victim) = self.youngest_waiting(&cycle) else {
+                break;
+            };
+            self.abort_waits_of(victim, wakeups);
+        }
+    }
+
+    /// Breaks a deadlock without an abort where it can: a member of `cycle`
+    /// whose request conflicts with no holder waits only because FIFO
+    /// queued it behind a conflicting request, and that request waits, in
+    /// turn, for it (through holders and release-order dependencies). It
+    /// is granted ahead of the queue. The request it passes loses nothing:
+    /// it could not be granted before the bypassing one progressed. (Salt:
+    /// an ACID reader queued on a district row behind saline writers,
+    /// ahead of the payment whose district update those writers' releases
+    /// wait for.) Returns whether it granted one; the grant is in
+    /// `wakeups`, or, for the caller's own request, gone from the waits.
+    fn bypass_queue_in(&mut self, cycle: &[TxnId], wakeups: &mut Vec<Wakeup>) -> bool {
+        for m in cycle {
+            let Some(st) = self.txns.get(m) else {
+                continue;
+            };
+            let free = st.waiting.iter().copied().find(|ticket| {
+                let Some(w) = self.waits.get(ticket) else {
+                    return false;
+                };
+                let (sk, local) = split(&w.target);
+                let Some(space) = self.spaces.get(&sk) else {
+                    return false;
+                };
+                let mut ok = true;
+                space.for_each_overlapping(local, |e| {
+                    ok &= e
+                        .holders
+                        .iter()
+                        .all(|h| h.txn == w.txn || self.compat.compatible(h.mode, w.mode));
+                });
+                ok
+            });
+            if let Some(ticket) = free {
+                self.stats.queue_bypasses += 1;
+                self.grant_waiter(ticket, wakeups);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Aborts every waiting request of `victim` as a deadlock victim.
+    fn abort_waits_of(&mut self, victim: TxnId, wakeups: &mut Vec<Wakeup>) {
+        let waits: SmallVec<[Ticket; 1]> = self
+            .txns
+            .get(&victim)
+            .map(|s| s.waiting.clone())
+            .unwrap_or_default();
+        self.stats.count_abort(AbortCause::Deadlock);
+        for t in waits {
+            self.abort_wait(t, AbortCause::Deadlock, wakeups);
+        }
+    }
+
     /// Removes every waiting request of `txn` without counting an abort (the
     /// coordinator aborted it elsewhere). Its held locks stay held.
     pub fn cancel_waits(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) {
@@ -1285,6 +1379,9 @@ impl LockTable {
             let Some(cycle) = self.find_cycle(txn) else {
                 return Acquire::Waiting(ticket);
             };
+            if self.bypass_queue_in(&cycle, wakeups) {
+                continue;
+            }
             // The youngest member that waits (a member held only by a
             // release-order dependency has no request to abort).
             let Some(victim) = self.youngest_waiting(&cycle) else {
@@ -1343,18 +1440,13 @@ impl LockTable {
         };
         for w in waiters {
             while let Some(cycle) = self.find_cycle(w) {
+                if self.bypass_queue_in(&cycle, wakeups) {
+                    continue;
+                }
                 let Some(victim) = self.youngest_waiting(&cycle) else {
                     break;
                 };
-                let waits: SmallVec<[Ticket; 1]> = self
-                    .txns
-                    .get(&victim)
-                    .map(|s| s.waiting.clone())
-                    .unwrap_or_default();
-                self.stats.count_abort(AbortCause::Deadlock);
-                for t in waits {
-                    self.abort_wait(t, AbortCause::Deadlock, wakeups);
-                }
+                self.abort_waits_of(victim, wakeups);
             }
         }
     }
@@ -1369,6 +1461,16 @@ impl LockTable {
         let Some(st) = self.txns.get(&txn) else {
             return out;
         };
+        // A transaction releasing (in stages, or all at once) waits for
+        // the transactions its release-order dependencies name: its
+        // remaining locks go only after theirs.
+        if st.staged || st.releasing {
+            for d in &st.deps {
+                if !out.contains(&d.on) {
+                    out.push(d.on);
+                }
+            }
+        }
         for ticket in &st.waiting {
             let Some(w) = self.waits.get(ticket) else {
                 continue;
@@ -1390,7 +1492,7 @@ impl LockTable {
                         continue;
                     };
                     for d in &hs.deps {
-                        let blocks = d.target.as_ref().is_none_or(|t| *t == w.target);
+                        let blocks = hs.staged || d.target.as_ref().is_none_or(|t| *t == w.target);
                         if blocks && !out.contains(&d.on) {
                             out.push(d.on);
                         }
@@ -1834,7 +1936,7 @@ impl fmt::Display for LockTable {
         let mut txns: Vec<_> = self
             .txns
             .iter()
-            .filter(|(_, s)| !s.deps.is_empty() || !s.pending.is_empty() || s.releasing)
+            .filter(|(_, s)| !s.deps.is_empty() || !s.pending.is_empty() || s.releasing || s.staged)
             .collect();
         txns.sort_by_key(|(t, _)| **t);
         for (txn, st) in txns {
@@ -1842,6 +1944,9 @@ impl fmt::Display for LockTable {
             write!(f, "txn {txn}:")?;
             if st.releasing {
                 write!(f, " releasing")?;
+            }
+            if st.staged {
+                write!(f, " staged")?;
             }
             for d in &st.deps {
                 let mine = d.target.as_ref().map_or("all".to_string(), fmt_target);

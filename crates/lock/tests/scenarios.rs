@@ -10,7 +10,8 @@
 //! - `new [policy=wait-die|detect|timeout] [timeout-ms=N] [max-waiters=N] [max-deps=N]`
 //! - `acquire txn= key= class=acid|alkaline|saline|nexusG access=read|write [now=ms]`
 //! - `range txn= [lo=|lo-ex=] [hi=|hi-ex=] class= [access=range-read|write]`
-//! - `release txn= key=|lo,hi access=`, `release-all txn=`, `cancel txn=`
+//! - `release txn= key=|lo,hi access=`, `release-all txn=`, `cancel txn=`,
+//!   `staged txn=` (Salt: the txn begins releasing its locks in stages)
 //! - `downgrade txn= from= to= [key=|lo,hi]`
 //! - `dep txn= [key=] on= [on-key=]`
 //! - `expire now=ms`, `print`, `stats`
@@ -218,6 +219,10 @@ impl Harness {
                 let txn = self.txn(tc, "txn", None);
                 let outcome = self.table.release_all(txn, &mut wakeups);
                 out.push_str(&format!("{outcome:?}\n"));
+            }
+            "staged" => {
+                let txn = self.txn(tc, "txn", None);
+                self.table.begin_staged_release(txn, &mut wakeups);
             }
             "cancel" => {
                 let txn = self.txn(tc, "txn", None);
