@@ -451,6 +451,11 @@ impl Cluster {
             });
             partition_counters.push(counters);
         }
+        if config.lock.policy == DeadlockPolicy::Detect && local.len() > 1 {
+            // Cycles through several of this process's partitions.
+            let weak = local.values().map(|tx| tx.downgrade()).collect();
+            tokio::spawn(crate::deadlock::run(weak, link.clone()));
+        }
         let history = match &config.history {
             Some(path) => {
                 let header = Header {

@@ -21,6 +21,7 @@
 pub mod callas;
 pub mod cluster;
 pub mod coordinator;
+pub mod deadlock;
 pub mod decision;
 pub mod durability;
 pub mod history;

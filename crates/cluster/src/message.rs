@@ -87,6 +87,17 @@ pub enum Vote {
     No,
 }
 
+/// One partition's part of the cluster's wait-for graph.
+#[derive(Clone, Debug, Default)]
+pub struct WaitGraph {
+    /// `(a, b)`: `a` waits for `b`.
+    pub edges: Vec<(TxnId, TxnId)>,
+    /// Transactions with a request waiting here (long enough to count),
+    /// and whether one of their requests conflicts with no holder (it
+    /// could be granted ahead of the queue).
+    pub waiting: Vec<(TxnId, bool)>,
+}
+
 /// A snapshot of a partition for `status` and tests.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PartitionStatus {
@@ -162,6 +173,22 @@ pub enum PartitionMsg {
     },
     Status {
         reply: Reply<PartitionStatus>,
+    },
+    /// The partition's part of the wait-for graph (see `deadlock`): its
+    /// transactions with a request waiting at least `older_than`, and the
+    /// edges from them and from transactions releasing behind
+    /// release-order dependencies.
+    WaitGraph {
+        older_than: std::time::Duration,
+        reply: Reply<WaitGraph>,
+    },
+    /// The cluster-wide detector chose `victim` to break a deadlock: its
+    /// request that conflicts with no holder is granted ahead of the queue
+    /// (`pass`), or its waiting requests here are aborted (cause:
+    /// deadlock).
+    BreakDeadlock {
+        victim: TxnId,
+        pass: bool,
     },
     /// Full structural check of the partition's store (every secondary
     /// index entry matches a row and vice versa). O(rows): for tests and

@@ -496,6 +496,17 @@ impl Partition {
                         .map_err(|e| Error::Internal(format!("partition {id}: {e}"))),
                 );
             }
+            PartitionMsg::WaitGraph { older_than, reply } => {
+                let mut g = crate::message::WaitGraph::default();
+                self.locks
+                    .wait_for_graph(now(), older_than, &mut g.edges, &mut g.waiting);
+                reply.send(g);
+            }
+            PartitionMsg::BreakDeadlock { victim, pass } => {
+                if self.locks.break_deadlock(victim, pass, &mut self.wakeups) {
+                    self.process_wakeups();
+                }
+            }
             PartitionMsg::Status { reply } => {
                 let catalog = self.store.catalog().clone();
                 reply.send(PartitionStatus {

@@ -353,6 +353,15 @@ async fn forward(
             };
             reply.send(answer);
         }
+        PartitionMsg::WaitGraph { reply, .. } => {
+            // The deadlock detector asks the partitions of its own process
+            // only (`deadlock`); across processes the lock wait timeout is
+            // the backstop.
+            reply.send(Default::default());
+        }
+        PartitionMsg::BreakDeadlock { victim, .. } => {
+            tracing::error!(%victim, "a deadlock victim cannot be named to another process");
+        }
         PartitionMsg::Status { reply } => {
             let answer = match client.request(request(WireMsg::Status)).await {
                 Ok(WireResponse::Status(s)) => s,

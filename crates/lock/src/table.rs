@@ -975,23 +975,11 @@ impl LockTable {
             let Some(st) = self.txns.get(m) else {
                 continue;
             };
-            let free = st.waiting.iter().copied().find(|ticket| {
-                let Some(w) = self.waits.get(ticket) else {
-                    return false;
-                };
-                let (sk, local) = split(&w.target);
-                let Some(space) = self.spaces.get(&sk) else {
-                    return false;
-                };
-                let mut ok = true;
-                space.for_each_overlapping(local, |e| {
-                    ok &= e
-                        .holders
-                        .iter()
-                        .all(|h| h.txn == w.txn || self.compat.compatible(h.mode, w.mode));
-                });
-                ok
-            });
+            let free = st
+                .waiting
+                .iter()
+                .copied()
+                .find(|ticket| self.blocked_only_by_queue(*ticket));
             if let Some(ticket) = free {
                 self.stats.queue_bypasses += 1;
                 self.grant_waiter(ticket, wakeups);
@@ -999,6 +987,87 @@ impl LockTable {
             }
         }
         false
+    }
+
+    /// This table's part of the cluster-wide wait-for graph, for the
+    /// detector of cycles that span partitions (each table sees only its
+    /// own). Appends to `waiting` every transaction with a request that
+    /// has waited at least `older_than` at `now`, and to `edges` its
+    /// wait-for edges (holders, requests queued ahead, release-order
+    /// dependencies behind held-back locks); appends the edges of
+    /// transactions releasing in stages, or all at once, to the
+    /// transactions their release-order dependencies name. Younger waits
+    /// are left out: a deadlock outlives them, a passing wait does not.
+    pub fn wait_for_graph(
+        &self,
+        now: Instant,
+        older_than: Duration,
+        edges: &mut Vec<(TxnId, TxnId)>,
+        waiting: &mut Vec<(TxnId, bool)>,
+    ) {
+        for (&txn, st) in self.txns.iter() {
+            let old = st.waiting.iter().any(|t| {
+                self.waits
+                    .get(t)
+                    .is_some_and(|w| now.saturating_duration_since(w.since) >= older_than)
+            });
+            if old {
+                let passable = st.waiting.iter().any(|t| self.blocked_only_by_queue(*t));
+                waiting.push((txn, passable));
+            }
+            if old || ((st.staged || st.releasing) && !st.deps.is_empty()) {
+                edges.extend(self.wait_for_edges(txn).into_iter().map(|to| (txn, to)));
+            }
+        }
+    }
+
+    /// Breaks a cycle that spans partitions at `victim`, chosen by a
+    /// cluster-wide detector: with `pass`, grants its request that
+    /// conflicts with no holder ahead of the queue (as
+    /// [`LockTable::acquire`]'s detector does locally), if it still has
+    /// one; otherwise aborts its waiting requests. Returns whether it
+    /// changed anything.
+    pub fn break_deadlock(&mut self, victim: TxnId, pass: bool, wakeups: &mut Vec<Wakeup>) -> bool {
+        let Some(st) = self.txns.get(&victim) else {
+            return false;
+        };
+        if st.waiting.is_empty() {
+            return false;
+        }
+        if pass {
+            let free = st
+                .waiting
+                .iter()
+                .copied()
+                .find(|t| self.blocked_only_by_queue(*t));
+            if let Some(ticket) = free {
+                self.stats.queue_bypasses += 1;
+                self.grant_waiter(ticket, wakeups);
+                return true;
+            }
+        }
+        self.abort_waits_of(victim, wakeups);
+        true
+    }
+
+    /// Whether the waiting request `ticket` conflicts with no holder (it
+    /// waits only because FIFO queued it behind a conflicting request).
+    fn blocked_only_by_queue(&self, ticket: Ticket) -> bool {
+        let Some(w) = self.waits.get(&ticket) else {
+            return false;
+        };
+        let (sk, local) = split(&w.target);
+        let Some(space) = self.spaces.get(&sk) else {
+            return false;
+        };
+        let mut ok = true;
+        space.for_each_overlapping(local, |e| {
+            ok &= e
+                .holders
+                .iter()
+                .all(|h| h.txn == w.txn || self.compat.compatible(h.mode, w.mode));
+        });
+        ok
     }
 
     /// Aborts every waiting request of `victim` as a deadlock victim.
