@@ -52,6 +52,9 @@ pub struct PointResult {
     pub statements_per_s: f64,
     pub lock_waits: u64,
     pub lock_wait_us_mean: f64,
+    /// Deadlocks the detector broke by letting a request pass the queue
+    /// instead of aborting one.
+    pub queue_bypasses: u64,
     /// Mean one-way delay of the messages that crossed the simulated link
     /// during the measured interval (0 when none did).
     pub link_delay_us_measured: f64,
@@ -389,14 +392,15 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         .collect();
     let _ = writeln!(
         s,
-        "cluster: aborts {} ({}), retries {}; gave up {}; statements {:.0}/s; lock waits {} (mean {:.1} us)",
+        "cluster: aborts {} ({}), retries {}; gave up {}; statements {:.0}/s; lock waits {} (mean {:.1} us); queue passes {}",
         r.aborts,
         causes.join(", "),
         r.retries,
         r.gave_up,
         r.statements_per_s,
         r.lock_waits,
-        r.lock_wait_us_mean
+        r.lock_wait_us_mean,
+        r.queue_bypasses
     );
     if !r.workload_metrics.is_empty() {
         let m: Vec<String> = r
@@ -488,6 +492,7 @@ mod tests {
             statements_per_s: 5.0,
             lock_waits: 0,
             lock_wait_us_mean: 0.0,
+            queue_bypasses: 0,
             link_delay_us_measured: 100.0,
             link_messages: 10,
             measured_s: 1.0,

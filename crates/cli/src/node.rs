@@ -324,6 +324,12 @@ async fn render_metrics(
     );
     counter(
         &mut out,
+        "brine_lock_queue_bypasses_total",
+        "Deadlocks broken by granting a request ahead of the queue instead of aborting one.",
+        &[(n.clone(), s.queue_bypasses)],
+    );
+    counter(
+        &mut out,
         "brine_lock_wait_microseconds_total",
         "Time statements spent waiting for locks at this node's partitions.",
         &[(n.clone(), s.lock_wait_us_total)],

@@ -651,6 +651,7 @@ impl Cluster {
         for p in self.partition_counters.iter() {
             s.statements += p.statements.load(Ordering::Relaxed);
             s.lock_waits += p.lock_waits.load(Ordering::Relaxed);
+            s.queue_bypasses += p.queue_bypasses.load(Ordering::Relaxed);
             s.lock_wait_us_total += p.lock_wait_ns.load(Ordering::Relaxed) / 1000;
         }
         s

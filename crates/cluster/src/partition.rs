@@ -42,6 +42,9 @@ use crate::message::{BaseStmt, Executed, LockSpec, PartitionMsg, PartitionStatus
 pub struct PartitionCounters {
     pub statements: AtomicU64,
     pub lock_waits: AtomicU64,
+    /// Deadlocks the lock table broke by letting a request pass the queue
+    /// instead of aborting one (a copy of its `LockStats`).
+    pub queue_bypasses: AtomicU64,
     pub lock_wait_ns: AtomicU64,
     /// The same two by the waiting statement's table (tables past
     /// `TABLE_SLOTS - 1` share the last slot).
@@ -322,6 +325,9 @@ impl Partition {
                 msg = rx.recv() => match msg {
                     Some(msg) => {
                         self.handle(msg);
+                        self.counters
+                            .queue_bypasses
+                            .store(self.locks.stats().queue_bypasses, Ordering::Relaxed);
                         if let Some(wal) = &mut self.wal {
                             wal.maybe_checkpoint(&self.store);
                         }

@@ -49,6 +49,8 @@ pub struct StatsSnapshot {
     pub statements: u64,
     pub lock_waits: u64,
     pub lock_wait_us_total: u64,
+    /// Deadlocks broken by a queue pass instead of an abort.
+    pub queue_bypasses: u64,
     pub base_accepted: u64,
     pub base_replays: u64,
     pub safe_mode_switches: u64,
@@ -72,6 +74,7 @@ impl StatsSnapshot {
             statements: self.statements - earlier.statements,
             lock_waits: self.lock_waits - earlier.lock_waits,
             lock_wait_us_total: self.lock_wait_us_total - earlier.lock_wait_us_total,
+            queue_bypasses: self.queue_bypasses - earlier.queue_bypasses,
             base_accepted: self.base_accepted - earlier.base_accepted,
             base_replays: self.base_replays - earlier.base_replays,
             safe_mode_switches: self.safe_mode_switches - earlier.safe_mode_switches,
