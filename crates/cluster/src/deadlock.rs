@@ -240,6 +240,14 @@ mod tests {
         TxnId { ts: n, id: n }
     }
 
+    /// One partition's graph: edges and waiting transactions by number.
+    fn g(edges: &[(u64, u64)], waiting: &[(u64, bool)]) -> WaitGraph {
+        WaitGraph {
+            edges: edges.iter().map(|&(a, b)| (t(a), t(b))).collect(),
+            waiting: waiting.iter().map(|&(a, p)| (t(a), p)).collect(),
+        }
+    }
+
     fn abort(n: u64, at: Vec<usize>) -> Break {
         Break {
             victim: t(n),
@@ -253,14 +261,8 @@ mod tests {
         // Partition 0: t1 waits for t2. Partition 1: t2 waits for t3,
         // t3 (releasing in stages) waits for its dependency t1.
         let graphs = vec![
-            WaitGraph {
-                edges: vec![(t(1), t(2))],
-                waiting: vec![(t(1), false)],
-            },
-            WaitGraph {
-                edges: vec![(t(2), t(3)), (t(3), t(1))],
-                waiting: vec![(t(2), false)],
-            },
+            g(&[(1, 2)], &[(1, false)]),
+            g(&[(2, 3), (3, 1)], &[(2, false)]),
         ];
         // t3 is youngest but waits nowhere: t2 is the victim, at partition 1.
         assert_eq!(victims(&graphs), vec![abort(2, vec![1])]);
@@ -269,14 +271,8 @@ mod tests {
     #[test]
     fn chains_without_a_cycle_yield_no_victim() {
         let graphs = vec![
-            WaitGraph {
-                edges: vec![(t(1), t(2)), (t(2), t(3))],
-                waiting: vec![(t(1), false), (t(2), false)],
-            },
-            WaitGraph {
-                edges: vec![(t(4), t(1)), (t(5), t(4))],
-                waiting: vec![(t(4), false), (t(5), false)],
-            },
+            g(&[(1, 2), (2, 3)], &[(1, false), (2, false)]),
+            g(&[(4, 1), (5, 4)], &[(4, false), (5, false)]),
         ];
         assert!(victims(&graphs).is_empty());
     }
@@ -284,14 +280,8 @@ mod tests {
     #[test]
     fn each_component_gets_one_victim_and_every_partition_it_waits_at() {
         let graphs = vec![
-            WaitGraph {
-                edges: vec![(t(1), t(2)), (t(7), t(8))],
-                waiting: vec![(t(1), false), (t(7), false), (t(2), false)],
-            },
-            WaitGraph {
-                edges: vec![(t(2), t(1)), (t(8), t(7))],
-                waiting: vec![(t(2), false), (t(8), false)],
-            },
+            g(&[(1, 2), (7, 8)], &[(1, false), (7, false), (2, false)]),
+            g(&[(2, 1), (8, 7)], &[(2, false), (8, false)]),
         ];
         assert_eq!(
             victims(&graphs),
@@ -304,16 +294,7 @@ mod tests {
         // A broadcast range read t1 waits at partition 0 for transfer t2;
         // t2 waits at partition 1 only because t1's range read is queued
         // ahead of it there (it conflicts with no holder).
-        let graphs = vec![
-            WaitGraph {
-                edges: vec![(t(1), t(2))],
-                waiting: vec![(t(1), false)],
-            },
-            WaitGraph {
-                edges: vec![(t(2), t(1))],
-                waiting: vec![(t(2), true)],
-            },
-        ];
+        let graphs = vec![g(&[(1, 2)], &[(1, false)]), g(&[(2, 1)], &[(2, true)])];
         assert_eq!(
             victims(&graphs),
             vec![Break {
@@ -329,14 +310,11 @@ mod tests {
         // t1 (a range read) waits at partition 0 for holders t2, t3, t4;
         // each waits at partition 1 for t1's range lock there.
         let graphs = vec![
-            WaitGraph {
-                edges: vec![(t(1), t(2)), (t(1), t(3)), (t(1), t(4))],
-                waiting: vec![(t(1), false)],
-            },
-            WaitGraph {
-                edges: vec![(t(2), t(1)), (t(3), t(1)), (t(4), t(1))],
-                waiting: vec![(t(2), false), (t(3), false), (t(4), false)],
-            },
+            g(&[(1, 2), (1, 3), (1, 4)], &[(1, false)]),
+            g(
+                &[(2, 1), (3, 1), (4, 1)],
+                &[(2, false), (3, false), (4, false)],
+            ),
         ];
         // One component; the youngest waiter goes, the component is found
         // again, and so on: the three holders are the victims, in one look,

@@ -949,7 +949,13 @@ impl LockTable {
             return;
         }
         // Every cycle the new edges close runs through `txn`.
-        while let Some(cycle) = self.find_cycle(txn) {
+        self.break_cycles_through(txn, wakeups);
+    }
+
+    /// Breaks every wait-for cycle through `start`: by a queue pass where
+    /// a member can pass, else by aborting its youngest waiting member.
+    fn break_cycles_through(&mut self, start: TxnId, wakeups: &mut Vec<Wakeup>) {
+        while let Some(cycle) = self.find_cycle(start) {
             if self.bypass_queue_in(&cycle, wakeups) {
                 continue;
             }
@@ -971,22 +977,26 @@ impl LockTable {
     /// wait for.) Returns whether it granted one; the grant is in
     /// `wakeups`, or, for the caller's own request, gone from the waits.
     fn bypass_queue_in(&mut self, cycle: &[TxnId], wakeups: &mut Vec<Wakeup>) -> bool {
-        for m in cycle {
-            let Some(st) = self.txns.get(m) else {
-                continue;
-            };
-            let free = st
-                .waiting
-                .iter()
-                .copied()
-                .find(|ticket| self.blocked_only_by_queue(*ticket));
-            if let Some(ticket) = free {
-                self.stats.queue_bypasses += 1;
-                self.grant_waiter(ticket, wakeups);
-                return true;
-            }
-        }
-        false
+        cycle.iter().any(|m| self.pass_queue(*m, wakeups))
+    }
+
+    /// Grants `txn`'s first waiting request that conflicts with no holder
+    /// ahead of the queue; returns whether there was one.
+    fn pass_queue(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) -> bool {
+        let Some(st) = self.txns.get(&txn) else {
+            return false;
+        };
+        let free = st
+            .waiting
+            .iter()
+            .copied()
+            .find(|ticket| self.blocked_only_by_queue(*ticket));
+        let Some(ticket) = free else {
+            return false;
+        };
+        self.stats.queue_bypasses += 1;
+        self.grant_waiter(ticket, wakeups);
+        true
     }
 
     /// This table's part of the cluster-wide wait-for graph, for the
@@ -1028,25 +1038,12 @@ impl LockTable {
     /// one; otherwise aborts its waiting requests. Returns whether it
     /// changed anything.
     pub fn break_deadlock(&mut self, victim: TxnId, pass: bool, wakeups: &mut Vec<Wakeup>) -> bool {
-        let Some(st) = self.txns.get(&victim) else {
-            return false;
-        };
-        if st.waiting.is_empty() {
+        if self.txns.get(&victim).is_none_or(|s| s.waiting.is_empty()) {
             return false;
         }
-        if pass {
-            let free = st
-                .waiting
-                .iter()
-                .copied()
-                .find(|t| self.blocked_only_by_queue(*t));
-            if let Some(ticket) = free {
-                self.stats.queue_bypasses += 1;
-                self.grant_waiter(ticket, wakeups);
-                return true;
-            }
+        if !(pass && self.pass_queue(victim, wakeups)) {
+            self.abort_waits_of(victim, wakeups);
         }
-        self.abort_waits_of(victim, wakeups);
         true
     }
 
@@ -1508,15 +1505,7 @@ impl LockTable {
             }
         };
         for w in waiters {
-            while let Some(cycle) = self.find_cycle(w) {
-                if self.bypass_queue_in(&cycle, wakeups) {
-                    continue;
-                }
-                let Some(victim) = self.youngest_waiting(&cycle) else {
-                    break;
-                };
-                self.abort_waits_of(victim, wakeups);
-            }
+            self.break_cycles_through(w, wakeups);
         }
     }
 
