@@ -43,7 +43,8 @@ pub struct PartitionCounters {
     pub statements: AtomicU64,
     pub lock_waits: AtomicU64,
     /// Deadlocks the lock table broke by letting a request pass the queue
-    /// instead of aborting one (a copy of its `LockStats`).
+    /// instead of aborting one (a copy of its `LockStats`, refreshed every
+    /// `EXPIRE_TICK`).
     pub queue_bypasses: AtomicU64,
     pub lock_wait_ns: AtomicU64,
     /// The same two by the waiting statement's table (tables past
@@ -325,9 +326,6 @@ impl Partition {
                 msg = rx.recv() => match msg {
                     Some(msg) => {
                         self.handle(msg);
-                        self.counters
-                            .queue_bypasses
-                            .store(self.locks.stats().queue_bypasses, Ordering::Relaxed);
                         if let Some(wal) = &mut self.wal {
                             wal.maybe_checkpoint(&self.store);
                         }
@@ -335,6 +333,10 @@ impl Partition {
                     None => break,
                 },
                 _ = tick.tick() => {
+                    // Off the per-message path: the copy lags by a tick.
+                    self.counters
+                        .queue_bypasses
+                        .store(self.locks.stats().queue_bypasses, Ordering::Relaxed);
                     if !self.parked.is_empty() {
                         self.locks.expire(now(), &mut self.wakeups);
                         self.process_wakeups();

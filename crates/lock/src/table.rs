@@ -935,8 +935,8 @@ impl LockTable {
     /// every transaction its release-order dependencies name, so the
     /// detector sees the cycles that run through a later stage (an ACID
     /// reader queued on a row of the last stage, ahead of the writer the
-    /// first stage waits for). Those edges are new: the waiters of its
-    /// locks are checked at once.
+    /// first stage waits for). Those edges are new: every cycle through
+    /// `txn` is looked for, and broken, at once.
     pub fn begin_staged_release(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) {
         let Some(st) = self.txns.get_mut(&txn) else {
             return;
@@ -1513,7 +1513,9 @@ impl LockTable {
     /// conflicting holders and queued requests ahead, and, behind a holder
     /// whose lock would still conflict after a downgrade to saline (so `txn`
     /// waits for its release), the transactions that release is held back
-    /// for (release-order dependencies).
+    /// for (release-order dependencies); and, for a transaction releasing
+    /// in stages or all at once, every transaction its own dependencies
+    /// name (so chains of held-back releases are followed).
     fn wait_for_edges(&self, txn: TxnId) -> SmallVec<[TxnId; 4]> {
         let mut out = SmallVec::new();
         let Some(st) = self.txns.get(&txn) else {
@@ -1550,7 +1552,7 @@ impl LockTable {
                         continue;
                     };
                     for d in &hs.deps {
-                        let blocks = hs.staged || d.target.as_ref().is_none_or(|t| *t == w.target);
+                        let blocks = d.target.as_ref().is_none_or(|t| *t == w.target);
                         if blocks && !out.contains(&d.on) {
                             out.push(d.on);
                         }
