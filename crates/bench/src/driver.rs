@@ -55,8 +55,13 @@ pub struct BenchSpec {
     /// The cluster of every point; `protocol` is replaced by each entry of
     /// `protocols` in turn.
     pub cluster: ClusterConfig,
-    /// Protocols to run; the first is the baseline of the ratios.
+    /// Protocols to run; the first is the baseline of the ratios. A
+    /// `callas@LABEL` entry runs Callas under the grouping `groupings`
+    /// labels LABEL (plain `callas`: `cluster.grouping`), so one run can
+    /// compare several groupings.
     pub protocols: Vec<String>,
+    /// Labelled Callas groupings, for `callas@LABEL` entries.
+    pub groupings: Vec<(String, brine_cluster::Grouping)>,
     /// Client counts to sweep, in order.
     pub clients: Vec<u32>,
     pub warmup: Duration,
@@ -72,14 +77,55 @@ pub struct BenchSpec {
     pub remote: Option<brine_cluster::remote::RemoteCluster>,
 }
 
+/// `callas@LABEL` -> (`callas`, Some(`LABEL`)); other names as they are.
+pub fn split_label(protocol: &str) -> (&str, Option<&str>) {
+    match protocol.split_once('@') {
+        Some((name, label)) => (name, Some(label)),
+        None => (protocol, None),
+    }
+}
+
 impl BenchSpec {
+    /// The grouping labelled `label`.
+    fn grouping(&self, label: &str) -> Result<&brine_cluster::Grouping> {
+        self.groupings
+            .iter()
+            .find(|(l, _)| l == label)
+            .map(|(_, g)| g)
+            .ok_or_else(|| {
+                BenchError::Config(format!(
+                    "callas@{label}: no grouping is labelled `{label}` (give --grouping '{label}@name:mechanism=procedure,...')"
+                ))
+            })
+    }
+
     /// Rejects what cannot run, before anything is started.
     pub fn validate(&self) -> Result<()> {
         if self.protocols.is_empty() {
             return Err(BenchError::Config("no protocol to run".into()));
         }
         for p in &self.protocols {
-            protocol_by_name(p).map_err(|e| BenchError::Config(e.to_string()))?;
+            let (name, label) = split_label(p);
+            protocol_by_name(name).map_err(|e| BenchError::Config(e.to_string()))?;
+            if let Some(label) = label {
+                if name != "callas" {
+                    return Err(BenchError::Config(format!(
+                        "`{p}`: only callas takes a grouping label (callas@LABEL)"
+                    )));
+                }
+                self.grouping(label)?;
+            }
+        }
+        for (label, _) in &self.groupings {
+            if !self
+                .protocols
+                .iter()
+                .any(|p| split_label(p) == ("callas", Some(label.as_str())))
+            {
+                return Err(BenchError::Config(format!(
+                    "grouping `{label}` is given but no protocol runs it: add callas@{label} to --compare"
+                )));
+            }
         }
         if self.clients.is_empty() {
             return Err(BenchError::Config(
@@ -147,6 +193,14 @@ impl BenchSpec {
                     g.to_string()
                 });
             m.insert("grouping".into(), json!(grouping));
+        }
+        if !self.groupings.is_empty() {
+            let labelled: Map<String, Json> = self
+                .groupings
+                .iter()
+                .map(|(l, g)| (format!("callas@{l}"), json!(g.to_string())))
+                .collect();
+            m.insert("groupings".into(), Json::Object(labelled));
         }
         m.insert("baseline".into(), json!(self.protocols.first()));
         m.insert("clients".into(), json!(self.clients));
@@ -257,12 +311,16 @@ async fn measure_point(
         .ok_or_else(|| BenchError::Internal(format!("no protocol #{protocol_index}")))?
         .clone();
     let mut config = spec.cluster.clone();
-    config.protocol = protocol.clone();
-    if protocol != "callas" {
+    let (name, label) = split_label(&protocol);
+    config.protocol = name.to_string();
+    if name != "callas" {
         config.grouping = None;
     }
+    if let Some(label) = label {
+        config.grouping = Some(spec.grouping(label)?.clone());
+    }
     if spec.deadlock_per_protocol {
-        config.lock.policy = brine_cluster::protocol::default_deadlock_policy(&protocol);
+        config.lock.policy = brine_cluster::protocol::default_deadlock_policy(name);
     }
     // A durable point gets a fresh data directory (removed when `_data`
     // drops, after the cluster).
@@ -723,6 +781,7 @@ mod tests {
         let spec = BenchSpec {
             cluster: ClusterConfig::default(),
             protocols: vec!["acid".into(), "nope".into()],
+            groupings: Vec::new(),
             clients: vec![1],
             warmup: Duration::ZERO,
             duration: Duration::from_secs(1),

@@ -274,12 +274,20 @@ impl BenchReport {
         for k in &param_keys {
             let _ = write!(header, "{k:>9} ");
         }
+        let by_durability = durability_compared(&self.results);
+        // Wide enough for the longest series name (`callas@label`).
+        let w = self
+            .results
+            .iter()
+            .map(|r| r.series(by_durability).len())
+            .max()
+            .unwrap_or(0)
+            .max(10);
         let _ = writeln!(
             s,
-            "{header}{:<10} {:>7} {:>11} {:>8} {:>8} {:>9} {:>9} {:>8}",
+            "{header}{:<w$} {:>7} {:>11} {:>8} {:>8} {:>9} {:>9} {:>8}",
             "protocol", "clients", "tps", "p50 us", "p99 us", "aborts", "retries", "ratio"
         );
-        let by_durability = durability_compared(&self.results);
         for r in &self.results {
             let mut row = String::new();
             for k in &param_keys {
@@ -292,7 +300,7 @@ impl BenchReport {
                 .unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 s,
-                "{row}{:<10} {:>7} {:>11.1} {:>8} {:>8} {:>9} {:>9} {:>8}{}",
+                "{row}{:<w$} {:>7} {:>11.1} {:>8} {:>8} {:>9} {:>9} {:>8}{}",
                 r.series(by_durability),
                 r.clients,
                 r.throughput_tps,

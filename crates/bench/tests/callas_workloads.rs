@@ -28,6 +28,7 @@ fn spec(grouping: Option<&str>, isolation: Isolation, clients: u32, secs: f64) -
             ..ClusterConfig::default()
         },
         protocols: vec!["callas".into()],
+        groupings: Vec::new(),
         clients: vec![clients],
         warmup: Duration::from_millis(200),
         duration: Duration::from_secs_f64(secs),
@@ -47,6 +48,10 @@ fn tpcc_per_type() -> String {
         .join(";")
 }
 
+const TPCC_SC_APP: &str = "app:sc=new_order,payment,delivery,order_status,stock_level";
+const TPCC_SC_GROUPS: &str =
+    "orders:sc=new_order,payment;dl:sc=delivery;os:sc=order_status;sl:sc=stock_level";
+
 fn tpcc_workload() -> Result<Arc<dyn Workload>, BenchError> {
     Ok(Arc::new(
         Tpcc::new(2, Scale::SMALL, Mix::STANDARD)?
@@ -64,6 +69,10 @@ async fn tpcc_keeps_its_consistency_under_every_grouping() -> Result<(), BenchEr
         Some("orders:2pl=new_order,payment"),
         // The sources' group, under Runtime Pipelining.
         Some("orders:rp=new_order,payment"),
+        // Classic transaction chopping of the whole application, and
+        // within the sources' groups (the ladder of seed 000 Fig. 4.8).
+        Some(TPCC_SC_APP),
+        Some(TPCC_SC_GROUPS),
     ] {
         let report = run_bench(
             &spec(grouping, Isolation::Serializable, 12, 1.5),
@@ -143,10 +152,13 @@ async fn checked_history(
     isolation: Isolation,
     level: Level,
 ) -> Result<brine_check::Report, BenchError> {
+    // Tests run concurrently: each history gets a file of its own.
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let path: PathBuf = std::env::temp_dir().join(format!(
-        "brine-callas-{}-{}-{isolation}.jsonl",
+        "brine-callas-{}-{}-{isolation}-{}.jsonl",
         std::process::id(),
-        workload.name()
+        workload.name(),
+        RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let mut s = spec(Some(grouping), isolation, 16, 0.6);
     s.cluster.history = Some(path.clone());
@@ -154,8 +166,9 @@ async fn checked_history(
     let h = brine_check::read_file(&path).map_err(|e| BenchError::Internal(e.to_string()))?;
     let _ = std::fs::remove_file(&path);
     assert!(h.txns.len() > 100, "too short a history: {}", h.txns.len());
-    // Runs with a Runtime Pipelining group ask for column-level items.
-    let rp = grouping.contains(":rp=");
+    // Runs with a Runtime Pipelining or chopped group ask for
+    // column-level items.
+    let rp = grouping.contains(":rp=") || grouping.contains(":sc=");
     assert_eq!(brine_check::columns::wants_columns(&h.header), rp);
     Ok(if rp {
         let names = brine_check::columns::column_names(&h.header);
@@ -209,6 +222,21 @@ async fn pipelined_tpcc_histories_pass_the_checker() -> Result<(), BenchError> {
         Level::Serializable,
     )
     .await?;
+    assert!(report.valid, "{}", report.render(5));
+    Ok(())
+}
+
+/// Classic transaction chopping (`sc`) of the whole application: its
+/// pieces commit on their own, and the chopping's lack of SC-cycles keeps
+/// the history serializable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chopped_tpcc_histories_pass_the_checker() -> Result<(), BenchError> {
+    let w: Arc<dyn Workload> = Arc::new(
+        Tpcc::new(1, Scale::SMALL, Mix::STANDARD)?
+            .with_measure_window(Duration::from_millis(200), Duration::from_millis(1500)),
+    );
+    let report =
+        checked_history(w, TPCC_SC_APP, Isolation::Serializable, Level::Serializable).await?;
     assert!(report.valid, "{}", report.render(5));
     Ok(())
 }

@@ -49,6 +49,7 @@ async fn check_run(run: Run<'_>, level: Level) -> Result<Report, BenchError> {
             ..ClusterConfig::default()
         },
         protocols: vec![run.protocol.to_string()],
+        groupings: Vec::new(),
         clients: vec![64],
         warmup: Duration::from_millis(50),
         duration: Duration::from_millis(300),

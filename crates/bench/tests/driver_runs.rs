@@ -17,6 +17,7 @@ fn spec(clients: &[u32], protocols: &[&str], secs: f64, isolation: Isolation) ->
             ..ClusterConfig::default()
         },
         protocols: protocols.iter().map(|p| p.to_string()).collect(),
+        groupings: Vec::new(),
         clients: clients.to_vec(),
         warmup: Duration::from_millis(200),
         duration: Duration::from_secs_f64(secs),

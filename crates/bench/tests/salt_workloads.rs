@@ -38,6 +38,7 @@ fn spec(protocols: Vec<String>, clients: u32, secs: f64) -> BenchSpec {
             ..ClusterConfig::default()
         },
         protocols,
+        groupings: Vec::new(),
         clients: vec![clients],
         warmup: Duration::from_millis(200),
         duration: Duration::from_secs_f64(secs),

@@ -352,6 +352,7 @@ async fn invariants_hold_after_a_contended_serializable_run() -> Result<(), Benc
             ..ClusterConfig::default()
         },
         protocols: vec!["acid".into()],
+        groupings: Vec::new(),
         clients: vec![32],
         warmup: Duration::from_millis(300),
         duration: Duration::from_secs(2),

@@ -648,6 +648,7 @@ async fn multi_client_serializable_run_keeps_consistency() -> R {
             ..ClusterConfig::default()
         },
         protocols: vec!["acid".into()],
+        groupings: Vec::new(),
         clients: vec![16],
         warmup: Duration::from_millis(300),
         duration: Duration::from_secs(3),

@@ -44,6 +44,7 @@ pub async fn run(mut spec: BenchSpec, workload: Arc<dyn Workload>) -> Result<(),
         .map(|p| p.name.clone())
         .collect();
     spec.cluster.grouping = None;
+    spec.groupings.clear();
     spec.deadlock_per_protocol = false;
 
     // 1. The profile: latency growth per procedure under acid.

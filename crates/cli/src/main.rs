@@ -268,11 +268,14 @@ struct BenchArgs {
     isolation: IsolationArg,
 
     /// Callas' transaction groups, for the `callas` points:
-    /// `name:mechanism=proc,proc;...` with mechanism 2pl or chop. Procedures
-    /// in no group run as ACID transactions (the default group). Default:
-    /// every procedure in one 2PL group.
+    /// `name:mechanism=proc,proc;...` with mechanism 2pl, chop, sc (classic
+    /// transaction chopping) or rp (Runtime Pipelining). Procedures in no
+    /// group run as ACID transactions (the default group). Default: every
+    /// procedure in one 2PL group. Repeat as `LABEL@SPEC` to compare
+    /// groupings in one run: `--compare acid,callas@a,callas@b
+    /// --grouping 'a@...' --grouping 'b@...'`.
     #[arg(long, value_name = "SPEC")]
-    grouping: Option<String>,
+    grouping: Vec<String>,
 
     /// Data nodes of the embedded cluster.
     #[arg(long, value_name = "N", default_value_t = 2)]
@@ -492,12 +495,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
             IsolationArg::Serializable => Isolation::Serializable,
         },
         history: args.history.clone(),
-        grouping: args
-            .grouping
-            .as_deref()
-            .map(brine_cluster::Grouping::parse)
-            .transpose()
-            .map_err(|e| BenchError::Config(format!("--grouping: {e}")))?,
+        grouping: None,
         ..ClusterConfig::default()
     };
     if let Some(t) = args.safe_mode_threshold {
@@ -507,6 +505,36 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
             ));
         }
         cluster.safe_mode.threshold_percent = t;
+    }
+    let mut groupings = Vec::new();
+    for g in &args.grouping {
+        let (label, text) = match g.split_once('@') {
+            Some((label, text)) => (Some(label.trim()), text),
+            None => (None, g.as_str()),
+        };
+        let parsed = brine_cluster::Grouping::parse(text)
+            .map_err(|e| BenchError::Config(format!("--grouping: {e}")))?;
+        match label {
+            Some("") => {
+                return Err(BenchError::Config(format!(
+                    "--grouping `{g}`: the label before @ is empty"
+                )))
+            }
+            Some(label) => {
+                if groupings.iter().any(|(l, _)| l == label) {
+                    return Err(BenchError::Config(format!(
+                        "--grouping: two groupings are labelled `{label}`"
+                    )));
+                }
+                groupings.push((label.to_string(), parsed));
+            }
+            None if cluster.grouping.is_some() => {
+                return Err(BenchError::Config(
+                    "--grouping: give one unlabelled grouping; label the others (LABEL@SPEC) and run them as callas@LABEL".into(),
+                ))
+            }
+            None => cluster.grouping = Some(parsed),
+        }
     }
     if cluster.grouping.is_some() && !protocols.iter().any(|p| p == "callas") {
         return Err(BenchError::Config(
@@ -542,6 +570,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
     Ok(BenchSpec {
         cluster,
         protocols,
+        groupings,
         clients,
         warmup: seconds(args.warmup, "--warmup")?,
         duration,
@@ -1165,6 +1194,47 @@ mod tests {
         .is_err());
         let spec = spec_from(&parse(&["micro", "--compare", "acid,nope"]));
         assert!(spec.is_ok_and(|s| s.validate().is_err()));
+    }
+
+    #[test]
+    fn labelled_groupings_run_as_callas_at_label() -> Result<(), BenchError> {
+        let args = |extra: &[&str]| {
+            let mut a = vec!["tpcc", "--compare", "acid,callas@a,callas@b"];
+            a.extend_from_slice(extra);
+            parse(&a)
+        };
+        let two = [
+            "--grouping",
+            "a@g:sc=new_order",
+            "--grouping",
+            "b@g:rp=new_order",
+        ];
+        let spec = spec_from(&args(&two))?;
+        spec.validate()?;
+        let labels: Vec<&str> = spec.groupings.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["a", "b"]);
+        assert_eq!(spec.groupings[0].1.to_string(), "g:sc=new_order");
+        // `callas@b` without a grouping labelled b.
+        let spec = spec_from(&args(&["--grouping", "a@g:sc=new_order"]))?;
+        assert!(spec.validate().is_err());
+        // A labelled grouping no protocol runs.
+        let unused = spec_from(&parse(&[
+            "tpcc",
+            "--compare",
+            "acid,callas",
+            "--grouping",
+            "x@g:sc=new_order",
+        ]))?;
+        assert!(unused.validate().is_err());
+        // Two unlabelled groupings, two with one label, an empty label.
+        let g = "g:2pl=new_order";
+        assert!(spec_from(&args(&["--grouping", g, "--grouping", g])).is_err());
+        assert!(spec_from(&args(&["--grouping", "a@g:sc=x", "--grouping", "a@g:sc=y"])).is_err());
+        assert!(spec_from(&args(&["--grouping", "@g:sc=x"])).is_err());
+        // Only callas takes a label.
+        let salt = spec_from(&parse(&["tpcc", "--compare", "acid,salt@a"]))?;
+        assert!(salt.validate().is_err());
+        Ok(())
     }
 
     #[test]

@@ -29,6 +29,9 @@
 //!   same-group transactions go ahead while the transaction still runs.
 //!   Only for procedures whose aborts all come from their first statement
 //!   (rollback safety): a later piece cannot be undone.
+//! - `sc`: classic transaction chopping (the SC-cycle analysis) of the
+//!   group's procedures against each other; each piece, one or more
+//!   statements, commits on its own like a `chop` piece (`crate::sc`).
 //!
 //! Procedures in no group and interactive transactions run in the default
 //! group: the `acid` protocol, under ACID locks (a group of its own to
@@ -65,6 +68,9 @@ pub enum Mechanism {
     TwoPl,
     /// Every statement a piece committed on its own (see the module doc).
     Chop,
+    /// Classic transaction chopping: the SC-cycle analysis' pieces, each
+    /// committed on its own (see `crate::sc`).
+    Sc,
     /// Runtime Pipelining: rank-ordered pieces from the static analysis,
     /// piece-level locks, uncommitted reads inside the group with commit
     /// dependencies and cascading aborts (see the module doc).
@@ -77,9 +83,10 @@ impl FromStr for Mechanism {
         match s {
             "2pl" => Ok(Mechanism::TwoPl),
             "chop" => Ok(Mechanism::Chop),
+            "sc" => Ok(Mechanism::Sc),
             "rp" => Ok(Mechanism::Rp),
             other => Err(Error::Config(format!(
-                "unknown group mechanism `{other}` (expected 2pl, chop or rp)"
+                "unknown group mechanism `{other}` (expected 2pl, chop, sc or rp)"
             ))),
         }
     }
@@ -90,6 +97,7 @@ impl fmt::Display for Mechanism {
         f.write_str(match self {
             Mechanism::TwoPl => "2pl",
             Mechanism::Chop => "chop",
+            Mechanism::Sc => "sc",
             Mechanism::Rp => "rp",
         })
     }
@@ -217,8 +225,8 @@ pub(crate) struct CallasState {
     pub deps: SmallVec<[Option<Arc<Progress>>; 4]>,
     /// Position of the next statement (chop: each is a piece).
     pub seq: u32,
-    /// Runtime Pipelining: the procedure's pieces, the current piece
-    /// (number, rank) and the partitions it touched.
+    /// Runtime Pipelining and `sc`: the procedure's pieces, the current
+    /// piece (number, rank) and the partitions it touched.
     pub pieces: Option<Arc<ProcPieces>>,
     /// Runs the rollback-safe chopping (the group is in safe mode).
     pub safe: bool,
@@ -226,6 +234,8 @@ pub(crate) struct CallasState {
     pub piece_parts: SmallVec<[usize; 4]>,
     /// This transaction's own progress, on the board.
     pub progress: Arc<Progress>,
+    /// `sc`: the open piece and the results the body is replayed from.
+    pub sc: Option<Box<crate::sc::ScRun>>,
 }
 
 impl CallasState {
@@ -246,8 +256,8 @@ impl CallasState {
         }
     }
 
-    /// Runtime Pipelining: the partitions of the current piece learn it
-    /// ended.
+    /// The partitions of the current piece (Runtime Pipelining: they learn
+    /// it ended; `sc`: they commit it).
     pub fn touch(&mut self, p: usize) {
         if self.pieces.is_some() && !self.piece_parts.contains(&p) {
             self.piece_parts.push(p);
@@ -255,16 +265,35 @@ impl CallasState {
     }
 }
 
-/// Runtime Pipelining: which piece (and rank, `None` for a piece of free
-/// operations or one spanning ranks) each statement of a procedure
-/// belongs to, in the optimistic chopping and in the rollback-safe one
+/// Which piece (and rank, `None` for a piece of free operations or one
+/// spanning ranks) each statement of a procedure belongs to. Runtime
+/// Pipelining: in the optimistic chopping and in the rollback-safe one
 /// (every statement after which the body may roll back in the first
-/// piece), and the group's safe-mode switch.
+/// piece), and the group's safe-mode switch. `sc`: the classic chopping
+/// (no ranks, no safe mode: it is rollback-safe).
 #[derive(Debug)]
 pub struct ProcPieces {
     pub by_statement: HashMap<String, (u32, Option<u32>)>,
     pub safe_by_statement: HashMap<String, (u32, Option<u32>)>,
-    pub mode: Arc<SafeMode>,
+    pub mode: Option<Arc<SafeMode>>,
+}
+
+impl ProcPieces {
+    /// The piece of `statement`, an error naming it if the analysis has
+    /// none (the body runs a statement its procedure did not declare to
+    /// the analysis).
+    pub(crate) fn piece_of(&self, statement: &str, safe: bool) -> Result<(u32, Option<u32>)> {
+        let map = if safe {
+            &self.safe_by_statement
+        } else {
+            &self.by_statement
+        };
+        map.get(statement).copied().ok_or_else(|| {
+            Error::Internal(format!(
+                "statement `{statement}` is not in the chopping analysis of its procedure"
+            ))
+        })
+    }
 }
 
 /// When Runtime Pipelining switches a group to its rollback-safe chopping
@@ -354,23 +383,27 @@ impl SafeMode {
     }
 }
 
-/// Runs the static analysis (DESIGN 5, `brine analyze --off larger-first`)
-/// on every `rp` group of `grouping`: the pieces of each of its procedures. The notes the
-/// analysis keeps for the built-in workloads (`brine_analysis::workloads`)
-/// are used when the application is one of them.
-pub fn plan_rp(
+/// Runs the static analysis (DESIGN 5) on every `rp` and `sc` group of
+/// `grouping`: the pieces of each of its procedures. `rp`: Runtime
+/// Pipelining's rank-ordered pieces (`brine analyze --off larger-first`)
+/// and their rollback-safe variant; `sc`: the classic chopping of the
+/// group's procedures against each other (`brine analyze`, "within each
+/// group"). The notes the analysis keeps for the built-in workloads
+/// (`brine_analysis::workloads`) are used when the application is one of
+/// them.
+pub fn plan_pieces(
     grouping: &Grouping,
     app: &str,
     ddl: &str,
     procedures: &[crate::ProcedureDef],
     safe_mode: SafeModeConfig,
 ) -> Result<HashMap<String, Arc<ProcPieces>>> {
-    use brine_analysis::{analyze_group, specs_from_sources, ProcSource, Refinements};
+    use brine_analysis::{analyze_group, classic, specs_from_sources, ProcSource, Refinements};
     let mut out = HashMap::new();
     for g in grouping
         .groups
         .iter()
-        .filter(|g| g.mechanism == Mechanism::Rp)
+        .filter(|g| matches!(g.mechanism, Mechanism::Rp | Mechanism::Sc))
     {
         let sources: Vec<ProcSource> = g
             .procedures
@@ -392,8 +425,13 @@ pub fn plan_rp(
             .collect();
         let fail = |e: brine_analysis::AnalysisError| {
             Error::Config(format!(
-                "group `{}`: the Runtime Pipelining analysis failed: {e}",
-                g.name
+                "group `{}`: the {} analysis failed: {e}",
+                g.name,
+                if g.mechanism == Mechanism::Rp {
+                    "Runtime Pipelining"
+                } else {
+                    "transaction chopping"
+                }
             ))
         };
         let (_catalog, specs) = specs_from_sources(ddl, &sources, |name| {
@@ -411,8 +449,6 @@ pub fn plan_rp(
             larger_first: false,
             ..Refinements::ALL
         };
-        let analysed = analyze_group(&refs, refinements).map_err(fail)?;
-        let mode = Arc::new(SafeMode::new(safe_mode));
         let placed = |spec: &brine_analysis::ProcSpec, c: &brine_analysis::ProcChopping| {
             let mut by_statement = HashMap::new();
             for (k, piece) in c.pieces.iter().enumerate() {
@@ -425,6 +461,25 @@ pub fn plan_rp(
             }
             by_statement
         };
+        if g.mechanism == Mechanism::Sc {
+            for (spec, chopping) in specs
+                .iter()
+                .zip(classic::classic_chopping(&refs, refinements))
+            {
+                let by_statement = placed(spec, &chopping);
+                out.insert(
+                    spec.name.clone(),
+                    Arc::new(ProcPieces {
+                        safe_by_statement: by_statement.clone(),
+                        by_statement,
+                        mode: None,
+                    }),
+                );
+            }
+            continue;
+        }
+        let analysed = analyze_group(&refs, refinements).map_err(fail)?;
+        let mode = Arc::new(SafeMode::new(safe_mode));
         for ((spec, chopping), safe) in specs.iter().zip(&analysed.rp.choppings).zip(&analysed.safe)
         {
             out.insert(
@@ -432,7 +487,7 @@ pub fn plan_rp(
                 Arc::new(ProcPieces {
                     by_statement: placed(spec, chopping),
                     safe_by_statement: placed(spec, safe),
-                    mode: mode.clone(),
+                    mode: Some(mode.clone()),
                 }),
             );
         }
@@ -450,7 +505,11 @@ fn rp_body_done(shared: &Shared, node: NodeId, state: &Mutex<TxnState>, ok: bool
     if !ok || st.doomed.is_some() {
         return false;
     }
-    let Some(c) = st.callas.as_mut().filter(|c| c.pieces.is_some()) else {
+    let Some(c) = st
+        .callas
+        .as_mut()
+        .filter(|c| c.mechanism == Mechanism::Rp && c.pieces.is_some())
+    else {
         return false;
     };
     let Some((_, rank)) = c.piece.take() else {
@@ -481,16 +540,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<()> {
         let Some(pieces) = &c.pieces else {
             return Ok(());
         };
-        let map = if c.safe {
-            &pieces.safe_by_statement
-        } else {
-            &pieces.by_statement
-        };
-        let Some(&(piece, rank)) = map.get(statement) else {
-            return Err(Error::Internal(format!(
-                "statement `{statement}` is not in the Runtime Pipelining analysis of its procedure"
-            )));
-        };
+        let (piece, rank) = pieces.piece_of(statement, c.safe)?;
         match c.piece {
             Some((cur, _)) if piece == cur => return Ok(()),
             Some((cur, _)) if piece < cur => {
@@ -556,6 +606,8 @@ pub struct Progress {
     /// 0 while running, then `COMMITTED` or `ABORTED`.
     outcome: AtomicU8,
     released: AtomicBool,
+    /// The transaction whose release its own release waits for, if any.
+    awaits: Mutex<Option<TxnId>>,
     notify: Notify,
 }
 
@@ -669,13 +721,52 @@ impl NexusBoard {
         }
     }
 
-    /// Waits until `t` released its nexus locks (at once if it is not
-    /// registered: it already did).
-    async fn wait(&self, t: TxnId) {
-        if let Some(r) = self.get(t) {
-            r.until(|p| p.released.load(Ordering::Acquire).then_some(()))
-                .await;
+    /// `txn`'s release waits until `t` released its nexus locks (at once
+    /// if `t` is not registered: it already did). Dependencies the
+    /// partitions over-approximate (a row a rolled-back `sc` piece touched
+    /// stays recorded while an earlier piece's lock on it is kept) can
+    /// make two committed transactions wait for each other's release; such
+    /// a cycle is found by following what each release waits for, and
+    /// broken by not waiting (the release order cannot hold along a cycle
+    /// anyway).
+    async fn wait_in_order(&self, txn: TxnId, t: TxnId) {
+        const LOOK_AFTER: Duration = Duration::from_millis(50);
+        let Some(r) = self.get(t) else {
+            return;
+        };
+        let me = self.get(txn);
+        if let Some(me) = &me {
+            *me.awaits.lock() = Some(t);
         }
+        loop {
+            let released = r.until(|p| p.released.load(Ordering::Acquire).then_some(()));
+            if tokio::time::timeout(LOOK_AFTER, released).await.is_ok() {
+                break;
+            }
+            if self.awaits_reach(t, txn) {
+                tracing::warn!(%txn, %t, "nexus release order: a cycle of release waits, broken");
+                break;
+            }
+        }
+        if let Some(me) = &me {
+            *me.awaits.lock() = None;
+        }
+    }
+
+    /// Whether following what each release waits for leads from `from` to
+    /// `to`.
+    fn awaits_reach(&self, from: TxnId, to: TxnId) -> bool {
+        let mut cur = from;
+        for _ in 0..1024 {
+            let Some(next) = self.get(cur).and_then(|p| *p.awaits.lock()) else {
+                return false;
+            };
+            if next == to {
+                return true;
+            }
+            cur = next;
+        }
+        false
     }
 
     /// Whether `t` may still hold nexus locks.
@@ -716,7 +807,7 @@ pub(crate) async fn run_grouped(
         // so no cascade can roll it back again (seed 002 section 5.1).
         let (mechanism, pieces) = match mechanism {
             Mechanism::Rp if cascaded => (Mechanism::TwoPl, None),
-            Mechanism::Rp => (Mechanism::Rp, shared.rp.get(&proc.name).cloned()),
+            Mechanism::Rp | Mechanism::Sc => (mechanism, shared.pieces.get(&proc.name).cloned()),
             m => (m, None),
         };
         let mut st = TxnState::begin(shared, txn, Some(&proc.name));
@@ -728,15 +819,30 @@ pub(crate) async fn run_grouped(
             after: SmallVec::new(),
             deps: SmallVec::new(),
             seq: 0,
-            safe: pieces.as_ref().is_some_and(|p| p.mode.is_safe()),
+            safe: pieces
+                .as_ref()
+                .and_then(|p| p.mode.as_ref())
+                .is_some_and(|m| m.is_safe()),
             pieces: pieces.clone(),
             piece: None,
             piece_parts: SmallVec::new(),
             progress: progress.clone(),
+            sc: (mechanism == Mechanism::Sc).then(Box::default),
         }));
         let state = Arc::new(Mutex::new(st));
-        let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
-        let body_result = (proc.body)(ctx, args.clone()).await;
+        let body_result = loop {
+            let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
+            let r = (proc.body)(ctx, args.clone()).await;
+            if mechanism != Mechanism::Sc {
+                break r;
+            }
+            // `sc`: the last piece commits, or a victim piece after the
+            // first is rolled back and the body runs again.
+            match crate::sc::body_done(shared, node, &state, r).await {
+                crate::sc::Step::Rerun => continue,
+                crate::sc::Step::Done(r) => break r,
+            }
+        };
         if rp_body_done(shared, node, &state, body_result.is_ok()) {
             tracing::trace!(%txn, "last piece ended before the commit");
         }
@@ -760,7 +866,8 @@ pub(crate) async fn run_grouped(
         let doomed = state.lock().doomed;
         let ordered = shared.mutation != Some(Mutation::NoNexusReleaseOrder);
         // The release order matters only where a transaction can commit
-        // before one it depends on (`chop`: pieces commit on their own).
+        // before one it depends on (`chop`, `sc`: pieces commit on their
+        // own).
         // Under `2pl` and `rp` a dependant commits after what it depends
         // on, and releases no earlier than it commits, so "releases after"
         // already holds and the nexus locks go with the commit, as ACID
@@ -770,7 +877,7 @@ pub(crate) async fn run_grouped(
             let st = state.lock();
             let c = st.callas.as_ref().expect("callas state");
             let waits = ordered
-                && mechanism == Mechanism::Chop
+                && matches!(mechanism, Mechanism::Chop | Mechanism::Sc)
                 && c.after.iter().any(|t| shared.nexus.holds(*t));
             (waits, !c.after.is_empty())
         };
@@ -797,12 +904,12 @@ pub(crate) async fn run_grouped(
             }
         };
         progress.decide(outcome.is_ok());
-        if let Some(p) = &pieces {
+        if let Some(mode) = pieces.as_ref().and_then(|p| p.mode.as_ref()) {
             let rolled_back = matches!(
                 outcome,
                 Err(Error::UserAbort(_)) | Err(Error::Aborted(AbortCause::Cascade))
             );
-            if p.mode.record(rolled_back) {
+            if mode.record(rolled_back) {
                 shared
                     .counters
                     .safe_mode_switches
@@ -927,7 +1034,7 @@ async fn release_in_order(
     after: SmallVec<[TxnId; 4]>,
 ) {
     for t in after {
-        shared.nexus.wait(t).await;
+        shared.nexus.wait_in_order(txn, t).await;
     }
     let acks = futures::future::join_all(participants.iter().map(|&p| {
         shared.request(node, p, move |reply| PartitionMsg::Release {
@@ -1007,14 +1114,41 @@ mod tests {
         let board = Arc::new(NexusBoard::default());
         let t = TxnId { ts: 1, id: 7 };
         board.register(t);
+        let me = TxnId { ts: 3, id: 9 };
+        board.register(me);
         let b = board.clone();
-        let waiter = tokio::spawn(async move { b.wait(t).await });
-        tokio::task::yield_now().await;
-        assert!(!waiter.is_finished());
+        let waiter = tokio::spawn(async move { b.wait_in_order(me, t).await });
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(!waiter.is_finished(), "no cycle: the wait goes on");
         board.released(t);
         waiter.await.expect("woken");
         // Unknown (already released) transactions do not block.
-        board.wait(TxnId { ts: 2, id: 8 }).await;
+        board.wait_in_order(me, TxnId { ts: 2, id: 8 }).await;
+        board.released(me);
+        assert!(board.is_empty());
+    }
+
+    #[tokio::test]
+    async fn release_waits_that_form_a_cycle_are_not_kept() {
+        let board = Arc::new(NexusBoard::default());
+        let (a, b) = (TxnId { ts: 1, id: 1 }, TxnId { ts: 2, id: 2 });
+        board.register(a);
+        board.register(b);
+        // Each releases once its wait ended, as `release_in_order` does.
+        let release_after = |me: TxnId, on: TxnId| {
+            let board = board.clone();
+            tokio::spawn(async move {
+                board.wait_in_order(me, on).await;
+                board.released(me);
+            })
+        };
+        let (wa, wb) = (release_after(a, b), release_after(b, a));
+        tokio::time::timeout(Duration::from_secs(5), async {
+            wa.await.expect("a");
+            wb.await.expect("b");
+        })
+        .await
+        .expect("the cycle of release waits is broken");
         assert!(board.is_empty());
     }
 }

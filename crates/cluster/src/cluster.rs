@@ -180,11 +180,14 @@ fn history_config(
     }
     if let Some(g) = &c.grouping {
         m.insert("grouping".into(), g.to_string().into());
-        if g.groups
-            .iter()
-            .any(|g| g.mechanism == crate::callas::Mechanism::Rp)
-        {
-            // Runtime Pipelining orders conflicts per column (docs/callas.md).
+        if g.groups.iter().any(|g| {
+            matches!(
+                g.mechanism,
+                crate::callas::Mechanism::Rp | crate::callas::Mechanism::Sc
+            )
+        }) {
+            // Runtime Pipelining orders conflicts per column, and the
+            // chopping analyses cut pieces by column (docs/callas.md).
             m.insert("granularity".into(), "column".into());
         }
     }
@@ -347,10 +350,14 @@ impl Cluster {
                     .into(),
             ));
         }
-        let rp = match protocol.callas() {
-            Some(g) => {
-                crate::callas::plan_rp(g, &app.name, &app.ddl, &app.procedures, config.safe_mode)?
-            }
+        let pieces = match protocol.callas() {
+            Some(g) => crate::callas::plan_pieces(
+                g,
+                &app.name,
+                &app.ddl,
+                &app.procedures,
+                config.safe_mode,
+            )?,
             None => HashMap::new(),
         };
         let mut procedures = HashMap::new();
@@ -476,7 +483,7 @@ impl Cluster {
         let (ready_tx, ready) = tokio::sync::watch::channel(unfinished.is_empty());
         let shared = Arc::new(Shared {
             nexus: Default::default(),
-            rp,
+            pieces,
             wait_timeout: config.lock.wait_timeout,
             ready,
             history,

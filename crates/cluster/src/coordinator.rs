@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use brine_core::schema::partition_of;
 use brine_core::{AbortCause, Catalog, Error, NodeId, PartitionId, Result, TxnId, Value};
+use brine_lock::LockClass;
 use brine_sql::{Plan, QueryResult, Route};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
@@ -63,9 +64,9 @@ pub struct Shared {
     /// Callas: which transactions still hold nexus locks, and how far
     /// each got.
     pub nexus: crate::callas::NexusBoard,
-    /// Callas: the Runtime Pipelining pieces of each procedure of an `rp`
-    /// group.
-    pub rp: std::collections::HashMap<String, Arc<crate::callas::ProcPieces>>,
+    /// Callas: the pieces of each procedure of an `rp` group (Runtime
+    /// Pipelining) or an `sc` group (classic chopping).
+    pub pieces: std::collections::HashMap<String, Arc<crate::callas::ProcPieces>>,
     /// A deliberately broken locking variant (checker validation only).
     pub mutation: Option<Mutation>,
     /// The cluster's logs (`None`: durability off).
@@ -260,13 +261,11 @@ impl ProcCtx {
                 })
             }
         };
-        let pipelined = self
-            .state
-            .lock()
-            .callas
-            .as_ref()
-            .is_some_and(|c| c.pieces.is_some());
-        if pipelined {
+        let mechanism = self.state.lock().callas.as_ref().map(|c| c.mechanism);
+        if mechanism == Some(crate::callas::Mechanism::Sc) {
+            return crate::sc::exec(self, statement, plan, args).await;
+        }
+        if mechanism == Some(crate::callas::Mechanism::Rp) {
             crate::callas::enter_piece(self, statement).await?;
         }
         self.exec_plan(plan, args).await
@@ -345,6 +344,22 @@ impl ProcCtx {
         }
     }
 
+    /// How a statement of this transaction locks: the protocol's way at
+    /// the cluster's isolation level, in `class` if given (Callas: the
+    /// group's member class; `callas_deps`: the partitions report
+    /// same-group dependencies), bent by the mutation if one is set.
+    pub(crate) fn lock_spec(&self, class: Option<LockClass>, callas_deps: bool) -> LockSpec {
+        let mut lock = self.shared.protocol.lock_spec(self.shared.isolation);
+        if let Some(class) = class {
+            lock.class = class;
+            lock.callas_deps = callas_deps;
+        }
+        if let Some(m) = self.shared.mutation {
+            lock = m.apply(lock);
+        }
+        lock
+    }
+
     pub(crate) async fn exec_plan(
         &mut self,
         plan: Arc<Plan>,
@@ -373,14 +388,7 @@ impl ProcCtx {
             (st.txn, st.lock_class, chop, callas_deps)
         };
         let params = plan.bind(args)?;
-        let mut lock = self.shared.protocol.lock_spec(self.shared.isolation);
-        if let Some(class) = lock_class {
-            lock.class = class;
-            lock.callas_deps = callas_deps;
-        }
-        if let Some(m) = self.shared.mutation {
-            lock = m.apply(lock);
-        }
+        let lock = self.lock_spec(lock_class, callas_deps);
         if let Some(seq) = chop {
             return crate::callas::exec_piece(self, plan, params, lock, seq).await;
         }

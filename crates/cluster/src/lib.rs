@@ -32,6 +32,7 @@ pub mod procedure;
 pub mod protocol;
 pub mod remote;
 pub(crate) mod salt;
+pub mod sc;
 pub mod stats;
 
 pub use callas::{GroupDef, Grouping, Mechanism, SafeModeConfig};

@@ -181,14 +181,18 @@ impl ColUse {
     fn of(txn: TxnId, a: &brine_sql::AccessDescriptor) -> ColUse {
         let mask = |cols: &[usize]| cols.iter().fold(0u64, |m, &c| m | 1u64 << c.min(63));
         let written = mask(&a.columns_written);
-        let (write, add) = if a.blind_increment {
-            (0, written)
+        // A blind increment reads the column it adds to only to add: it
+        // observes nothing, so its read does not count (else two
+        // increments would depend on each other, which the analysis, for
+        // which they commute, does not expect).
+        let (write, add, unread) = if a.blind_increment {
+            (0, written, written)
         } else {
-            (written, 0)
+            (written, 0, 0)
         };
         ColUse {
             txn,
-            read: mask(&a.columns_read),
+            read: mask(&a.columns_read) & !unread,
             write,
             add,
         }
@@ -553,9 +557,17 @@ impl Partition {
         match (keep, self.callas_groups.get(&owner).copied()) {
             // Callas: a transaction that commits with `keep` naming itself
             // keeps its locks as its group's nexus locks until the release
-            // order lets them go (`Release`), and so does every piece of a
-            // chopped one; without `keep` (nothing to wait for), or on
-            // abort, they go now.
+            // order lets them go (`Release`), and so does every committed
+            // piece of a chopped one; a rolled-back piece's locks go (the
+            // nexus locks of the pieces before it stay), and with them
+            // what it was recorded to have used; without `keep` (nothing to
+            // wait for), or on abort, they go now.
+            (Some(k), Some(g)) if !commit && k != txn => {
+                let gone = self
+                    .locks
+                    .release_class(owner, LockClass::Member(g), &mut self.wakeups);
+                self.forget_uses(owner, &gone);
+            }
             (Some(k), Some(g)) if commit || k != txn => {
                 self.locks.downgrade_all(
                     owner,
@@ -970,6 +982,22 @@ impl Partition {
                     .or_default()
                     .push(need.target.clone());
             }
+        }
+    }
+
+    /// Callas: `txn` no longer holds `targets`; what it used there is
+    /// forgotten.
+    fn forget_uses(&mut self, txn: TxnId, targets: &[LockTarget]) {
+        for t in targets {
+            if let Some(uses) = self.nexus_cols.get_mut(t) {
+                uses.retain(|u| u.txn != txn);
+                if uses.is_empty() {
+                    self.nexus_cols.remove(t);
+                }
+            }
+        }
+        if let Some(rows) = self.nexus_rows.get_mut(&txn) {
+            rows.retain(|r| !targets.contains(r));
         }
     }
 

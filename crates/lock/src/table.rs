@@ -812,6 +812,51 @@ impl LockTable {
         }
     }
 
+    /// Releases every lock `txn` holds in `class`, keeping its locks of
+    /// other classes (Callas: a rolled-back piece's member locks go, the
+    /// nexus locks of the transaction's committed pieces stay). Locks held
+    /// back by release-order dependencies stay. Returns the targets `txn`
+    /// no longer holds at all.
+    pub fn release_class(
+        &mut self,
+        txn: TxnId,
+        class: LockClass,
+        wakeups: &mut Vec<Wakeup>,
+    ) -> Vec<LockTarget> {
+        let Some(st) = self.txns.get(&txn) else {
+            return Vec::new();
+        };
+        let targets: Vec<LockTarget> = st
+            .held
+            .iter()
+            .filter(|t| !st.is_blocked(t))
+            .cloned()
+            .collect();
+        let mut gone = Vec::new();
+        for target in targets {
+            let removed = self.remove_holders_where(txn, &target, |m| m.class == class);
+            if !removed.any {
+                continue;
+            }
+            if !removed.still_holds {
+                if let Some(st) = self.txns.get_mut(&txn) {
+                    st.held.retain(|t| t != &target);
+                }
+                self.on_released(txn, Some(&target));
+                gone.push(target.clone());
+            }
+            if removed.may_unblock {
+                self.regrant(&target, wakeups);
+            }
+        }
+        if !gone.is_empty() && self.txns.get(&txn).is_some_and(|s| s.held.is_empty()) {
+            self.on_released(txn, None);
+        }
+        self.drain_worklist(wakeups);
+        self.maybe_drop_txn(txn);
+        gone
+    }
+
     /// Single-target variant of [`LockTable::downgrade_all`].
     pub fn downgrade(
         &mut self,
@@ -1684,6 +1729,16 @@ impl LockTable {
         target: &LockTarget,
         filter: Option<Access>,
     ) -> Removed {
+        self.remove_holders_where(txn, target, |m| filter.is_none_or(|a| a == m.access))
+    }
+
+    /// [`LockTable::remove_holders`] of the modes `selected` picks.
+    fn remove_holders_where(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        selected: impl Fn(&Mode) -> bool,
+    ) -> Removed {
         let (sk, local) = split(target);
         let none = Removed {
             any: false,
@@ -1698,8 +1753,7 @@ impl LockTable {
             return none;
         };
         let before = e.holders.len();
-        e.holders
-            .retain(|h| !(h.txn == txn && (filter.is_none() || filter == Some(h.mode.access))));
+        e.holders.retain(|h| !(h.txn == txn && selected(&h.mode)));
         let out = Removed {
             any: e.holders.len() != before,
             still_holds: e.holders.iter().any(|h| h.txn == txn),

@@ -12,7 +12,8 @@
 //! - `range txn= [lo=|lo-ex=] [hi=|hi-ex=] class= [access=range-read|write]`
 //! - `release txn= key=|lo,hi access=`, `release-all txn=`, `cancel txn=`,
 //!   `staged txn=` (Salt: the txn begins releasing its locks in stages)
-//! - `downgrade txn= from= to= [key=|lo,hi]`
+//! - `downgrade txn= from= to= [key=|lo,hi]`, `release-class txn= class=`
+//!   (classes also `memberG`, Callas' running-transaction class)
 //! - `dep txn= [key=] on= [on-key=]`
 //! - `expire now=ms`, `print`, `stats`
 
@@ -59,9 +60,13 @@ fn parse_class(s: &str) -> LockClass {
         "acid" => LockClass::Acid,
         "alkaline" => LockClass::Alkaline,
         "saline" => LockClass::Saline,
-        other => match other.strip_prefix("nexus").and_then(|g| g.parse().ok()) {
-            Some(g) => LockClass::Nexus(g),
-            None => panic!("unknown class {other}"),
+        other => match (
+            other.strip_prefix("nexus").and_then(|g| g.parse().ok()),
+            other.strip_prefix("member").and_then(|g| g.parse().ok()),
+        ) {
+            (Some(g), _) => LockClass::Nexus(g),
+            (_, Some(g)) => LockClass::Member(g),
+            _ => panic!("unknown class {other}"),
         },
     }
 }
@@ -236,6 +241,12 @@ impl Harness {
                     Some(t) => self.table.downgrade(txn, &t, from, to, &mut wakeups),
                     None => self.table.downgrade_all(txn, from, to, &mut wakeups),
                 }
+            }
+            "release-class" => {
+                let txn = self.txn(tc, "txn", None);
+                let class = parse_class(&tc.take_arg::<String>("class").expect("class"));
+                let gone = self.table.release_class(txn, class, &mut wakeups);
+                out.push_str(&format!("gone: {gone:?}\n"));
             }
             "dep" => {
                 let txn = self.txn(tc, "txn", None);

@@ -1,0 +1,325 @@
+//! Callas `sc` groups: classic transaction chopping inside a group (seed
+//! 000 section 4.6, "Comparison with other techniques"; Shasha et al.'s
+//! SC-cycle analysis, `brine_analysis::classic`).
+//!
+//! ```text
+//!  body ── exec(stmt) ──► the piece of stmt (the group's classic chopping)
+//!    │     a later piece: commit the open piece (its locks become the
+//!    │     transaction's nexus locks), open the next (a fresh id, same age)
+//!    ▼ body returned: commit the last piece; the transaction's nexus locks
+//!      go as under `chop` (in release order)
+//!  a victim in a piece after the first: roll that piece back and run the
+//!  body again, the committed pieces' statements answered from their
+//!  recorded results (a body is a function of its arguments and results)
+//! ```
+//!
+//! Each piece is a two-phase-locking transaction of its own: its member
+//! locks conflict with every running piece of the group, and become nexus
+//! locks (compatible inside the group, conflicting with other groups) when
+//! it commits. The chopping has no SC-cycle among the group's procedures,
+//! so the group's executions are serializable (Shasha et al.); it is
+//! rollback-safe (every rollback is in the first piece), so a piece after
+//! the first never rolls back for the application's reasons, and one that
+//! the concurrency control chose as a victim is run again until it commits.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use brine_core::{AbortCause, Error, NodeId, Result, TxnId, Value};
+use brine_sql::{Plan, QueryResult, Route};
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+use crate::coordinator::{abort_at, backoff, commit_at, ProcCtx, Shared, TxnState};
+use crate::message::BaseStmt;
+
+/// An `sc` transaction's pieces at its coordinator.
+#[derive(Debug, Default)]
+pub struct ScRun {
+    /// The open piece's transaction (a fresh id with the owner's age).
+    sub: Option<TxnId>,
+    /// Every statement's piece and result in this attempt, in order.
+    results: Vec<(u32, Result<QueryResult>)>,
+    /// How many of `results` belong to committed pieces: a re-run of the
+    /// body gets them back instead of running them again.
+    committed: usize,
+    /// Statements the current run of the body has asked for.
+    cursor: usize,
+    /// Length of the attempt's recorded history when the piece opened.
+    rec_mark: usize,
+    /// Re-runs of the current piece.
+    reruns: u32,
+}
+
+fn rec_len(st: &TxnState) -> usize {
+    st.rec.as_ref().map_or(0, |r| r.ops.len())
+}
+
+/// The open piece, taken: its transaction and partitions.
+fn take_open(st: &mut TxnState) -> Option<(TxnId, SmallVec<[usize; 4]>)> {
+    let c = st.callas.as_mut().expect("callas state");
+    let run = c.sc.as_mut().expect("sc state");
+    let sub = run.sub.take()?;
+    Some((sub, std::mem::take(&mut c.piece_parts)))
+}
+
+/// Runs one statement of an `sc` transaction: replayed if its piece
+/// committed in an earlier run of the body; otherwise in its piece, which
+/// it opens (committing the one before) if it is the piece's first.
+pub(crate) async fn exec(
+    ctx: &mut ProcCtx,
+    statement: &str,
+    plan: Arc<Plan>,
+    args: Vec<Value>,
+) -> Result<QueryResult> {
+    let shared = ctx.shared.clone();
+    let (owner, k, closing) = {
+        let mut st = ctx.state.lock();
+        if let Some(cause) = st.doomed {
+            return Err(Error::Aborted(cause));
+        }
+        let owner = st.txn;
+        let c = st.callas.as_mut().expect("callas state");
+        let pieces = c
+            .pieces
+            .clone()
+            .ok_or_else(|| Error::Internal("an `sc` transaction without its pieces".into()))?;
+        let (k, _) = pieces.piece_of(statement, false)?;
+        let cur = c.piece.map(|(p, _)| p);
+        let run = c.sc.as_mut().expect("sc state");
+        if run.cursor < run.committed {
+            let (was, result) = &run.results[run.cursor];
+            if *was != k {
+                return Err(Error::Internal(format!(
+                    "statement `{statement}` (piece {}) runs where the body's earlier run had a \
+                     statement of piece {}: a body must run the same statements for the same results",
+                    k + 1,
+                    was + 1
+                )));
+            }
+            run.cursor += 1;
+            return result.clone();
+        }
+        if cur.is_some_and(|cur| k < cur) {
+            return Err(Error::Internal(format!(
+                "statement `{statement}` belongs to piece {} but the transaction already runs piece \
+                 {}: the body and the analysis's notes disagree (crates/analysis/src/workloads.rs)",
+                k + 1,
+                cur.map_or(0, |c| c + 1)
+            )));
+        }
+        let closing = if cur != Some(k) {
+            take_open(&mut st)
+        } else {
+            None
+        };
+        (owner, k, closing)
+    };
+    if let Some((sub, parts)) = closing {
+        if let Err(e) = commit_at(&shared, ctx.node, sub, Some(owner), &parts).await {
+            if let Error::Aborted(cause) = e {
+                ctx.state.lock().doomed = Some(cause);
+            }
+            return Err(e);
+        }
+        let mut st = ctx.state.lock();
+        let run = st
+            .callas
+            .as_mut()
+            .and_then(|c| c.sc.as_mut())
+            .expect("sc state");
+        run.committed = run.results.len();
+        run.reruns = 0;
+    }
+    let (sub, seq, lock_class) = {
+        let mut st = ctx.state.lock();
+        let mark = rec_len(&st);
+        let lock_class = st.lock_class;
+        let c = st.callas.as_mut().expect("callas state");
+        c.piece = Some((k, None));
+        let seq = c.seq;
+        c.seq += 1;
+        let run = c.sc.as_mut().expect("sc state");
+        let sub = match run.sub {
+            Some(sub) => sub,
+            None => {
+                let sub = shared.new_txn(Some(owner.ts));
+                run.sub = Some(sub);
+                run.rec_mark = mark;
+                sub
+            }
+        };
+        (sub, seq, lock_class)
+    };
+    let result = run_in_piece(ctx, sub, owner, seq, plan, args, lock_class).await;
+    let mut st = ctx.state.lock();
+    if let Err(Error::Aborted(cause)) = &result {
+        st.doomed = Some(*cause);
+    }
+    let run = st
+        .callas
+        .as_mut()
+        .and_then(|c| c.sc.as_mut())
+        .expect("sc state");
+    run.results.push((k, result.clone()));
+    run.cursor += 1;
+    result
+}
+
+/// Executes a statement at the partitions it routes to, as part of piece
+/// transaction `sub` whose locks `owner` holds.
+async fn run_in_piece(
+    ctx: &ProcCtx,
+    sub: TxnId,
+    owner: TxnId,
+    seq: u32,
+    plan: Arc<Plan>,
+    args: Vec<Value>,
+    lock_class: Option<brine_lock::LockClass>,
+) -> Result<QueryResult> {
+    let shared = &ctx.shared;
+    let params = plan.bind(args)?;
+    let lock = ctx.lock_spec(lock_class, true);
+    let targets: SmallVec<[usize; 4]> = match plan.route(&params, &shared.catalog) {
+        Route::Partition(v) => SmallVec::from_elem(shared.partition_for(&v), 1),
+        Route::Broadcast => (0..shared.partitions.len()).collect(),
+    };
+    {
+        let mut st = ctx.state.lock();
+        for &p in &targets {
+            st.add_participant(p);
+        }
+    }
+    let base = BaseStmt {
+        owner,
+        seq,
+        autocommit: false,
+        release_order: false,
+    };
+    let runs = targets.iter().map(|&p| {
+        ctx.execute_at(
+            p,
+            sub,
+            plan.clone(),
+            params.clone(),
+            lock,
+            Some((base, None)),
+        )
+    });
+    let mut parts = Vec::with_capacity(targets.len());
+    let mut ops = Vec::new();
+    let mut first_err: Option<Error> = None;
+    for r in futures::future::join_all(runs).await {
+        match r {
+            Ok(e) => {
+                ctx.note_after(&e.after);
+                if !e.ops.is_empty() {
+                    ops.push(e.ops);
+                }
+                parts.push(e.result);
+            }
+            Err(e) => {
+                if first_err.is_none() || e.is_retryable() {
+                    first_err = Some(e);
+                }
+            }
+        }
+    }
+    match ops.len() {
+        0 => {}
+        1 => ctx.record_ops(ops.pop().expect("one")),
+        _ => ctx.record_ops(crate::history::merge_broadcast(ops)),
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None if parts.len() == 1 => Ok(parts.pop().expect("one part")),
+        None => Ok(plan.merge(parts)),
+    }
+}
+
+/// What [`body_done`] decided.
+pub(crate) enum Step<T> {
+    /// A piece after the first was a victim and was rolled back: run the
+    /// body again (the committed pieces are replayed).
+    Rerun,
+    /// The body's outcome, the last piece committed (or, on an error,
+    /// rolled back).
+    Done(Result<T>),
+}
+
+/// After a run of an `sc` body: commits the open piece if the body
+/// succeeded; otherwise rolls it back, and if it was not the first piece
+/// and the concurrency control chose it as a victim, asks for the body to
+/// run again.
+pub(crate) async fn body_done<T>(
+    shared: &Arc<Shared>,
+    node: NodeId,
+    state: &Mutex<TxnState>,
+    result: Result<T>,
+) -> Step<T> {
+    let (owner, doomed, open) = {
+        let mut st = state.lock();
+        (st.txn, st.doomed, take_open(&mut st))
+    };
+    if let (Ok(_), None) = (&result, doomed) {
+        if let Some((sub, parts)) = open {
+            if let Err(e) = commit_at(shared, node, sub, Some(owner), &parts).await {
+                if let Error::Aborted(cause) = e {
+                    state.lock().doomed = Some(cause);
+                }
+                return Step::Done(Err(e));
+            }
+        }
+        return Step::Done(result);
+    }
+    if let Some((sub, parts)) = open {
+        abort_at(shared, node, sub, Some(owner), &parts).await;
+    }
+    let victim: Option<AbortCause> = doomed.or(match &result {
+        Err(Error::Aborted(cause)) => Some(*cause),
+        _ => None,
+    });
+    let (later, reruns) = {
+        let mut st = state.lock();
+        let (mark, later, reruns) = {
+            let run = st
+                .callas
+                .as_mut()
+                .and_then(|c| c.sc.as_mut())
+                .expect("sc state");
+            run.results.truncate(run.committed);
+            run.cursor = 0;
+            run.reruns += 1;
+            (run.rec_mark, run.committed > 0, run.reruns)
+        };
+        if let Some(rec) = &mut st.rec {
+            rec.ops.truncate(mark);
+        }
+        if later && victim.is_some() {
+            st.doomed = None;
+        }
+        (later, reruns)
+    };
+    match (later, victim) {
+        (true, Some(cause)) => {
+            shared.counters.count_abort(cause);
+            shared.counters.retries.fetch_add(1, Ordering::Relaxed);
+            backoff(&shared.retry, reruns, shared.seed ^ owner.id).await;
+            Step::Rerun
+        }
+        (later, victim) => {
+            if later {
+                tracing::warn!(
+                    %owner,
+                    "an `sc` transaction failed after its first piece committed; the committed \
+                     pieces stay (the chopping's rollback notes missed this failure)"
+                );
+            }
+            Step::Done(match (result, victim) {
+                (Err(e), _) => Err(e),
+                (Ok(_), Some(cause)) => Err(Error::Aborted(cause)),
+                (Ok(v), None) => Ok(v),
+            })
+        }
+    }
+}
