@@ -376,13 +376,25 @@ async fn nexus_locks_block_other_groups_and_share_within_one() {
     )
     .await;
     let t1 = call(&c, "t1", vec![]);
+    shares_inside_waits_outside(&c, &gates, "t1", t1).await;
+}
+
+/// `held`, a transaction of group g1 that wrote 10 into row A, pauses at
+/// gate `gate`. Meanwhile a same-group `bump` of A goes through its nexus
+/// lock, and an ACID read of A (the default group) waits; once the gate
+/// opens, `held` completes and the read sees both writes.
+async fn shares_inside_waits_outside(
+    c: &Cluster,
+    gates: &Gates,
+    gate: &str,
+    held: tokio::task::JoinHandle<brine_core::Result<Vec<Value>>>,
+) {
     tokio::time::sleep(Duration::from_millis(50)).await;
-    // Same group: bump a while T1 (which wrote a) is unfinished.
-    call(&c, "bump", vec![Value::Int(A)])
+    tokio::time::timeout(Duration::from_secs(2), call(c, "bump", vec![Value::Int(A)]))
         .await
+        .expect("the same group shares the nexus lock")
         .unwrap()
-        .expect("same group shares the nexus lock");
-    // Default group (an interactive ACID transaction): must wait.
+        .expect("bump commits");
     let c2 = c.clone();
     let mut acid = tokio::spawn(async move {
         let mut t = c2.client().begin();
@@ -396,8 +408,10 @@ async fn nexus_locks_block_other_groups_and_share_within_one() {
         within(&mut acid).await.is_none(),
         "ACID waits for the nexus lock"
     );
-    gates.open("t1");
-    t1.await.unwrap().expect("T1 completes");
+    gates.open(gate);
+    held.await
+        .unwrap()
+        .expect("the paused transaction completes");
     assert_eq!(acid.await.unwrap().expect("ACID read"), 11);
 }
 
@@ -467,31 +481,7 @@ async fn sc_pieces_commit_on_their_own_inside_the_group_and_stay_hidden_outside(
             Value::str("sc"),
         ],
     );
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    tokio::time::timeout(
-        Duration::from_secs(2),
-        call(&c, "bump", vec![Value::Int(A)]),
-    )
-    .await
-    .expect("bump does not wait for sc_set's committed first piece")
-    .unwrap()
-    .expect("bump commits");
-    let c2 = c.clone();
-    let mut acid = tokio::spawn(async move {
-        let mut t = c2.client().begin();
-        let r = t
-            .execute("SELECT v FROM kv WHERE k = $k", vec![Value::Int(A)])
-            .await?;
-        t.commit().await?;
-        Ok::<_, brine_core::Error>(int(&r.rows[0][0]))
-    });
-    assert!(
-        within(&mut acid).await.is_none(),
-        "an ACID reader waits for the unfinished chopped transaction"
-    );
-    gates.open("sc");
-    s.await.unwrap().expect("sc_set completes");
-    assert_eq!(acid.await.unwrap().expect("ACID read"), 11);
+    shares_inside_waits_outside(&c, &gates, "sc", s).await;
 }
 
 // A piece after the first that the concurrency control aborts is run
