@@ -78,7 +78,7 @@ pub struct BenchSpec {
 }
 
 /// `callas@LABEL` -> (`callas`, Some(`LABEL`)); other names as they are.
-pub fn split_label(protocol: &str) -> (&str, Option<&str>) {
+fn split_label(protocol: &str) -> (&str, Option<&str>) {
     match protocol.split_once('@') {
         Some((name, label)) => (name, Some(label)),
         None => (protocol, None),

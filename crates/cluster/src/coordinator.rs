@@ -127,6 +127,15 @@ impl Shared {
             .map_err(|_| Error::Transport(format!("partition {} did not answer (shut down?)", p)))
     }
 
+    /// The partitions a statement with `params` goes to: the one its
+    /// partition key names, or every one (a broadcast).
+    pub(crate) fn targets(&self, plan: &Plan, params: &[Value]) -> SmallVec<[usize; 4]> {
+        match plan.route(params, &self.catalog) {
+            Route::Partition(v) => SmallVec::from_elem(self.partition_for(&v), 1),
+            Route::Broadcast => (0..self.partitions.len()).collect(),
+        }
+    }
+
     pub(crate) fn partition_for(&self, v: &Value) -> usize {
         partition_of(v, self.partitions.len() as u32) as usize
     }
@@ -344,6 +353,66 @@ impl ProcCtx {
         }
     }
 
+    /// Runs a statement as `txn` at `targets` (its partition, or every
+    /// partition for a broadcast; they become participants), noting the
+    /// same-group transactions it depends on and recording its operations;
+    /// a broadcast's parts are merged. A victim anywhere is the error
+    /// reported, over other errors.
+    pub(crate) async fn execute_on(
+        &self,
+        targets: &[usize],
+        txn: TxnId,
+        plan: &Arc<Plan>,
+        params: Vec<Value>,
+        lock: LockSpec,
+        base: Option<crate::message::BaseStmt>,
+    ) -> Result<QueryResult> {
+        {
+            let mut st = self.state.lock();
+            for &p in targets {
+                st.add_participant(p);
+            }
+        }
+        let salt = base.map(|b| (b, None));
+        if let [p] = targets {
+            let e = self
+                .execute_at(*p, txn, plan.clone(), params, lock, salt)
+                .await?;
+            self.note_after(&e.after);
+            self.record_ops(e.ops);
+            return Ok(e.result);
+        }
+        let futs = targets
+            .iter()
+            .map(|&p| self.execute_at(p, txn, plan.clone(), params.clone(), lock, salt.clone()));
+        let mut parts = Vec::with_capacity(targets.len());
+        let mut ops = Vec::new();
+        let mut first_err = None;
+        for r in futures::future::join_all(futs).await {
+            match r {
+                Ok(e) => {
+                    self.note_after(&e.after);
+                    parts.push(e.result);
+                    if !e.ops.is_empty() {
+                        ops.push(e.ops);
+                    }
+                }
+                Err(e) => {
+                    if first_err.is_none() || e.is_retryable() {
+                        first_err = Some(e);
+                    }
+                }
+            }
+        }
+        if !ops.is_empty() {
+            self.record_ops(crate::history::merge_broadcast(ops));
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(plan.merge(parts)),
+        }
+    }
+
     /// How a statement of this transaction locks: the protocol's way at
     /// the cluster's isolation level, in `class` if given (Callas: the
     /// group's member class; `callas_deps`: the partitions report
@@ -392,58 +461,10 @@ impl ProcCtx {
         if let Some(seq) = chop {
             return crate::callas::exec_piece(self, plan, params, lock, seq).await;
         }
-        let result = match plan.route(&params, &self.shared.catalog) {
-            Route::Partition(v) => {
-                let p = self.shared.partition_for(&v);
-                self.state.lock().add_participant(p);
-                self.execute_at(p, txn, plan.clone(), params, lock, None)
-                    .await
-                    .map(|e| {
-                        self.note_after(&e.after);
-                        self.record_ops(e.ops);
-                        e.result
-                    })
-            }
-            Route::Broadcast => {
-                let n = self.shared.partitions.len();
-                {
-                    let mut st = self.state.lock();
-                    for p in 0..n {
-                        st.add_participant(p);
-                    }
-                }
-                let futs = (0..n)
-                    .map(|p| self.execute_at(p, txn, plan.clone(), params.clone(), lock, None));
-                let mut parts = Vec::with_capacity(n);
-                let mut ops = Vec::new();
-                let mut first_err = None;
-                for r in futures::future::join_all(futs).await {
-                    match r {
-                        Ok(e) => {
-                            self.note_after(&e.after);
-                            parts.push(e.result);
-                            if !e.ops.is_empty() {
-                                ops.push(e.ops);
-                            }
-                        }
-                        Err(e) => {
-                            // A victim anywhere dooms the attempt; prefer
-                            // reporting that over other errors.
-                            if first_err.is_none() || e.is_retryable() {
-                                first_err = Some(e);
-                            }
-                        }
-                    }
-                }
-                if !ops.is_empty() {
-                    self.record_ops(crate::history::merge_broadcast(ops));
-                }
-                match first_err {
-                    Some(e) => Err(e),
-                    None => Ok(plan.merge(parts)),
-                }
-            }
-        };
+        let targets = self.shared.targets(&plan, &params);
+        let result = self
+            .execute_on(&targets, txn, &plan, params, lock, None)
+            .await;
         if let Err(Error::Aborted(cause)) = &result {
             self.state.lock().doomed = Some(*cause);
         }

@@ -567,8 +567,11 @@ impl Partition {
                     .locks
                     .release_class(owner, LockClass::Member(g), &mut self.wakeups);
                 self.forget_uses(owner, &gone);
+                if let Some(rows) = self.nexus_rows.get_mut(&owner) {
+                    rows.retain(|r| !gone.contains(r));
+                }
             }
-            (Some(k), Some(g)) if commit || k != txn => {
+            (Some(_), Some(g)) if commit => {
                 self.locks.downgrade_all(
                     owner,
                     LockClass::Member(g),
@@ -996,22 +999,13 @@ impl Partition {
                 }
             }
         }
-        if let Some(rows) = self.nexus_rows.get_mut(&txn) {
-            rows.retain(|r| !targets.contains(r));
-        }
     }
 
     /// Callas: `txn` holds nothing here any more.
     fn forget_callas(&mut self, txn: TxnId) {
         self.callas_groups.remove(&txn);
-        for t in self.nexus_rows.remove(&txn).unwrap_or_default() {
-            if let Some(uses) = self.nexus_cols.get_mut(&t) {
-                uses.retain(|u| u.txn != txn);
-                if uses.is_empty() {
-                    self.nexus_cols.remove(&t);
-                }
-            }
-        }
+        let rows = self.nexus_rows.remove(&txn).unwrap_or_default();
+        self.forget_uses(txn, &rows);
     }
 
     /// Ends a statement: releases its short locks and answers. A BASE

@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use brine_core::{AbortCause, Error, NodeId, Result, TxnId, Value};
-use brine_sql::{Plan, QueryResult, Route};
+use brine_sql::{Plan, QueryResult};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
@@ -49,6 +49,14 @@ pub struct ScRun {
     rec_mark: usize,
     /// Re-runs of the current piece.
     reruns: u32,
+}
+
+/// The `sc` state of a transaction running in an `sc` group.
+fn run_of(st: &mut TxnState) -> &mut ScRun {
+    st.callas
+        .as_mut()
+        .and_then(|c| c.sc.as_mut())
+        .expect("sc state")
 }
 
 fn rec_len(st: &TxnState) -> usize {
@@ -82,7 +90,7 @@ pub(crate) async fn exec(
         let c = st.callas.as_mut().expect("callas state");
         let pieces = c
             .pieces
-            .clone()
+            .as_ref()
             .ok_or_else(|| Error::Internal("an `sc` transaction without its pieces".into()))?;
         let (k, _) = pieces.piece_of(statement, false)?;
         let cur = c.piece.map(|(p, _)| p);
@@ -115,19 +123,10 @@ pub(crate) async fn exec(
         };
         (owner, k, closing)
     };
-    if let Some((sub, parts)) = closing {
-        if let Err(e) = commit_at(&shared, ctx.node, sub, Some(owner), &parts).await {
-            if let Error::Aborted(cause) = e {
-                ctx.state.lock().doomed = Some(cause);
-            }
-            return Err(e);
-        }
+    if let Some(piece) = closing {
+        commit_piece(&shared, ctx.node, &ctx.state, owner, piece).await?;
         let mut st = ctx.state.lock();
-        let run = st
-            .callas
-            .as_mut()
-            .and_then(|c| c.sc.as_mut())
-            .expect("sc state");
+        let run = run_of(&mut st);
         run.committed = run.results.len();
         run.reruns = 0;
     }
@@ -156,11 +155,7 @@ pub(crate) async fn exec(
     if let Err(Error::Aborted(cause)) = &result {
         st.doomed = Some(*cause);
     }
-    let run = st
-        .callas
-        .as_mut()
-        .and_then(|c| c.sc.as_mut())
-        .expect("sc state");
+    let run = run_of(&mut st);
     run.results.push((k, result.clone()));
     run.cursor += 1;
     result
@@ -177,64 +172,33 @@ async fn run_in_piece(
     args: Vec<Value>,
     lock_class: Option<brine_lock::LockClass>,
 ) -> Result<QueryResult> {
-    let shared = &ctx.shared;
     let params = plan.bind(args)?;
     let lock = ctx.lock_spec(lock_class, true);
-    let targets: SmallVec<[usize; 4]> = match plan.route(&params, &shared.catalog) {
-        Route::Partition(v) => SmallVec::from_elem(shared.partition_for(&v), 1),
-        Route::Broadcast => (0..shared.partitions.len()).collect(),
-    };
-    {
-        let mut st = ctx.state.lock();
-        for &p in &targets {
-            st.add_participant(p);
-        }
-    }
+    let targets = ctx.shared.targets(&plan, &params);
     let base = BaseStmt {
         owner,
         seq,
         autocommit: false,
         release_order: false,
     };
-    let runs = targets.iter().map(|&p| {
-        ctx.execute_at(
-            p,
-            sub,
-            plan.clone(),
-            params.clone(),
-            lock,
-            Some((base, None)),
-        )
-    });
-    let mut parts = Vec::with_capacity(targets.len());
-    let mut ops = Vec::new();
-    let mut first_err: Option<Error> = None;
-    for r in futures::future::join_all(runs).await {
-        match r {
-            Ok(e) => {
-                ctx.note_after(&e.after);
-                if !e.ops.is_empty() {
-                    ops.push(e.ops);
-                }
-                parts.push(e.result);
-            }
-            Err(e) => {
-                if first_err.is_none() || e.is_retryable() {
-                    first_err = Some(e);
-                }
-            }
-        }
+    ctx.execute_on(&targets, sub, &plan, params, lock, Some(base))
+        .await
+}
+
+/// Commits the piece `sub` of `owner` at `parts`; a concurrency-control
+/// abort dooms the attempt.
+async fn commit_piece(
+    shared: &Shared,
+    node: NodeId,
+    state: &Mutex<TxnState>,
+    owner: TxnId,
+    (sub, parts): (TxnId, SmallVec<[usize; 4]>),
+) -> Result<()> {
+    let r = commit_at(shared, node, sub, Some(owner), &parts).await;
+    if let Err(Error::Aborted(cause)) = &r {
+        state.lock().doomed = Some(*cause);
     }
-    match ops.len() {
-        0 => {}
-        1 => ctx.record_ops(ops.pop().expect("one")),
-        _ => ctx.record_ops(crate::history::merge_broadcast(ops)),
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None if parts.len() == 1 => Ok(parts.pop().expect("one part")),
-        None => Ok(plan.merge(parts)),
-    }
+    r
 }
 
 /// What [`body_done`] decided.
@@ -262,11 +226,8 @@ pub(crate) async fn body_done<T>(
         (st.txn, st.doomed, take_open(&mut st))
     };
     if let (Ok(_), None) = (&result, doomed) {
-        if let Some((sub, parts)) = open {
-            if let Err(e) = commit_at(shared, node, sub, Some(owner), &parts).await {
-                if let Error::Aborted(cause) = e {
-                    state.lock().doomed = Some(cause);
-                }
+        if let Some(piece) = open {
+            if let Err(e) = commit_piece(shared, node, state, owner, piece).await {
                 return Step::Done(Err(e));
             }
         }
@@ -282,11 +243,7 @@ pub(crate) async fn body_done<T>(
     let (later, reruns) = {
         let mut st = state.lock();
         let (mark, later, reruns) = {
-            let run = st
-                .callas
-                .as_mut()
-                .and_then(|c| c.sc.as_mut())
-                .expect("sc state");
+            let run = run_of(&mut st);
             run.results.truncate(run.committed);
             run.cursor = 0;
             run.reruns += 1;

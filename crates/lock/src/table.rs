@@ -835,22 +835,9 @@ impl LockTable {
         let mut gone = Vec::new();
         for target in targets {
             let removed = self.remove_holders_where(txn, &target, |m| m.class == class);
-            if !removed.any {
-                continue;
+            if self.settle_removal(txn, &target, removed, wakeups) {
+                gone.push(target);
             }
-            if !removed.still_holds {
-                if let Some(st) = self.txns.get_mut(&txn) {
-                    st.held.retain(|t| t != &target);
-                }
-                self.on_released(txn, Some(&target));
-                gone.push(target.clone());
-            }
-            if removed.may_unblock {
-                self.regrant(&target, wakeups);
-            }
-        }
-        if !gone.is_empty() && self.txns.get(&txn).is_some_and(|s| s.held.is_empty()) {
-            self.on_released(txn, None);
         }
         self.drain_worklist(wakeups);
         self.maybe_drop_txn(txn);
@@ -1778,8 +1765,23 @@ impl LockTable {
             "releasing {txn}'s lock on {target:?} with unreleased release dependencies"
         );
         let removed = self.remove_holders(txn, target, Some(access));
+        self.settle_removal(txn, target, removed, wakeups);
+    }
+
+    /// After some of `txn`'s locks on `target` were removed: if it holds
+    /// none there any more, forgets the target and tells what waited for
+    /// its release (and, if it holds nothing at all now, for that); lets
+    /// waiters the removal may unblock in. Returns whether `txn` no longer
+    /// holds `target`.
+    fn settle_removal(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        removed: Removed,
+        wakeups: &mut Vec<Wakeup>,
+    ) -> bool {
         if !removed.any {
-            return;
+            return false;
         }
         if !removed.still_holds {
             let mut now_empty = false;
@@ -1797,6 +1799,7 @@ impl LockTable {
         if removed.may_unblock {
             self.regrant(target, wakeups);
         }
+        !removed.still_holds
     }
 
     /// One pass of a `release_all` in progress: releases every held target
