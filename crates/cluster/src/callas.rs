@@ -991,6 +991,7 @@ pub(crate) async fn exec_piece(
             seq,
             autocommit: true,
             release_order: false,
+            commit_first: None,
         };
         let r = ctx
             .execute_at(

@@ -632,24 +632,29 @@ pub struct PartitionWal {
     base: BaseContexts,
     /// Salt: the subtransaction whose context was just logged to commit
     /// with it: its Commit record is written even if it wrote nothing
-    /// (recovery attaches a context only to a Commit or Prepare).
-    context_commit: Option<TxnId>,
+    /// (recovery attaches a context only to a Commit or Prepare); `false`:
+    /// logging it failed.
+    context_commit: Option<(TxnId, bool)>,
 }
 
 impl PartitionWal {
     /// Salt: logs what alkaline subtransaction `c.sub` ran here, just
     /// before its Commit (`committed`: it commits with that record) or
     /// Prepare record, which forces it.
+    /// A commit whose context could not be logged is never acknowledged.
     pub fn log_base(&mut self, c: BaseContext, committed: bool) {
         if let Err(e) = self
             .log
             .append(RecordKind::BaseContext, |b| encode_base_context(b, &c))
         {
             tracing::error!(partition = self.id, "cannot log a BASE context: {e}");
+            if committed {
+                self.context_commit = Some((c.sub, false));
+            }
             return;
         }
         if committed {
-            self.context_commit = Some(c.sub);
+            self.context_commit = Some((c.sub, true));
             self.base.commit(c);
         } else {
             self.base.pending.insert(c.sub, c);
@@ -691,7 +696,16 @@ impl PartitionWal {
             reply.send(value);
             return;
         }
-        let has_context = self.context_commit.take() == Some(txn);
+        let context = self.context_commit.take().filter(|&(sub, _)| sub == txn);
+        if let Some((_, false)) = context {
+            // Acknowledging it would tell the coordinator that results are
+            // durable which recovery cannot replay (a read-only
+            // subtransaction would be acknowledged at once): the reply is
+            // dropped, and the outcome stays unknown to the coordinator.
+            tracing::error!(partition = self.id, %txn, "commit not acknowledged: its BASE context is not logged");
+            return;
+        }
+        let has_context = context.is_some();
         if !store.has_writes(txn) && !has_context {
             self.after_durable(reply, value);
             return;

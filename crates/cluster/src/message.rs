@@ -74,6 +74,11 @@ pub struct BaseStmt {
     /// The saline release-order rules are on (off only to show the
     /// indirect dirty read they prevent).
     pub release_order: bool,
+    /// Local-transaction optimization for a longer alkaline
+    /// subtransaction: the previous subtransaction of `owner`, which ran
+    /// on this partition only and whose statements all succeeded, commits
+    /// here before this statement runs, instead of in a round of its own.
+    pub commit_first: Option<TxnId>,
 }
 
 /// A participant's vote in the first phase of two-phase commit.
@@ -199,7 +204,9 @@ pub enum PartitionMsg {
 }
 
 /// The way back to whoever sent a request, over the same link.
-pub struct Reply<T> {
+pub struct Reply<T>(Option<ReplyPath<T>>);
+
+struct ReplyPath<T> {
     tx: oneshot::Sender<T>,
     from: NodeId,
     to: NodeId,
@@ -211,21 +218,26 @@ impl<T: Send + 'static> Reply<T> {
     /// requester's), and the receiver the requester awaits.
     pub fn channel(link: &Link, from: NodeId, to: NodeId) -> (Reply<T>, oneshot::Receiver<T>) {
         let (tx, rx) = oneshot::channel();
-        (
-            Reply {
-                tx,
-                from,
-                to,
-                link: link.clone(),
-            },
-            rx,
-        )
+        let path = ReplyPath {
+            tx,
+            from,
+            to,
+            link: link.clone(),
+        };
+        (Reply(Some(path)), rx)
+    }
+
+    /// An answer nobody waits for: sending it sends nothing.
+    pub fn nobody() -> Reply<T> {
+        Reply(None)
     }
 
     pub fn send(self, value: T) {
-        let tx = self.tx;
+        let Some(ReplyPath { tx, from, to, link }) = self.0 else {
+            return;
+        };
         // A requester that went away (shutdown) no longer needs the answer.
-        self.link.send(self.from, self.to, move || {
+        link.send(from, to, move || {
             let _ = tx.send(value);
         });
     }

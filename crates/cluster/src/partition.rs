@@ -363,6 +363,15 @@ impl Partition {
                 reply,
             } => {
                 self.counters.statements.fetch_add(1, Ordering::Relaxed);
+                if let Some(b) = base {
+                    if let Some(prev) = b.commit_first {
+                        // Nobody waits for this commit: the statement's
+                        // answer says it happened, and a later commit of
+                        // the owner here that is durable makes it durable
+                        // (one log, in order).
+                        self.commit(prev, Some(b.owner), Reply::nobody());
+                    }
+                }
                 if self.cascaded.contains(&base.map_or(txn, |b| b.owner)) {
                     reply.send(Err(Error::Aborted(AbortCause::Cascade)));
                     return;
@@ -426,23 +435,7 @@ impl Partition {
             }
             PartitionMsg::Commit {
                 txn, keep, reply, ..
-            } => {
-                // Logged before the store forgets the undo the redo is read
-                // from; acknowledged by the log writer once durable.
-                match &mut self.wal {
-                    Some(wal) => {
-                        if let Some(c) = self.base_results.remove(&txn) {
-                            wal.log_base(c, true);
-                        }
-                        wal.commit(&self.store, txn, reply, ());
-                        self.end_txn(txn, keep, true);
-                    }
-                    None => {
-                        self.end_txn(txn, keep, true);
-                        reply.send(());
-                    }
-                }
-            }
+            } => self.commit(txn, keep, reply),
             PartitionMsg::Abort { txn, keep, reply } => {
                 self.cascaded.remove(&txn);
                 self.base_results.remove(&txn);
@@ -600,6 +593,25 @@ impl Partition {
             }
         }
         self.process_wakeups();
+    }
+
+    /// Commits `txn` here (one-round commit, or phase two). Logged before
+    /// the store forgets the undo the redo is read from; acknowledged by
+    /// the log writer once durable.
+    fn commit(&mut self, txn: TxnId, keep: Option<TxnId>, reply: Reply<()>) {
+        match &mut self.wal {
+            Some(wal) => {
+                if let Some(c) = self.base_results.remove(&txn) {
+                    wal.log_base(c, true);
+                }
+                wal.commit(&self.store, txn, reply, ());
+                self.end_txn(txn, keep, true);
+            }
+            None => {
+                self.end_txn(txn, keep, true);
+                reply.send(());
+            }
+        }
     }
 
     /// Undoes `txn` here. Under Runtime Pipelining every same-group

@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use brine_core::{Error, NodeId, Result, TxnId, Value};
 use brine_lock::LockClass;
-use brine_sql::{Plan, QueryResult, Route};
+use brine_sql::{Plan, QueryResult};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
@@ -62,6 +62,12 @@ pub(crate) struct BaseState {
     context: Vec<Option<Result<QueryResult>>>,
     /// The open alkaline subtransaction, if any.
     block: Option<Block>,
+    /// Local-transaction optimization for a longer subtransaction: the
+    /// last one ended, which ran on one partition only, commits there with
+    /// the next statement sent to that partition
+    /// (`BaseStmt::commit_first`); any other next step commits it first,
+    /// in a round of its own. Never the acceptance: that one is waited for.
+    commit_later: Option<Block>,
     /// Blocks the body left with an error (it opened the next one without
     /// ending them): rolled back before anything else is sent.
     abandoned: Vec<Block>,
@@ -121,6 +127,7 @@ impl BaseState {
             replay_until: 0,
             context: Vec::new(),
             block: None,
+            commit_later: None,
             abandoned: Vec::new(),
             accepted: false,
             first_error: None,
@@ -252,7 +259,7 @@ pub(crate) async fn end_alkaline(ctx: &mut ProcCtx) -> Result<()> {
         }
         let b = base_mut(&mut st);
         check_in_doubt(b)?;
-        match b.block.take() {
+        let block = match b.block.take() {
             Some(block) if block.explicit => block,
             other => {
                 b.block = other;
@@ -261,9 +268,50 @@ pub(crate) async fn end_alkaline(ctx: &mut ProcCtx) -> Result<()> {
                         .into(),
                 ));
             }
+        };
+        let one_partition = block
+            .live
+            .as_ref()
+            .is_some_and(|sub| sub.participants.len() == 1);
+        if b.accepted && b.opts.local_commit && one_partition {
+            b.commit_later = Some(block);
+            return Ok(());
         }
+        block
     };
     finish_block(ctx, block).await
+}
+
+/// Before a statement to `targets`: the subtransaction left to commit
+/// later commits first, in a round of its own, unless the statement can
+/// carry its commit (a live statement to the same single partition).
+async fn commit_unless_carried(ctx: &ProcCtx, targets: &[usize]) -> Result<()> {
+    let carried = {
+        let mut st = ctx.state.lock();
+        let b = base_mut(&mut st);
+        let live = !b.replayed(b.seq);
+        b.commit_later.as_ref().is_none_or(|bl| {
+            live && bl
+                .live
+                .as_ref()
+                .is_some_and(|sub| sub.participants.as_slice() == targets)
+        })
+    };
+    if carried {
+        Ok(())
+    } else {
+        commit_now(ctx).await
+    }
+}
+
+/// Commits the subtransaction left to commit later, if any (the body
+/// returned, or something else must go first).
+async fn commit_now(ctx: &ProcCtx) -> Result<()> {
+    let block = base_mut(&mut ctx.state.lock()).commit_later.take();
+    match block {
+        Some(block) => finish_block(ctx, block).await,
+        None => Ok(()),
+    }
 }
 
 /// Commits a subtransaction whose statements all succeeded.
@@ -329,8 +377,10 @@ pub(crate) async fn exec(
     let params = plan.bind(args)?;
     let shared = ctx.shared.clone();
     roll_back_abandoned(ctx).await;
+    let targets = shared.targets(&plan, &params);
+    commit_unless_carried(ctx, &targets).await?;
     // Position, replay, and the subtransaction it belongs to.
-    let (owner, seq, sub_txn, sub_no, implicit, opts, release_order, intro) = {
+    let (owner, seq, sub_txn, sub_no, implicit, opts, release_order, intro, commit_first) = {
         let mut st = ctx.state.lock();
         if let Some(cause) = st.doomed {
             return Err(Error::Aborted(cause));
@@ -372,6 +422,11 @@ pub(crate) async fn exec(
             )));
         };
         let intro = if seq == 0 { b.intro.clone() } else { None };
+        // Left by `commit_unless_carried` only if this statement carries it.
+        let commit_first = b
+            .commit_later
+            .take()
+            .and_then(|bl| bl.live.map(|sub| sub.txn));
         (
             owner,
             seq,
@@ -381,18 +436,11 @@ pub(crate) async fn exec(
             b.opts,
             b.release_order,
             intro,
+            commit_first,
         )
     };
     let mut lock = shared.protocol.lock_spec(shared.isolation);
     lock.class = LockClass::Alkaline;
-    let route = plan.route(&params, &shared.catalog);
-    let targets: SmallVec<[usize; 4]> = match &route {
-        Route::Partition(v) => SmallVec::from_elem(
-            brine_core::schema::partition_of(v, shared.partitions.len() as u32) as usize,
-            1,
-        ),
-        Route::Broadcast => (0..shared.partitions.len()).collect(),
-    };
     let autocommit = implicit && opts.local_commit && targets.len() == 1;
     {
         let mut st = ctx.state.lock();
@@ -411,6 +459,7 @@ pub(crate) async fn exec(
         seq,
         autocommit,
         release_order,
+        commit_first,
     };
     let futs = targets.iter().map(|&p| {
         ctx.execute_at(
@@ -541,6 +590,9 @@ pub(crate) async fn run_base(
         let body_result = (proc.body)(ctx, args.clone()).await;
         let owner = state.lock().txn;
         let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
+        // Its statements succeeded, whatever the body did next: it commits
+        // (a failure dooms the transaction or leaves it in doubt, below).
+        let _ = commit_now(&ctx).await;
         let in_doubt = base_mut(&mut state.lock()).in_doubt.clone();
         if let Some(e) = in_doubt {
             roll_back_abandoned(&ctx).await;

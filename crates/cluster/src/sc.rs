@@ -180,6 +180,7 @@ async fn run_in_piece(
         seq,
         autocommit: false,
         release_order: false,
+        commit_first: None,
     };
     ctx.execute_on(&targets, sub, &plan, params, lock, Some(base))
         .await

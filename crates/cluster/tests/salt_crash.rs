@@ -3,6 +3,14 @@
 //! step, recover, and require that every accepted BASE transaction
 //! completed exactly once (roll-forward): the money total is unchanged and
 //! every transfer the client saw accepted has its ledger row, once.
+//!
+//! A third of the calls are deposits: their acceptance only reads, and
+//! each alkaline subtransaction after it runs two statements on one
+//! partition. Under `salt` each of those commits with the next statement
+//! sent there (the local-transaction optimization for longer
+//! subtransactions), so a crash can cut between a commit that rode on a
+//! statement and the durable commits after it. Each deposit adds exactly
+//! `DEPOSIT_STEPS` to the total, once.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,9 +19,9 @@ use std::time::Duration;
 
 use brine_cluster::{
     Application, Cluster, ClusterConfig, DeadlockPolicy, DurabilityConfig, DurabilityMode,
-    Isolation, LinkConfig,
+    Isolation, LinkConfig, ProcedureDef,
 };
-use brine_core::Value;
+use brine_core::{Error, Value};
 use brine_storage::wal::{CrashSwitch, StepKind};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
@@ -24,6 +32,43 @@ use salt_common::{fig_3_1_transfer, int};
 
 const ACCOUNTS: i64 = 6;
 const START: i64 = 1000;
+/// Subtransactions of a deposit after its acceptance, each adding 1.
+const DEPOSIT_STEPS: i64 = 3;
+/// Ledger ids of deposits start here (transfers' are below).
+const DEPOSIT_IDS: i64 = 1_000_000;
+
+/// BASE: accepted once the account is found (a subtransaction that only
+/// reads); then `DEPOSIT_STEPS` subtransactions that each read the account
+/// and add 1 to it; then the ledger row (amount `DEPOSIT_STEPS`).
+fn deposit() -> ProcedureDef {
+    ProcedureDef::new("deposit")
+        .base()
+        .statement("bal", "SELECT v FROM kv WHERE k = $id")
+        .statement("add", "UPDATE kv SET v = v + $amt WHERE k = $id")
+        .statement("log", "INSERT INTO ledger (id, amt) VALUES ($id, $amt)")
+        .body(|mut ctx, args| async move {
+            let (account, id) = (args[0].clone(), args[1].clone());
+            ctx.begin_alkaline()?;
+            if ctx
+                .exec("bal", vec![account.clone()])
+                .await?
+                .rows
+                .is_empty()
+            {
+                return Err(Error::UserAbort("no such account".into()));
+            }
+            ctx.end_alkaline().await?;
+            for _ in 0..DEPOSIT_STEPS {
+                ctx.begin_alkaline()?;
+                ctx.exec("bal", vec![account.clone()]).await?;
+                ctx.exec("add", vec![Value::Int(1), account.clone()])
+                    .await?;
+                ctx.end_alkaline().await?;
+            }
+            ctx.exec("log", vec![id, Value::Int(DEPOSIT_STEPS)]).await?;
+            Ok(vec![])
+        })
+}
 
 fn app() -> Application {
     Application {
@@ -31,7 +76,7 @@ fn app() -> Application {
         ddl: "CREATE TABLE kv (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
               CREATE TABLE ledger (id INT NOT NULL, amt INT NOT NULL, PRIMARY KEY (id)) PARTITION BY (id);"
             .into(),
-        procedures: vec![fig_3_1_transfer(None)],
+        procedures: vec![fig_3_1_transfer(None), deposit()],
     }
 }
 
@@ -82,14 +127,22 @@ async fn run(c: &Cluster, seed: u64, switch: &Arc<CrashSwitch>) -> Vec<i64> {
             for i in 0..25i64 {
                 let from = rng.gen_range(0..ACCOUNTS);
                 let to = (from + rng.gen_range(1..ACCOUNTS)) % ACCOUNTS;
-                let id = client_no as i64 * 1000 + i;
-                let args = vec![
-                    Value::Int(from),
-                    Value::Int(to),
-                    Value::Int(rng.gen_range(1..5)),
-                    Value::Int(id),
-                ];
-                let Ok(mut call) = client.submit("transfer", args) else {
+                let amount = rng.gen_range(1..5);
+                let (id, submitted) = if i % 3 == 2 {
+                    let id = DEPOSIT_IDS + client_no as i64 * 1000 + i;
+                    let args = vec![Value::Int(from), Value::Int(id)];
+                    (id, client.submit("deposit", args))
+                } else {
+                    let id = client_no as i64 * 1000 + i;
+                    let args = vec![
+                        Value::Int(from),
+                        Value::Int(to),
+                        Value::Int(amount),
+                        Value::Int(id),
+                    ];
+                    (id, client.submit("transfer", args))
+                };
+                let Ok(mut call) = submitted else {
                     break;
                 };
                 if call.accepted().await.is_ok() {
@@ -174,20 +227,21 @@ fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>, rolled: &mu
             .iter()
             .map(|r| int(&r[0]))
             .sum();
-        assert_eq!(
-            total,
-            ACCOUNTS * START,
-            "seed {seed} (k {k}): money created or lost: a BASE transfer ran partly or twice"
-        );
         let ledger: Vec<i64> = read_all(&c, "SELECT id FROM ledger")
             .await
             .iter()
             .map(|r| int(&r[0]))
             .collect();
+        let deposits = ledger.iter().filter(|&&id| id >= DEPOSIT_IDS).count() as i64;
+        assert_eq!(
+            total,
+            ACCOUNTS * START + DEPOSIT_STEPS * deposits,
+            "seed {seed} (k {k}): money created or lost: a BASE transfer or deposit ran partly or twice ({deposits} deposits)"
+        );
         for id in &accepted {
             assert!(
                 ledger.contains(id),
-                "seed {seed} (k {k}): accepted transfer {id} did not complete"
+                "seed {seed} (k {k}): accepted BASE transaction {id} did not complete"
             );
         }
         c.verify_storage()
