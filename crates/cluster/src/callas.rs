@@ -1040,7 +1040,7 @@ async fn release_in_order(
     let acks = futures::future::join_all(participants.iter().map(|&p| {
         shared.request(node, p, move |reply| PartitionMsg::Release {
             owner: txn,
-            upto: None,
+            stages: vec![None],
             reply,
         })
     }))

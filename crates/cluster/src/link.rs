@@ -236,10 +236,11 @@ fn run_link(
             let took = (at - sent).as_nanos() as u64;
             lateness_ns += signed_ns(at, s.due);
             batch += 1;
-            (s.deliver)();
+            // Counted first, so whoever the delivery wakes sees it counted.
             stats.messages.fetch_add(1, Ordering::Relaxed);
             stats.total_delay_ns.fetch_add(took, Ordering::Relaxed);
             stats.max_delay_ns.fetch_max(took, Ordering::Relaxed);
+            (s.deliver)();
         }
         if batch > 0 {
             let mean = lateness_ns / batch;

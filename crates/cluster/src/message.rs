@@ -150,12 +150,14 @@ pub enum PartitionMsg {
         reply: Reply<()>,
     },
     /// Salt: the BASE transaction `owner` ended; release its saline locks
-    /// taken by statements at positions `<= upto` (all with `None`),
-    /// each when its release-order dependencies allow. Answered once all
-    /// of them are released.
+    /// in stages, in order: a stage `Some(upto)` releases those taken by
+    /// statements at positions `<= upto`, `None` all of them (and ends the
+    /// transaction here), each lock when its release-order dependencies
+    /// allow; a stage starts once the one before it released everything.
+    /// Answered once the last stage is done.
     Release {
         owner: TxnId,
-        upto: Option<u32>,
+        stages: Vec<Option<u32>>,
         reply: Reply<()>,
     },
     /// Callas, Runtime Pipelining: a piece of `owner` ended; its

@@ -246,6 +246,9 @@ struct PendingRelease {
     /// holds back any of these targets (those whose release was held back,
     /// and those of the stage's dirty reads that a later statement keeps).
     targets: Option<Vec<LockTarget>>,
+    /// The stages of the same `Release` still to run once this one is
+    /// done; answered after the last.
+    rest: Vec<Option<u32>>,
     reply: Reply<()>,
 }
 
@@ -472,11 +475,14 @@ impl Partition {
                 }
                 reply.send(in_doubt);
             }
-            PartitionMsg::Release { owner, upto, reply } => {
-                if let (None, Some(wal)) = (upto, &mut self.wal) {
-                    wal.base_end(owner);
-                }
-                self.release_base(owner, upto, reply);
+            PartitionMsg::Release {
+                owner,
+                mut stages,
+                reply,
+            } => {
+                // Run front to back: kept reversed, the next one last.
+                stages.reverse();
+                self.release_base(owner, stages, reply);
             }
             PartitionMsg::Load { table, rows, reply } if self.wal.is_some() => {
                 if let Some(wal) = &mut self.wal {
@@ -657,9 +663,6 @@ impl Partition {
         }
     }
 
-    /// Salt: releases the locks of BASE transaction `owner` taken by
-    /// statements up to `upto` (all with `None`), each once its
-    /// release-order dependencies allow; answers when all are released.
     /// Adds `owner`'s lock holds here to the per-table counters.
     fn count_holds(&mut self, owner: TxnId) {
         let Some(held) = self.held_since.remove(&owner) else {
@@ -673,8 +676,21 @@ impl Partition {
         }
     }
 
-    fn release_base(&mut self, owner: TxnId, upto: Option<u32>, reply: Reply<()>) {
+    /// Salt: runs the stages of a `Release` of BASE transaction `owner`
+    /// (`stages` reversed: the next one last). A stage releases the locks
+    /// taken by statements up to its position (all of them, and the end of
+    /// the transaction here, with `None`), each once its release-order
+    /// dependencies allow; the next stage starts when all of them went,
+    /// and the reply goes after the last.
+    fn release_base(&mut self, owner: TxnId, mut stages: Vec<Option<u32>>, reply: Reply<()>) {
+        let Some(upto) = stages.pop() else {
+            reply.send(());
+            return;
+        };
         let Some(upto) = upto else {
+            if let Some(wal) = &mut self.wal {
+                wal.base_end(owner);
+            }
             self.base_locks.remove(&owner);
             self.forget_callas(owner);
             self.count_holds(owner);
@@ -686,6 +702,7 @@ impl Partition {
                         .or_default()
                         .push(PendingRelease {
                             targets: None,
+                            rest: Vec::new(),
                             reply,
                         })
                 }
@@ -725,16 +742,18 @@ impl Partition {
             }
         }
         if held_back.is_empty() {
-            reply.send(());
-        } else {
-            self.releases
-                .entry(owner)
-                .or_default()
-                .push(PendingRelease {
-                    targets: Some(held_back),
-                    reply,
-                });
+            self.process_wakeups();
+            self.release_base(owner, stages, reply);
+            return;
         }
+        self.releases
+            .entry(owner)
+            .or_default()
+            .push(PendingRelease {
+                targets: Some(held_back),
+                rest: stages,
+                reply,
+            });
         self.process_wakeups();
     }
 
@@ -745,6 +764,7 @@ impl Partition {
             return;
         };
         let mut kept = Vec::new();
+        let mut next = Vec::new();
         for r in pending {
             let done = match &r.targets {
                 Some(ts) => ts
@@ -752,14 +772,20 @@ impl Partition {
                     .all(|t| !self.locks.holds(owner, t) || !self.locks.release_blocked(owner, t)),
                 None => whole,
             };
-            if done {
+            if !done {
+                kept.push(r);
+            } else if r.rest.is_empty() {
                 r.reply.send(());
             } else {
-                kept.push(r);
+                next.push((r.rest, r.reply));
             }
         }
         if !kept.is_empty() {
             self.releases.insert(owner, kept);
+        }
+        // The next stages of the same releases, now that these went.
+        for (rest, reply) in next {
+            self.release_base(owner, rest, reply);
         }
     }
 

@@ -112,7 +112,7 @@ pub enum WireMsg {
     },
     Release {
         owner: TxnId,
-        upto: Option<u32>,
+        stages: Vec<Option<u32>>,
     },
     Load {
         table: TableId,
@@ -336,9 +336,13 @@ async fn forward(
             // on nodes), so this never crosses the network.
             tracing::error!(%owner, "a Callas piece end cannot be sent to another process");
         }
-        PartitionMsg::Release { owner, upto, reply } => {
+        PartitionMsg::Release {
+            owner,
+            stages,
+            reply,
+        } => {
             if let Err(e) = client
-                .request(request(WireMsg::Release { owner, upto }))
+                .request(request(WireMsg::Release { owner, stages }))
                 .await
             {
                 tracing::warn!(%owner, "release not delivered: {}", unreachable(&e));
@@ -536,8 +540,8 @@ impl NodeService {
                     WireResponse::Ack
                 })
             }
-            WireMsg::Release { owner, upto } => {
-                ask!(|reply| PartitionMsg::Release { owner, upto, reply }, |()| {
+            WireMsg::Release { owner, stages } => {
+                ask!(|reply| PartitionMsg::Release { owner, stages, reply }, |()| {
                     WireResponse::Ack
                 })
             }

@@ -7,10 +7,17 @@
 //!                        │         single-statement subtransaction)            ▼ alkaline -> saline
 //!                        │                                   first subtransaction committed: ACCEPTED
 //!                        ▼ body returned: COMPLETED ──► release saline locks (background), in stages:
-//!                          Release{upto: d1} ... Release{upto: dk}, Release{all}
+//!                          d1, ..., dk, all
 //!                          (d1 < .. < dk: statements that read another BASE transaction's
 //!                           unreleased write; write-after-read rule)
 //! ```
+//!
+//! Each partition runs its stages in order by itself, from one `Release`
+//! message, when every dirty read it must wait for happened there; if a
+//! partition holds a lock taken after a dirty read at another partition,
+//! the coordinator runs the stages in lockstep instead: one `Release` per
+//! stage to every partition, each after all answered the one before
+//! (`BaseState::release_rounds`).
 //!
 //! One `TxnId` (the *owner*) holds every lock of the BASE transaction; each
 //! alkaline subtransaction writes, prepares, logs and commits under a
@@ -76,11 +83,12 @@ pub(crate) struct BaseState {
     first_error: Option<Error>,
     /// Subtransactions opened so far (in this run of the body).
     subs: u32,
-    /// Where the BASE transaction holds locks.
-    touched: SmallVec<[usize; 4]>,
+    /// Where the BASE transaction holds locks, each partition with the
+    /// position of the last statement that ran there.
+    touched: SmallVec<[(usize, u32); 4]>,
     /// Positions of statements that read another BASE transaction's
-    /// unreleased write (ascending).
-    dirty: Vec<u32>,
+    /// unreleased write (ascending), with the partitions where they did.
+    dirty: Vec<(u32, SmallVec<[usize; 2]>)>,
     /// With a log: the procedure and arguments, logged with the first
     /// statement (durable acceptance).
     intro: Option<Arc<(String, Vec<Value>)>>,
@@ -157,10 +165,51 @@ impl BaseState {
         }
     }
 
-    fn touch(&mut self, p: usize) {
-        if !self.touched.contains(&p) {
-            self.touched.push(p);
+    fn touch(&mut self, p: usize, seq: u32) {
+        match self.touched.iter_mut().find(|(q, _)| *q == p) {
+            Some((_, last)) => *last = (*last).max(seq),
+            None => self.touched.push((p, seq)),
         }
+    }
+
+    /// Every lock everywhere in one stage, `stage`.
+    fn release_at_once(&self, stage: Option<u32>) -> Rounds {
+        vec![self
+            .touched
+            .iter()
+            .map(|&(p, _)| (p, vec![stage]))
+            .collect()]
+    }
+
+    /// How the locks of a transaction whose body completed go (see the
+    /// module doc): each partition runs its own stages (those of the dirty
+    /// reads that happened there, then all), unless it holds a lock taken
+    /// after a dirty read elsewhere, which must wait for that read's
+    /// dependency: then every stage runs at every partition in lockstep.
+    fn release_rounds(&self) -> Rounds {
+        if !self.release_order || self.dirty.is_empty() {
+            return self.release_at_once(None);
+        }
+        let mut each = Vec::with_capacity(self.touched.len());
+        for &(p, last) in &self.touched {
+            let mut stages = Vec::new();
+            for (d, at) in &self.dirty {
+                if at.as_slice() == [p] {
+                    stages.push(Some(*d));
+                } else if *d < last {
+                    return self
+                        .dirty
+                        .iter()
+                        .map(|(d, _)| Some(*d))
+                        .chain([None])
+                        .flat_map(|stage| self.release_at_once(stage))
+                        .collect();
+                }
+            }
+            stages.push(None);
+            each.push((p, stages));
+        }
+        vec![each]
     }
 
     fn open(&mut self, shared: &Shared, owner: TxnId, explicit: bool, mark: usize) {
@@ -186,6 +235,11 @@ impl BaseState {
         self.context[i] = Some(result.clone());
     }
 }
+
+/// The `Release` messages that end a BASE transaction, in rounds: a
+/// round's messages (partition, stages) go together, and the next round
+/// waits for all their answers.
+type Rounds = Vec<Vec<(usize, Vec<Option<u32>>)>>;
 
 /// Whether a failed commit (or autocommitted statement) leaves its outcome
 /// unknown: nobody answered, so it may have committed.
@@ -446,7 +500,7 @@ pub(crate) async fn exec(
         let mut st = ctx.state.lock();
         let b = base_mut(&mut st);
         for &p in &targets {
-            b.touch(p);
+            b.touch(p, seq);
             if let Some(sub) = b.block.as_mut().and_then(|bl| bl.live.as_mut()) {
                 if !sub.participants.contains(&p) {
                     sub.participants.push(p);
@@ -473,11 +527,17 @@ pub(crate) async fn exec(
     });
     let mut parts = Vec::with_capacity(targets.len());
     let mut first_err: Option<Error> = None;
-    let mut dirty = false;
-    for r in futures::future::join_all(futs).await {
+    let mut dirty: SmallVec<[usize; 2]> = SmallVec::new();
+    for (r, &p) in futures::future::join_all(futs)
+        .await
+        .into_iter()
+        .zip(&targets)
+    {
         match r {
             Ok(mut e) => {
-                dirty |= e.dirty;
+                if e.dirty {
+                    dirty.push(p);
+                }
                 for op in &mut e.ops {
                     tag(op, sub_no);
                 }
@@ -516,8 +576,8 @@ pub(crate) async fn exec(
         let mut st = ctx.state.lock();
         let b = base_mut(&mut st);
         b.remember(seq, &result);
-        if dirty {
-            b.dirty.push(seq);
+        if !dirty.is_empty() {
+            b.dirty.push((seq, dirty));
         }
     }
     match &result {
@@ -631,7 +691,7 @@ pub(crate) async fn run_base(
                     let resume = b.doomed_at.take().unwrap_or(b.seq);
                     b.replay_until = resume;
                     b.context.truncate(resume as usize);
-                    b.dirty.retain(|&d| d < resume);
+                    b.dirty.retain(|&(d, _)| d < resume);
                     b.seq = 0;
                     b.subs = 0;
                     b.block = None;
@@ -641,16 +701,16 @@ pub(crate) async fn run_base(
                 slot = Some(state);
                 continue;
             }
-            let touched = {
+            let rounds = {
                 let mut st = state.lock();
                 st.finished = true;
                 st.record_end(shared, Outcome::Aborted);
                 let b = base_mut(&mut st);
                 // The next attempt tells the client.
                 on_accept = b.on_accept.take();
-                b.touched.clone()
+                b.release_at_once(None)
             };
-            release(shared.clone(), node, owner, touched, vec![None]).await;
+            release(shared.clone(), node, owner, rounds).await;
             if attempt >= shared.retry.max_attempts {
                 return Err(Error::RetriesExhausted {
                     attempts: attempt,
@@ -681,16 +741,16 @@ pub(crate) async fn run_base(
                 Err(_) => roll_back(&ctx, block).await,
             }
         }
-        let (accepted, touched, stages, first_error) = {
+        let (accepted, rounds, first_error) = {
             let mut st = state.lock();
             st.finished = true;
             let b = base_mut(&mut st);
-            let stages: Vec<Option<u32>> = if b.release_order {
-                b.dirty.iter().map(|&d| Some(d)).chain([None]).collect()
+            let rounds = if b.accepted {
+                b.release_rounds()
             } else {
-                vec![None]
+                b.release_at_once(None)
             };
-            let out = (b.accepted, b.touched.clone(), stages, b.first_error.take());
+            let out = (b.accepted, rounds, b.first_error.take());
             if let Some(rec) = &mut st.rec {
                 rec.accepted = out.0;
             }
@@ -705,7 +765,7 @@ pub(crate) async fn run_base(
         if !accepted {
             // Nothing committed: the BASE transaction aborted before
             // acceptance (or did nothing).
-            release(shared.clone(), node, owner, touched, vec![None]).await;
+            release(shared.clone(), node, owner, rounds).await;
             if let Some(e) = first_error {
                 shared.counters.user_aborts.fetch_add(1, Ordering::Relaxed);
                 return Err(e);
@@ -715,7 +775,7 @@ pub(crate) async fn run_base(
                 .counters
                 .base_accepted
                 .fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(release(shared.clone(), node, owner, touched, stages));
+            tokio::spawn(release(shared.clone(), node, owner, rounds));
         }
         return match body_result {
             Ok(values) => {
@@ -736,48 +796,37 @@ pub(crate) async fn run_base(
 /// waits forever; its end is not logged, so what it committed stays in
 /// the log and recovery rolls it forward.
 fn give_up(shared: &Arc<Shared>, node: NodeId, state: &Arc<Mutex<TxnState>>) {
-    let (owner, touched) = {
+    let (owner, rounds) = {
         let mut st = state.lock();
         st.finished = true;
         let owner = st.txn;
-        (owner, base_mut(&mut st).touched.clone())
+        // `Some(u32::MAX)`: every lock, but not the end (the context stays).
+        (owner, base_mut(&mut st).release_at_once(Some(u32::MAX)))
     };
-    // `Some(u32::MAX)`: every lock, but not the end (the context stays).
-    tokio::spawn(release(
-        shared.clone(),
-        node,
-        owner,
-        touched,
-        vec![Some(u32::MAX)],
-    ));
+    tokio::spawn(release(shared.clone(), node, owner, rounds));
 }
 
 /// Releases the BASE transaction's locks at every partition it touched,
-/// stage by stage (see the module doc).
-async fn release(
-    shared: Arc<Shared>,
-    node: NodeId,
-    owner: TxnId,
-    touched: SmallVec<[usize; 4]>,
-    stages: Vec<Option<u32>>,
-) {
-    for mut upto in stages {
-        if upto.is_none() {
-            if let Some(wal) = &shared.wal {
-                // The end is durable at the coordinator before any
-                // partition forgets the context; if it cannot be logged,
-                // the locks go but the contexts stay (a later recovery
-                // finds the transaction complete by replaying it).
-                if let Err(e) = wal.log_base_end(node, owner).await {
-                    tracing::error!(%owner, "cannot log the end of a BASE transaction: {e}");
-                    upto = Some(u32::MAX);
+/// round by round (see the module doc).
+async fn release(shared: Arc<Shared>, node: NodeId, owner: TxnId, rounds: Rounds) {
+    for mut round in rounds {
+        let ends = round.iter().any(|(_, stages)| stages.contains(&None));
+        if let (true, Some(wal)) = (ends, &shared.wal) {
+            // The end is durable at the coordinator before any partition
+            // forgets the context; if it cannot be logged, the locks go
+            // but the contexts stay (a later recovery finds the
+            // transaction complete by replaying it).
+            if let Err(e) = wal.log_base_end(node, owner).await {
+                tracing::error!(%owner, "cannot log the end of a BASE transaction: {e}");
+                for stage in round.iter_mut().flat_map(|(_, stages)| stages.iter_mut()) {
+                    stage.get_or_insert(u32::MAX);
                 }
             }
         }
-        let acks = futures::future::join_all(touched.iter().map(|&p| {
+        let acks = futures::future::join_all(round.into_iter().map(|(p, stages)| {
             shared.request(node, p, move |reply| PartitionMsg::Release {
                 owner,
-                upto,
+                stages,
                 reply,
             })
         }))
@@ -831,7 +880,9 @@ pub(crate) async fn roll_forward(
         }
         // Its saline locks were lost with the crash; its end record goes
         // to every partition that may hold part of its context.
-        b.touched = (0..shared.partitions.len()).collect();
+        b.touched = (0..shared.partitions.len())
+            .map(|p| (p, u32::MAX))
+            .collect();
         let mut st = TxnState::new(c.owner);
         st.base = Some(Box::new(b));
         let state = Arc::new(Mutex::new(st));

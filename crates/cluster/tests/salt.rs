@@ -259,8 +259,17 @@ async fn indirect_dirty_read(
     mutation: Option<Mutation>,
     copy_proc: &'static str,
 ) -> (Option<i64>, i64) {
+    indirect_dirty_read_of(mutation, copy_proc, 3, 4).await
+}
+
+/// [`indirect_dirty_read`] with rows `x` and `y` (keys 0..8).
+async fn indirect_dirty_read_of(
+    mutation: Option<Mutation>,
+    copy_proc: &'static str,
+    x: i64,
+    y: i64,
+) -> (Option<i64>, i64) {
     let (c, gates) = start("salt", mutation).await;
-    let (x, y) = (3, 4);
     let base1 = call(
         &c,
         "two_step",
@@ -310,6 +319,34 @@ async fn fig_3_3_holds_when_the_dirty_row_is_written_after_the_read() {
         "ACID must not read y while BASE1 is unfinished"
     );
     assert_eq!(late, 100);
+}
+
+/// The partition of key `k` in the two-partition scenario cluster.
+fn partition(k: i64) -> u32 {
+    brine_core::schema::partition_of(&Value::Int(k), 2)
+}
+
+// Both rules hold whether BASE2's write after its dirty read is at another
+// partition (keys 3 and 4: the coordinator runs the release stages in
+// lockstep at both) or at the same one (that partition runs BASE2's stages
+// by itself, from one release message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fig_3_3_holds_when_both_rows_share_a_partition() {
+    assert_ne!(partition(3), partition(4), "the other tests' rows");
+    let y = (0..8)
+        .find(|&k| k != 3 && partition(k) == partition(3))
+        .expect("a key beside 3");
+    for copy in ["copy", "touch_copy"] {
+        let (early, late) = indirect_dirty_read_of(None, copy, 3, y).await;
+        assert_eq!(
+            early, None,
+            "{copy}: ACID read y while BASE1 was unfinished"
+        );
+        assert_eq!(late, 100, "{copy}");
+    }
+    let (early, _) =
+        indirect_dirty_read_of(Some(Mutation::NoSalineReleaseOrder), "copy", 3, y).await;
+    assert_eq!(early, Some(100), "without the rules the dirty read shows");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -686,7 +723,9 @@ async fn messages_of_steps(c: &Cluster, k: i64, n: i64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_subtransaction_commits_with_the_next_statement() {
     for (protocol, commit_messages) in [("salt", 0), ("salt-nolocal", 2)] {
-        let mut cfg = config(protocol, None, DeadlockPolicy::Detect);
+        // Wait-die: no process-wide deadlock detector asks the partitions
+        // for their wait-for graphs meanwhile (its messages would count).
+        let mut cfg = config(protocol, None, DeadlockPolicy::WaitDie);
         cfg.link.delay_us = 1;
         let c = Cluster::start(cfg, app(Gates::default())).expect("start");
         c.load("kv", vec![vec![Value::Int(3), Value::Int(0)]])
