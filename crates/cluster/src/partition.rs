@@ -248,7 +248,7 @@ struct PendingRelease {
     targets: Option<Vec<LockTarget>>,
     /// The stages of the same `Release` still to run once this one is
     /// done; answered after the last.
-    rest: Vec<Option<u32>>,
+    rest: std::vec::IntoIter<Option<u32>>,
     reply: Reply<()>,
 }
 
@@ -372,7 +372,7 @@ impl Partition {
                         // answer says it happened, and a later commit of
                         // the owner here that is durable makes it durable
                         // (one log, in order).
-                        self.commit(prev, Some(b.owner), Reply::nobody());
+                        self.commit(prev, Some(b.owner), Reply::nobody(), ());
                     }
                 }
                 if self.cascaded.contains(&base.map_or(txn, |b| b.owner)) {
@@ -438,7 +438,7 @@ impl Partition {
             }
             PartitionMsg::Commit {
                 txn, keep, reply, ..
-            } => self.commit(txn, keep, reply),
+            } => self.commit(txn, keep, reply, ()),
             PartitionMsg::Abort { txn, keep, reply } => {
                 self.cascaded.remove(&txn);
                 self.base_results.remove(&txn);
@@ -477,13 +477,9 @@ impl Partition {
             }
             PartitionMsg::Release {
                 owner,
-                mut stages,
+                stages,
                 reply,
-            } => {
-                // Run front to back: kept reversed, the next one last.
-                stages.reverse();
-                self.release_base(owner, stages, reply);
-            }
+            } => self.release_base(owner, stages.into_iter(), reply),
             PartitionMsg::Load { table, rows, reply } if self.wal.is_some() => {
                 if let Some(wal) = &mut self.wal {
                     wal.load(&mut self.store, table, rows, reply);
@@ -601,21 +597,28 @@ impl Partition {
         self.process_wakeups();
     }
 
-    /// Commits `txn` here (one-round commit, or phase two). Logged before
-    /// the store forgets the undo the redo is read from; acknowledged by
-    /// the log writer once durable.
-    fn commit(&mut self, txn: TxnId, keep: Option<TxnId>, reply: Reply<()>) {
+    /// Commits `txn` here (a one-round commit, phase two, or a BASE
+    /// statement's own subtransaction) and answers `value`. Logged before
+    /// the store forgets the undo the redo is read from; answered by the
+    /// log writer once durable.
+    fn commit<T: Send + 'static>(
+        &mut self,
+        txn: TxnId,
+        keep: Option<TxnId>,
+        reply: Reply<T>,
+        value: T,
+    ) {
         match &mut self.wal {
             Some(wal) => {
                 if let Some(c) = self.base_results.remove(&txn) {
                     wal.log_base(c, true);
                 }
-                wal.commit(&self.store, txn, reply, ());
+                wal.commit(&self.store, txn, reply, value);
                 self.end_txn(txn, keep, true);
             }
             None => {
                 self.end_txn(txn, keep, true);
-                reply.send(());
+                reply.send(value);
             }
         }
     }
@@ -676,14 +679,19 @@ impl Partition {
         }
     }
 
-    /// Salt: runs the stages of a `Release` of BASE transaction `owner`
-    /// (`stages` reversed: the next one last). A stage releases the locks
+    /// Salt: runs the stages of a `Release` of BASE transaction `owner`, in
+    /// order. A stage releases the locks
     /// taken by statements up to its position (all of them, and the end of
     /// the transaction here, with `None`), each once its release-order
     /// dependencies allow; the next stage starts when all of them went,
     /// and the reply goes after the last.
-    fn release_base(&mut self, owner: TxnId, mut stages: Vec<Option<u32>>, reply: Reply<()>) {
-        let Some(upto) = stages.pop() else {
+    fn release_base(
+        &mut self,
+        owner: TxnId,
+        mut stages: std::vec::IntoIter<Option<u32>>,
+        reply: Reply<()>,
+    ) {
+        let Some(upto) = stages.next() else {
             reply.send(());
             return;
         };
@@ -702,7 +710,7 @@ impl Partition {
                         .or_default()
                         .push(PendingRelease {
                             targets: None,
-                            rest: Vec::new(),
+                            rest: Vec::new().into_iter(),
                             reply,
                         })
                 }
@@ -774,7 +782,7 @@ impl Partition {
             };
             if !done {
                 kept.push(r);
-            } else if r.rest.is_empty() {
+            } else if r.rest.as_slice().is_empty() {
                 r.reply.send(());
             } else {
                 next.push((r.rest, r.reply));
@@ -1079,22 +1087,16 @@ impl Partition {
             after,
         });
         match stmt.base {
+            Some(b) if b.autocommit && executed.is_ok() => {
+                self.commit(stmt.txn, Some(b.owner), stmt.reply, executed);
+            }
             Some(b) if b.autocommit => {
-                let ok = executed.is_ok();
-                if let Some(c) = self.base_results.remove(&stmt.txn) {
-                    if let (Some(wal), true) = (&mut self.wal, ok) {
-                        wal.log_base(c, true);
-                    }
+                self.base_results.remove(&stmt.txn);
+                if let Some(wal) = &mut self.wal {
+                    wal.abort(stmt.txn);
                 }
-                match (&mut self.wal, ok) {
-                    (Some(wal), true) => wal.commit(&self.store, stmt.txn, stmt.reply, executed),
-                    (Some(wal), false) => {
-                        wal.abort(stmt.txn);
-                        stmt.reply.send(executed);
-                    }
-                    (None, _) => stmt.reply.send(executed),
-                }
-                self.end_txn(stmt.txn, Some(b.owner), ok);
+                stmt.reply.send(executed);
+                self.end_txn(stmt.txn, Some(b.owner), false);
             }
             _ => stmt.reply.send(executed),
         }

@@ -112,8 +112,9 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// Runs transfers from 4 clients until they are done or the power is cut;
-/// returns the ledger ids of the transfers the clients saw accepted. At
+/// Runs transfers and deposits (every third call) from 4 clients until
+/// they are done or the power is cut; returns the ledger ids of the calls
+/// the clients saw accepted. At
 /// the cut the machine is gone: calls in flight are not awaited (their
 /// coordinator died with it), just as a real client would never hear back.
 async fn run(c: &Cluster, seed: u64, switch: &Arc<CrashSwitch>) -> Vec<i64> {
@@ -127,6 +128,7 @@ async fn run(c: &Cluster, seed: u64, switch: &Arc<CrashSwitch>) -> Vec<i64> {
             for i in 0..25i64 {
                 let from = rng.gen_range(0..ACCOUNTS);
                 let to = (from + rng.gen_range(1..ACCOUNTS)) % ACCOUNTS;
+                // Drawn for deposits too: the transfers' draws stay the same.
                 let amount = rng.gen_range(1..5);
                 let (id, submitted) = if i % 3 == 2 {
                     let id = DEPOSIT_IDS + client_no as i64 * 1000 + i;
