@@ -534,6 +534,7 @@ fn point_result(p: PointInputs) -> PointResult {
         statements_per_s: per_s(d.statements),
         lock_waits: d.lock_waits,
         queue_bypasses: d.queue_bypasses,
+        searches_cut: d.searches_cut,
         lock_wait_us_mean: if d.lock_waits > 0 {
             round2(d.lock_wait_us_total as f64 / d.lock_waits as f64)
         } else {

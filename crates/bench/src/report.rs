@@ -55,6 +55,9 @@ pub struct PointResult {
     /// Deadlocks the detector broke by letting a request pass the queue
     /// instead of aborting one.
     pub queue_bypasses: u64,
+    /// Deadlock searches that gave up at their bound (the cycle, if any,
+    /// was left to the periodic detector).
+    pub searches_cut: u64,
     /// Mean one-way delay of the messages that crossed the simulated link
     /// during the measured interval (0 when none did).
     pub link_delay_us_measured: f64,
@@ -400,7 +403,7 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         .collect();
     let _ = writeln!(
         s,
-        "cluster: aborts {} ({}), retries {}; gave up {}; statements {:.0}/s; lock waits {} (mean {:.1} us); queue passes {}",
+        "cluster: aborts {} ({}), retries {}; gave up {}; statements {:.0}/s; lock waits {} (mean {:.1} us); queue passes {}; searches cut {}",
         r.aborts,
         causes.join(", "),
         r.retries,
@@ -408,7 +411,8 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         r.statements_per_s,
         r.lock_waits,
         r.lock_wait_us_mean,
-        r.queue_bypasses
+        r.queue_bypasses,
+        r.searches_cut
     );
     if !r.workload_metrics.is_empty() {
         let m: Vec<String> = r
@@ -501,6 +505,7 @@ mod tests {
             lock_waits: 0,
             lock_wait_us_mean: 0.0,
             queue_bypasses: 0,
+            searches_cut: 0,
             link_delay_us_measured: 100.0,
             link_messages: 10,
             measured_s: 1.0,

@@ -330,6 +330,12 @@ async fn render_metrics(
     );
     counter(
         &mut out,
+        "brine_lock_searches_cut_total",
+        "Deadlock searches that gave up at their bound, leaving a cycle to the periodic detector.",
+        &[(n.clone(), s.searches_cut)],
+    );
+    counter(
+        &mut out,
         "brine_lock_wait_microseconds_total",
         "Time statements spent waiting for locks at this node's partitions.",
         &[(n.clone(), s.lock_wait_us_total)],

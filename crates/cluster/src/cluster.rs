@@ -458,8 +458,9 @@ impl Cluster {
             });
             partition_counters.push(counters);
         }
-        if config.lock.policy == DeadlockPolicy::Detect && local.len() > 1 {
-            // Cycles through several of this process's partitions.
+        if config.lock.policy == DeadlockPolicy::Detect && !local.is_empty() {
+            // Cycles through several of this process's partitions, and
+            // those a partition's own search gave up on (`MAX_SEARCH`).
             let weak = local.values().map(|tx| tx.downgrade()).collect();
             tokio::spawn(crate::deadlock::run(weak, link.clone()));
         }
@@ -659,6 +660,7 @@ impl Cluster {
             s.statements += p.statements.load(Ordering::Relaxed);
             s.lock_waits += p.lock_waits.load(Ordering::Relaxed);
             s.queue_bypasses += p.queue_bypasses.load(Ordering::Relaxed);
+            s.searches_cut += p.searches_cut.load(Ordering::Relaxed);
             s.lock_wait_us_total += p.lock_wait_ns.load(Ordering::Relaxed) / 1000;
         }
         s

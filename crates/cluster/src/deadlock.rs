@@ -11,7 +11,9 @@
 //! ```
 //!
 //! A partition's lock table breaks every cycle made of its own edges the
-//! moment a wait closes it (`DeadlockPolicy::Detect`). A cycle through two
+//! moment a wait closes it (`DeadlockPolicy::Detect`), unless its search
+//! gave up at `brine_lock::MAX_SEARCH` transactions: that cycle is found
+//! here, which is why this runs even over a single partition. A cycle through two
 //! partitions (T waits at A for U, U waits at B for T; or, under Salt, a
 //! BASE transaction releasing in stages at B behind a dependency whose
 //! holder waits at A) used to end only with the lock wait timeout, a stall

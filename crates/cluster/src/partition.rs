@@ -46,6 +46,9 @@ pub struct PartitionCounters {
     /// instead of aborting one (a copy of its `LockStats`, refreshed every
     /// `EXPIRE_TICK`).
     pub queue_bypasses: AtomicU64,
+    /// Deadlock searches the lock table gave up (its `LockStats`, copied
+    /// as `queue_bypasses` is).
+    pub searches_cut: AtomicU64,
     pub lock_wait_ns: AtomicU64,
     /// The same two by the waiting statement's table (tables past
     /// `TABLE_SLOTS - 1` share the last slot).
@@ -341,9 +344,13 @@ impl Partition {
                 },
                 _ = tick.tick() => {
                     // Off the per-message path: the copy lags by a tick.
+                    let stats = self.locks.stats();
                     self.counters
                         .queue_bypasses
-                        .store(self.locks.stats().queue_bypasses, Ordering::Relaxed);
+                        .store(stats.queue_bypasses, Ordering::Relaxed);
+                    self.counters
+                        .searches_cut
+                        .store(stats.searches_cut, Ordering::Relaxed);
                     if !self.parked.is_empty() {
                         self.locks.expire(now(), &mut self.wakeups);
                         self.process_wakeups();
@@ -838,21 +845,18 @@ impl Partition {
                     writers.push(last);
                 }
             }
-            for w in writers {
-                // A bound error leaves the dependency out; the cap is far
-                // above what a transaction reads.
-                if self
-                    .locks
-                    .add_release_dependency(b.owner, Some(&need.target), w, Some(&need.target))
+            // A bound error leaves the dependency out; the cap is far
+            // above what a transaction reads.
+            writers.retain(|w| {
+                self.locks
+                    .add_release_dependency(b.owner, Some(&need.target), *w, Some(&need.target))
                     .is_ok()
-                {
-                    dirty = true;
-                }
-            }
-            if dirty {
+            });
+            if !writers.is_empty() {
+                dirty = true;
                 // The new edges may close a cycle that no new wait closed.
                 self.locks
-                    .detect_from_waiters(&need.target, &mut self.wakeups);
+                    .detect_from_waiters(&need.target, &writers, &mut self.wakeups);
             }
         }
         if b.release_order && need.access == Access::Write {

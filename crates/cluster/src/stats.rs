@@ -51,6 +51,9 @@ pub struct StatsSnapshot {
     pub lock_wait_us_total: u64,
     /// Deadlocks broken by a queue pass instead of an abort.
     pub queue_bypasses: u64,
+    /// Deadlock searches that gave up at `brine_lock::MAX_SEARCH`
+    /// transactions, leaving a cycle, if any, to the periodic detector.
+    pub searches_cut: u64,
     pub base_accepted: u64,
     pub base_replays: u64,
     pub safe_mode_switches: u64,
@@ -75,6 +78,7 @@ impl StatsSnapshot {
             lock_waits: self.lock_waits - earlier.lock_waits,
             lock_wait_us_total: self.lock_wait_us_total - earlier.lock_wait_us_total,
             queue_bypasses: self.queue_bypasses - earlier.queue_bypasses,
+            searches_cut: self.searches_cut - earlier.searches_cut,
             base_accepted: self.base_accepted - earlier.base_accepted,
             base_replays: self.base_replays - earlier.base_replays,
             safe_mode_switches: self.safe_mode_switches - earlier.safe_mode_switches,

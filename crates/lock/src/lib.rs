@@ -34,7 +34,12 @@
 //!   where one exists, else aborts the youngest waiting transaction of the
 //!   cycle), and by [`LockTable::expire`], the wait timeout that is the
 //!   backstop for cycles spanning partitions. Every victim is counted by
-//!   cause in [`LockStats`].
+//!   cause in [`LockStats`]. One search visits at most [`MAX_SEARCH`]
+//!   transactions: past that it gives up ([`LockStats::searches_cut`]) and
+//!   the cycle, if there is one, is left to the cluster's periodic detector,
+//!   which reads [`LockTable::wait_for_graph`]. Without the bound, under
+//!   heavy contention (ticketing at 256 clients) the searches made at every
+//!   wait took most of a partition's time and throughput collapsed.
 //! - **Bounds.** Queues per target and release-order dependencies per
 //!   transaction are bounded; hitting a bound is an `Error::Bound`, never a
 //!   hang.
@@ -99,4 +104,5 @@ mod table;
 pub use compat::{Compatibility, LockClass, Mode, StandardCompat};
 pub use table::{
     Acquire, DeadlockPolicy, LockConfig, LockStats, LockTable, ReleaseOutcome, Ticket, Wakeup,
+    MAX_SEARCH,
 };

@@ -118,6 +118,10 @@ pub struct LockStats {
     /// Deadlocks broken by granting a request ahead of the queue instead
     /// of aborting one (see [`LockTable::acquire`]).
     pub queue_bypasses: u64,
+    /// Deadlock searches that gave up at [`MAX_SEARCH`] transactions (see
+    /// [`LockTable::detect_from_waiters`]); a cycle they missed is left to
+    /// the cluster's periodic detector and the wait timeout.
+    pub searches_cut: u64,
 }
 
 impl LockStats {
@@ -147,7 +151,7 @@ impl fmt::Display for LockStats {
             f,
             "acquires={} granted_immediately={} already_held={} waits={} granted_after_wait={} \
              aborts_wait_die={} aborts_deadlock={} aborts_lock_timeout={} bound_errors={} \
-             deferred_releases={} queue_bypasses={}",
+             deferred_releases={} queue_bypasses={} searches_cut={}",
             self.acquires,
             self.granted_immediately,
             self.already_held,
@@ -158,7 +162,8 @@ impl fmt::Display for LockStats {
             self.aborts_lock_timeout,
             self.bound_errors,
             self.deferred_releases,
-            self.queue_bypasses
+            self.queue_bypasses,
+            self.searches_cut
         )
     }
 }
@@ -231,6 +236,9 @@ fn split(t: &LockTarget) -> (SpaceKey, Local<'_>) {
         } => ((*table, *index), Local::Range(lo, hi)),
     }
 }
+
+/// Most transactions one deadlock search visits before it gives up.
+pub const MAX_SEARCH: usize = 64;
 
 /// Queue position: upgrades (0) before fresh requests (1), then arrival.
 type Order = (u8, u64);
@@ -480,6 +488,36 @@ fn collect_blockers(
             }
         }
     });
+}
+
+/// Whether a request `(txn, t, mode)` at queue position `before` must wait:
+/// [`collect_blockers`] without the list, stopping at the first blocker.
+/// A regrant asks this of every request queued on a target, so on a long
+/// queue the list (and its duplicate check) made a release cost the cube
+/// of the queue's length.
+fn is_blocked(
+    space: &Space,
+    compat: &dyn Compatibility,
+    txn: TxnId,
+    t: Local<'_>,
+    mode: Mode,
+    before: Order,
+) -> bool {
+    let mut blocked = false;
+    space.for_each_overlapping(t, |e| {
+        if blocked {
+            return;
+        }
+        blocked = e
+            .holders
+            .iter()
+            .any(|h| h.txn != txn && !compat.compatible(h.mode, mode))
+            || e.queue
+                .iter()
+                .take_while(|q| q.order() < before)
+                .any(|q| q.txn != txn && !compat.compatible(q.mode, mode));
+    });
+    blocked
 }
 
 /// What `remove_holders` did.
@@ -1521,23 +1559,44 @@ impl LockTable {
             .max()
     }
 
-    /// Detector only: after a holder of `target` gained a release-order
-    /// dependency (an edge no new wait created), looks for a cycle through
-    /// each request waiting on `target` and aborts the youngest waiting
-    /// member of each. Victims are reported in `wakeups`.
-    pub fn detect_from_waiters(&mut self, target: &LockTarget, wakeups: &mut Vec<Wakeup>) {
+    /// Detector only: after a holder of `target` gained release-order
+    /// dependencies on `on` (edges no new wait created: a request waiting
+    /// on `target` behind that holder now waits for `on` too), breaks
+    /// every cycle those edges closed: a cycle through one of them runs
+    /// from an `on` back to a waiter on `target`, so one search from each
+    /// `on` finds it, however many requests wait there. Victims are
+    /// reported in `wakeups`.
+    pub fn detect_from_waiters(
+        &mut self,
+        target: &LockTarget,
+        on: &[TxnId],
+        wakeups: &mut Vec<Wakeup>,
+    ) {
         if self.config.policy != DeadlockPolicy::Detect {
             return;
         }
-        let waiters: SmallVec<[TxnId; 4]> = {
-            let (sk, local) = split(target);
-            match self.spaces.get(&sk).and_then(|s| s.entry(local)) {
-                Some(e) => e.queue.iter().map(|q| q.txn).collect(),
-                None => return,
+        for &root in on {
+            loop {
+                let waiters: SmallVec<[TxnId; 8]> = {
+                    let (sk, local) = split(target);
+                    match self.spaces.get(&sk).and_then(|s| s.entry(local)) {
+                        Some(e) => e.queue.iter().map(|q| q.txn).collect(),
+                        None => return,
+                    }
+                };
+                let Some(cycle) = self.search_cycle(root, |t, edges| {
+                    waiters.contains(&t) && edges.contains(&root)
+                }) else {
+                    break;
+                };
+                if self.bypass_queue_in(&cycle, wakeups) {
+                    continue;
+                }
+                let Some(victim) = self.youngest_waiting(&cycle) else {
+                    break;
+                };
+                self.abort_waits_of(victim, wakeups);
             }
-        };
-        for w in waiters {
-            self.break_cycles_through(w, wakeups);
         }
     }
 
@@ -1614,22 +1673,49 @@ impl LockTable {
 
     /// A cycle of the wait-for graph through `start`, as the list of its
     /// transactions, found by depth-first search.
-    fn find_cycle(&self, start: TxnId) -> Option<Vec<TxnId>> {
+    fn find_cycle(&mut self, start: TxnId) -> Option<Vec<TxnId>> {
+        self.search_cycle(start, |_, edges| edges.contains(&start))
+    }
+
+    /// Depth-first search from `root` for a transaction `t` whose edges
+    /// `closes` a cycle back to `root` (`closes(t, edges of t)`); returns
+    /// the path from `root` to `t`. The search visits at most
+    /// [`MAX_SEARCH`] transactions: past that it gives up and counts a
+    /// cut search, leaving the cycle, if there is one, to the cluster's
+    /// periodic detector (and the wait timeout). Under heavy contention
+    /// the graph behind one wait can span every waiting transaction, and
+    /// a search per wait and per new dependency then cost more than the
+    /// work it guarded.
+    fn search_cycle(
+        &mut self,
+        root: TxnId,
+        closes: impl Fn(TxnId, &[TxnId]) -> bool,
+    ) -> Option<Vec<TxnId>> {
         let mut visited: HashSet<TxnId> = HashSet::new();
-        visited.insert(start);
-        let mut stack: Vec<(TxnId, SmallVec<[TxnId; 4]>, usize)> =
-            vec![(start, self.wait_for_edges(start), 0)];
+        visited.insert(root);
+        let edges = self.wait_for_edges(root);
+        if closes(root, &edges) {
+            return Some(vec![root]);
+        }
+        let mut stack: Vec<(TxnId, SmallVec<[TxnId; 4]>, usize)> = vec![(root, edges, 0)];
         while let Some(top) = stack.last_mut() {
             if top.2 < top.1.len() {
                 let next = top.1[top.2];
                 top.2 += 1;
-                if next == start {
-                    return Some(stack.iter().map(|f| f.0).collect());
+                if !visited.insert(next) {
+                    continue;
                 }
-                if visited.insert(next) {
-                    let edges = self.wait_for_edges(next);
-                    stack.push((next, edges, 0));
+                if visited.len() > MAX_SEARCH {
+                    self.stats.searches_cut += 1;
+                    return None;
                 }
+                let edges = self.wait_for_edges(next);
+                if closes(next, &edges) {
+                    let mut path: Vec<TxnId> = stack.iter().map(|f| f.0).collect();
+                    path.push(next);
+                    return Some(path);
+                }
+                stack.push((next, edges, 0));
             } else {
                 stack.pop();
             }
@@ -1681,9 +1767,7 @@ impl LockTable {
                 let Some(space) = self.spaces.get(&wsk) else {
                     continue;
                 };
-                let mut blockers = SmallVec::new();
-                collect_blockers(space, &*self.compat, w.txn, wl, w.mode, ord, &mut blockers);
-                blockers.is_empty()
+                !is_blocked(space, &*self.compat, w.txn, wl, w.mode, ord)
             };
             if free {
                 self.grant_waiter(ticket, wakeups);
