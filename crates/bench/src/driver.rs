@@ -353,6 +353,7 @@ async fn measure_point(
         start: measure_start,
         end: measure_end,
         stop: stop.clone(),
+        isolated: name != "raw",
     };
     let mut set = JoinSet::new();
     let mut queues = Vec::new();
@@ -587,6 +588,10 @@ struct Window {
     start: Instant,
     end: Instant,
     stop: Arc<AtomicBool>,
+    /// False under `raw`: without isolation a workload's consistency
+    /// guards can trip (a seat two carts took at once), and such a call
+    /// is an anomaly to count, not a bug that stops the run.
+    isolated: bool,
 }
 
 impl Window {
@@ -596,7 +601,8 @@ impl Window {
 
     /// Records a call that started (or was handed over) at `t0` and ended
     /// now, if it ended inside the interval. A failure other than
-    /// contention stops the run.
+    /// contention (or, without isolation, a tripped workload guard) stops
+    /// the run.
     fn record(
         &self,
         rec: &mut Recorder,
@@ -616,7 +622,9 @@ impl Window {
             Err(Error::RetriesExhausted { attempts, .. }) if measured => {
                 rec.gave_up(procedure, attempts)
             }
+            Err(Error::Internal(_)) if !self.isolated && measured => rec.anomaly(procedure),
             Err(Error::UserAbort(_) | Error::RetriesExhausted { .. }) => Ok(()),
+            Err(Error::Internal(_)) if !self.isolated => Ok(()),
             Err(source) => {
                 self.stop.store(true, Ordering::Relaxed);
                 Err(BenchError::Call {
@@ -775,6 +783,36 @@ mod tests {
         assert_ne!(client_seed(1, 0, 8, 0), client_seed(1, 0, 8, 1));
         assert_ne!(client_seed(1, 0, 8, 0), client_seed(1, 1, 8, 0));
         assert_eq!(client_seed(7, 2, 8, 3), client_seed(7, 2, 8, 3));
+    }
+
+    /// Without isolation (`raw`) a tripped workload guard is an anomaly
+    /// that is counted; with isolation it is a bug that stops the run.
+    #[test]
+    fn a_tripped_guard_stops_an_isolated_run_and_is_counted_under_raw() -> Result<()> {
+        let now = Instant::now();
+        let window = |isolated| Window {
+            start: now - Duration::from_secs(1),
+            end: now + Duration::from_secs(60),
+            stop: Arc::new(AtomicBool::new(false)),
+            isolated,
+        };
+        let guard = || Err(Error::Internal("ticket: seat 7 is not held".into()));
+
+        let raw = window(false);
+        let mut rec = Recorder::new()?;
+        raw.record(&mut rec, "create_order", now, guard())?;
+        assert!(raw.running());
+        let (all, per) = rec.summarize(&["create_order"], 1.0)?;
+        assert_eq!((all.anomalies, all.commits), (1, 0));
+        assert_eq!(per["create_order"].anomalies, 1);
+
+        let isolated = window(true);
+        let mut rec = Recorder::new()?;
+        assert!(isolated
+            .record(&mut rec, "create_order", now, guard())
+            .is_err());
+        assert!(!isolated.running());
+        Ok(())
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct ProcRecord {
     gave_up: u64,
     /// Attempts aborted by concurrency control (retried or not).
     cc_aborts: u64,
+    /// Calls stopped by one of the workload's own consistency guards, under
+    /// a protocol without isolation (`raw`), where those can trip.
+    anomalies: u64,
 }
 
 impl ProcRecord {
@@ -55,6 +58,7 @@ impl ProcRecord {
             user_aborts: 0,
             gave_up: 0,
             cc_aborts: 0,
+            anomalies: 0,
         })
     }
 
@@ -65,6 +69,7 @@ impl ProcRecord {
         self.user_aborts += other.user_aborts;
         self.gave_up += other.gave_up;
         self.cc_aborts += other.cc_aborts;
+        self.anomalies += other.anomalies;
         Ok(())
     }
 
@@ -102,6 +107,7 @@ impl ProcRecord {
             cc_aborts: self.cc_aborts,
             user_aborts: self.user_aborts,
             gave_up: self.gave_up,
+            anomalies: self.anomalies,
         })
     }
 }
@@ -120,6 +126,8 @@ pub struct ProcSummary {
     pub cc_aborts: u64,
     pub user_aborts: u64,
     pub gave_up: u64,
+    /// See `ProcRecord::anomalies`.
+    pub anomalies: u64,
 }
 
 /// All procedures of one client, plus the combined latency of all of them.
@@ -170,6 +178,15 @@ impl Recorder {
         let (p, all) = self.both(procedure)?;
         p.user_aborts += 1;
         all.user_aborts += 1;
+        Ok(())
+    }
+
+    /// A call stopped by a workload guard that only a protocol without
+    /// isolation can trip.
+    pub fn anomaly(&mut self, procedure: &'static str) -> Result<()> {
+        let (p, all) = self.both(procedure)?;
+        p.anomalies += 1;
+        all.anomalies += 1;
         Ok(())
     }
 

@@ -374,6 +374,7 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         cc_aborts: sum(|p| p.cc_aborts),
         user_aborts: sum(|p| p.user_aborts),
         gave_up: r.gave_up,
+        anomalies: sum(|p| p.anomalies),
     };
     let rows = r
         .per_procedure
@@ -414,6 +415,13 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         r.queue_bypasses,
         r.searches_cut
     );
+    if all.anomalies > 0 {
+        let _ = writeln!(
+            s,
+            "anomalies: {} calls tripped a workload guard (possible without isolation) and were rolled back",
+            all.anomalies
+        );
+    }
     if !r.workload_metrics.is_empty() {
         let m: Vec<String> = r
             .workload_metrics
