@@ -1,18 +1,25 @@
 //! `brine group <workload>`: Callas' grouping tool (seed 000 section 4.5,
-//! seed 002 section 6.2). Profile-driven and iterative: it measures how
-//! each procedure's latency grows from one client to the given load under
-//! `acid` (the contention-critical procedures are the ones whose latency
-//! grows), builds candidate groupings from that profile (and, with at most
-//! four procedure types, every partition of them into groups), measures
-//! each candidate under `callas` on the same data and request streams,
-//! prints every candidate's throughput and picks the best.
+//! seed 002 section 6.2). Profile-driven: it measures how each procedure's
+//! latency grows from one client to the given load under `acid` (the
+//! contention-critical procedures are the ones whose latency grows
+//! disproportionately), builds candidate groupings from that profile,
+//! measures each candidate under `callas` on the same data and request
+//! streams, prints every candidate's throughput and picks the best.
+//!
+//! The candidates follow section 4.5.2 and 4.6.3: the two naive groupings
+//! (every procedure in one group; one group per type), with Runtime
+//! Pipelining and with plain 2PL; then, when few procedures are contended
+//! (latency growth at least `CONTENDED_GROWTH`, at most `EXHAUSTIVE_MAX`
+//! of them), every grouping of those: each subset of them, split every
+//! possible way into `rp` groups, the rest in the default group; with more
+//! contended procedures, the 1..`HOT_MAX` fastest-growing in one `rp` group.
 //!
 //! ```text
 //!  acid @ 1 client, acid @ N clients ──► latency growth per procedure
 //!        │
-//!        ▼ candidates: one group (2pl) · one per type (2pl) ·
-//!          the k fastest-growing in one rp group, the rest default ·
-//!          every partition into rp groups (<= 4 types)
+//!        ▼ candidates: one group · one per type (rp and 2pl) ·
+//!          every grouping of the contended procedures (<= 4 of them)
+//!          or the k fastest-growing in one rp group
 //!        ▼ callas @ N clients, each candidate ──► table, chosen grouping
 //! ```
 
@@ -21,11 +28,16 @@ use std::sync::Arc;
 use brine_bench::{run_bench, BenchError, BenchSpec, Workload};
 use brine_cluster::{GroupDef, Grouping, Mechanism};
 
-/// Exhaustive search over partitions up to this many procedure types
-/// (Bell(4) = 15 candidates).
+/// Exhaustive search when at most this many procedures are contended
+/// (4 of them: 51 groupings).
 const EXHAUSTIVE_MAX: usize = 4;
 
-/// At most this many of the fastest-growing procedures form the hot group.
+/// A procedure whose p50 latency under load is at least this multiple of
+/// its latency alone counts as contended.
+const CONTENDED_GROWTH: f64 = 1.5;
+
+/// Past `EXHAUSTIVE_MAX` contended procedures, at most this many of the
+/// fastest-growing form the one pipelined group.
 const HOT_MAX: usize = 3;
 
 struct Candidate {
@@ -78,40 +90,57 @@ pub async fn run(mut spec: BenchSpec, workload: Arc<dyn Workload>) -> Result<(),
     }
 
     // 2. The candidates.
-    let mut candidates = vec![
-        Candidate {
-            name: "one group".into(),
-            grouping: Grouping::one_group(procedures.iter().map(String::as_str)),
-        },
-        Candidate {
-            name: "one per type".into(),
+    let mut candidates = Vec::new();
+    for (label, mechanism) in [("rp", Mechanism::Rp), ("2pl", Mechanism::TwoPl)] {
+        candidates.push(Candidate {
+            name: format!("one group, {label}"),
+            grouping: Grouping {
+                groups: vec![group("all", mechanism, &procedures)],
+            },
+        });
+        candidates.push(Candidate {
+            name: format!("one per type, {label}"),
             grouping: Grouping {
                 groups: procedures
                     .iter()
-                    .map(|p| group(p, Mechanism::TwoPl, std::slice::from_ref(p)))
+                    .map(|p| group(p, mechanism, std::slice::from_ref(p)))
                     .collect(),
-            },
-        },
-    ];
-    for k in 1..=HOT_MAX.min(growth.len()) {
-        let hot: Vec<String> = growth[..k].iter().map(|(p, _)| p.clone()).collect();
-        candidates.push(Candidate {
-            name: format!("hottest {k} pipelined"),
-            grouping: Grouping {
-                groups: vec![group("hot", Mechanism::Rp, &hot)],
             },
         });
     }
-    if procedures.len() <= EXHAUSTIVE_MAX {
-        for (i, partition) in partitions(&procedures).into_iter().enumerate() {
+    let contended: Vec<String> = growth
+        .iter()
+        .filter(|(_, g)| *g >= CONTENDED_GROWTH)
+        .map(|(p, _)| p.clone())
+        .collect();
+    if contended.len() <= EXHAUSTIVE_MAX {
+        println!(
+            "contended (growth >= {CONTENDED_GROWTH}x): {}; every grouping of them",
+            if contended.is_empty() {
+                "none".to_string()
+            } else {
+                contended.join(", ")
+            }
+        );
+        for grouping in groupings_of(&contended) {
+            let name = grouping
+                .groups
+                .iter()
+                .map(|g| g.procedures.join("+"))
+                .collect::<Vec<_>>()
+                .join(" | ");
+            candidates.push(Candidate { name, grouping });
+        }
+    } else {
+        println!(
+            "contended (growth >= {CONTENDED_GROWTH}x): {} procedures; the fastest-growing pipelined",
+            contended.len()
+        );
+        for k in 1..=HOT_MAX.min(contended.len()) {
             candidates.push(Candidate {
-                name: format!("partition {}", i + 1),
+                name: format!("hottest {k} pipelined"),
                 grouping: Grouping {
-                    groups: partition
-                        .iter()
-                        .enumerate()
-                        .map(|(g, members)| group(&format!("g{}", g + 1), Mechanism::Rp, members))
-                        .collect(),
+                    groups: vec![group("hot", Mechanism::Rp, &contended[..k])],
                 },
             });
         }
@@ -132,7 +161,7 @@ pub async fn run(mut spec: BenchSpec, workload: Arc<dyn Workload>) -> Result<(),
             Ok(report) => {
                 let tps = report.results.first().map_or(0.0, |r| r.throughput_tps);
                 println!(
-                    "  {:<22} {tps:>10.1} txn/s {:>6.2}x   {}",
+                    "  {:<36} {tps:>10.1} txn/s {:>6.2}x   {}",
                     c.name,
                     tps / acid_tps.max(f64::MIN_POSITIVE),
                     c.grouping
@@ -141,7 +170,7 @@ pub async fn run(mut spec: BenchSpec, workload: Arc<dyn Workload>) -> Result<(),
                     best = Some((tps, c));
                 }
             }
-            Err(e) => println!("  {:<22} failed: {e}   {}", c.name, c.grouping),
+            Err(e) => println!("  {:<36} failed: {e}   {}", c.name, c.grouping),
         }
     }
     match best {
@@ -166,6 +195,31 @@ fn group(name: &str, mechanism: Mechanism, procedures: &[String]) -> GroupDef {
         mechanism,
         procedures: procedures.to_vec(),
     }
+}
+
+/// Every grouping of `contended`: each non-empty subset of it, split
+/// every possible way into `rp` groups (named g1, g2, ...); the others stay
+/// in the default group.
+fn groupings_of(contended: &[String]) -> Vec<Grouping> {
+    let mut out = Vec::new();
+    for mask in 1u32..(1 << contended.len()) {
+        let subset: Vec<String> = contended
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, p)| p.clone())
+            .collect();
+        for partition in partitions(&subset) {
+            out.push(Grouping {
+                groups: partition
+                    .iter()
+                    .enumerate()
+                    .map(|(g, members)| group(&format!("g{}", g + 1), Mechanism::Rp, members))
+                    .collect(),
+            });
+        }
+    }
+    out
 }
 
 /// Every partition of `items` into non-empty groups (set partitions, in
@@ -200,6 +254,29 @@ fn partitions(items: &[String]) -> Vec<Vec<Vec<String>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each non-empty subset of k items contributes Bell(k) groupings: 0,
+    /// 1, 4, 14 and 51 for 0 to 4 items; each names every item at most
+    /// once, in `rp` groups, and no grouping comes twice.
+    #[test]
+    fn groupings_cover_every_subset_split_every_way() {
+        let names = |n: usize| (0..n).map(|i| format!("p{i}")).collect::<Vec<_>>();
+        for (n, count) in [(0, 0), (1, 1), (2, 4), (3, 14), (4, 51)] {
+            let gs = groupings_of(&names(n));
+            assert_eq!(gs.len(), count, "n = {n}");
+            for g in &gs {
+                let mut all: Vec<&String> = g.groups.iter().flat_map(|d| &d.procedures).collect();
+                let len = all.len();
+                all.sort();
+                all.dedup();
+                assert_eq!(all.len(), len, "a procedure twice in {g}");
+                assert!(g.groups.iter().all(|d| d.mechanism == Mechanism::Rp));
+            }
+            let distinct: std::collections::BTreeSet<String> =
+                gs.iter().map(|g| g.to_string()).collect();
+            assert_eq!(distinct.len(), gs.len(), "n = {n}: a grouping twice");
+        }
+    }
 
     #[test]
     fn partitions_are_the_bell_numbers_and_cover_every_item_once() {
