@@ -93,6 +93,53 @@ pub fn notes(app: &str, proc: &str) -> Option<ProcNotes> {
                 .rollback("sell_category")
                 .rollback("sell_event"),
         ),
+        ("ticket", "reserve_seats") => Some(
+            // reserve_seats(): a stale cart first (its seats released one
+            // by one, then its items and it), the category's price (no
+            // such category rolls back), then per seat: held if still free
+            // (else the user abort "seat taken", undoing everything) and
+            // its cart item; the cart last.
+            ProcNotes::new()
+                .looped(&["release_seat"])
+                .looped(&["hold_seat", "insert_item"])
+                .rollback("release_seat")
+                .rollback("price")
+                .rollback("hold_seat"),
+        ),
+        ("ticket", "pay") => Some(
+            // pay(): the order (missing, already paid or a wrong amount
+            // rolls back), the payment, the order marked paid.
+            ProcNotes::new().rollback("order").rollback("mark_paid"),
+        ),
+        ("ticket", "issue_tickets") => Some(
+            // issue_tickets(): the order (must be paid), its items, one
+            // ticket per seat, the order marked ticketed.
+            ProcNotes::new()
+                .looped(&["insert_ticket"])
+                .rollback("order")
+                .rollback("mark_ticketed"),
+        ),
+        ("ticket", "delete_order") => Some(
+            // delete_order(): per order, the order (missing rolls back),
+            // its items, each seat sold -> free, its tickets, payment,
+            // items and itself; then the counters of each category and of
+            // the event (guards that a correct run never trips roll back).
+            ProcNotes::new()
+                .looped(&[
+                    "order",
+                    "items",
+                    "unsell_seat",
+                    "delete_tickets",
+                    "delete_payment",
+                    "delete_items",
+                    "delete_order",
+                ])
+                .looped(&["restore_category"])
+                .rollback("order")
+                .rollback("unsell_seat")
+                .rollback("restore_category")
+                .rollback("restore_event"),
+        ),
         ("callas_rollback", rollback_micro::PROC) => Some(rollback_micro::notes()),
         _ => None,
     }

@@ -112,6 +112,13 @@ async fn ticketing_keeps_its_invariants_under_callas() -> Result<(), BenchError>
         Some("checkout:2pl=reserve_seats,create_order,pay,issue_tickets,delete_order"),
         // The sources' group: checkout (create-order) alone, pipelined.
         Some("checkout:rp=create_order"),
+        // `brine group ticket`'s choice (the looping, rolling-back bodies
+        // pipelined through their notes), and every procedure pipelined.
+        Some("g1:rp=delete_order,create_order"),
+        Some(
+            "all:rp=browse_events,view_event,lookup_customer,list_free_seats,reserve_seats,\
+             view_cart,create_order,pay,issue_tickets,view_order,delete_order",
+        ),
     ] {
         let report = run_bench(
             &spec(grouping, Isolation::ReadCommitted, 24, 1.5),
@@ -245,7 +252,7 @@ async fn chopped_tpcc_histories_pass_the_checker() -> Result<(), BenchError> {
 async fn pipelined_ticketing_histories_pass_the_checker() -> Result<(), BenchError> {
     let report = checked_history(
         small_ticketing()?,
-        "checkout:rp=create_order",
+        "checkout:rp=create_order,delete_order",
         Isolation::ReadCommitted,
         Level::ReadCommitted,
     )
