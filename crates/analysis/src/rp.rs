@@ -65,6 +65,17 @@ impl ProcChopping {
             .find_map(|(p, piece)| piece.ops.iter().position(|&o| o == op).map(|pos| (p, pos)))
     }
 
+    /// Whether running the pieces in order runs the operations in the
+    /// body's order (operation indices are execution order), so the body
+    /// can run as written.
+    pub fn runs_in_body_order(&self) -> bool {
+        self.pieces
+            .iter()
+            .flat_map(|p| &p.ops)
+            .collect::<Vec<_>>()
+            .is_sorted()
+    }
+
     /// Pieces as lists of operation numbers counted from 1 in execution
     /// order (the notation of seed 000 section 4.6.6: `<1,2><3,4>`).
     pub fn numbered(&self) -> Vec<Vec<usize>> {

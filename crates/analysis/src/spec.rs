@@ -182,6 +182,26 @@ impl ProcNotes {
     }
 }
 
+/// `deps[j]` from an adjacency matrix (`dep[i][j]`: op `j` depends on op
+/// `i`), closed transitively (Floyd-Warshall; the number of operations is
+/// bounded).
+fn closed(mut dep: Vec<Vec<bool>>) -> Vec<BTreeSet<usize>> {
+    let n = dep.len();
+    for k in 0..n {
+        let through_k = dep[k].clone();
+        for row in dep.iter_mut() {
+            if row[k] {
+                for (cell, &kj) in row.iter_mut().zip(&through_k) {
+                    *cell |= kj;
+                }
+            }
+        }
+    }
+    (0..n)
+        .map(|j| (0..n).filter(|&i| i != j && dep[i][j]).collect())
+        .collect()
+}
+
 /// A procedure ready for analysis: operations in execution order and the
 /// (transitively closed) dependencies between them.
 #[derive(Clone, Debug)]
@@ -242,26 +262,37 @@ impl ProcSpec {
                 }
             }
         }
-        // Transitive closure (Floyd-Warshall; n is bounded above).
-        for k in 0..n {
-            let through_k = dep[k].clone();
-            for row in dep.iter_mut() {
-                if row[k] {
-                    for (cell, &kj) in row.iter_mut().zip(&through_k) {
-                        *cell |= kj;
-                    }
-                }
-            }
-        }
-        let deps = (0..n)
-            .map(|j| (0..n).filter(|&i| i != j && dep[i][j]).collect())
-            .collect();
         Ok(ProcSpec {
             name,
             ops,
-            deps,
+            deps: closed(dep),
             loops,
         })
+    }
+
+    /// The same procedure with every operation depending on every earlier
+    /// one: a chopping of it runs its pieces in the body's order, so it
+    /// needs no reordering of the code (which the sources' tool does and
+    /// brine does not). Coarser than the chopping of the real
+    /// dependencies, and valid whenever that one is (more dependencies
+    /// only constrain more).
+    pub fn in_body_order(&self) -> ProcSpec {
+        let n = self.ops.len();
+        let mut dep = vec![vec![false; n]; n];
+        for (j, on) in self.deps.iter().enumerate() {
+            for &i in on {
+                dep[i][j] = true;
+            }
+            for row in dep.iter_mut().take(j) {
+                row[j] = true;
+            }
+        }
+        ProcSpec {
+            name: self.name.clone(),
+            ops: self.ops.clone(),
+            deps: closed(dep),
+            loops: self.loops.clone(),
+        }
     }
 
     /// Prepares the declared statements against `catalog` and applies

@@ -380,3 +380,40 @@ fn independence_notes_unlock_finer_pieces() {
     assert_eq!(compact(&a.choppings[0]), "<2><1>");
     assert_eq!(compact(&a.choppings[1]), "<1><2>");
 }
+
+/// Stock-level and new-order in one group: the ranks put new-order's order
+/// lines before a statement its body runs earlier, so that chopping needs
+/// the code reordered. The same group chopped in body order (every
+/// statement depending on the ones before it) is a valid chopping whose
+/// pieces run as the bodies are written.
+#[test]
+fn a_group_whose_ranks_contradict_a_body_is_chopped_in_body_order() {
+    let sp = tpcc_specs();
+    let g = select(&sp, &["stock_level", "new_order"]).expect("group");
+    let r = Refinements {
+        larger_first: false,
+        ..Refinements::ALL
+    };
+    let a = analyze_group(&g, r).expect("analysis");
+    assert!(
+        !a.rp.choppings.iter().all(|c| c.runs_in_body_order()),
+        "expected a chopping that needs reordering: {:?}",
+        a.rp.choppings
+    );
+
+    let ordered: Vec<ProcSpec> = g.iter().map(|s| s.in_body_order()).collect();
+    let refs: Vec<&ProcSpec> = ordered.iter().collect();
+    let b = analyze_group(&refs, r).expect("analysis in body order");
+    for (p, (c, safe)) in b.rp.choppings.iter().zip(&b.safe).enumerate() {
+        assert!(c.runs_in_body_order(), "{c:?}");
+        assert!(safe.runs_in_body_order(), "{safe:?}");
+        let op_rank = |i: usize| b.rp.op_rank(OpRef { proc: p, op: i });
+        crate::check_chopping(refs[p], c, op_rank, false).expect("a valid chopping");
+    }
+    // New-order is still cut: body order does not make it one piece.
+    assert!(
+        b.rp.choppings[1].pieces.len() > 1,
+        "{:?}",
+        b.rp.choppings[1]
+    );
+}

@@ -478,7 +478,34 @@ pub fn plan_pieces(
             }
             continue;
         }
-        let analysed = analyze_group(&refs, refinements).map_err(fail)?;
+        let mut analysed = analyze_group(&refs, refinements).map_err(fail)?;
+        let in_order = |a: &brine_analysis::GroupResult| {
+            a.rp.choppings
+                .iter()
+                .chain(&a.safe)
+                .all(|c| c.runs_in_body_order())
+        };
+        if !in_order(&analysed) {
+            // The ranks put some statement before one its body runs
+            // earlier: the sources' tool would reorder the code. brine
+            // runs bodies as written, so it chops the group again with
+            // every statement depending on the ones before it (coarser
+            // ranks and pieces, in body order).
+            let ordered: Vec<brine_analysis::ProcSpec> =
+                specs.iter().map(|s| s.in_body_order()).collect();
+            let ordered_refs: Vec<&brine_analysis::ProcSpec> = ordered.iter().collect();
+            analysed = analyze_group(&ordered_refs, refinements).map_err(fail)?;
+            tracing::info!(
+                group = %g.name,
+                "chopped in body order: the analysis's ranks would need the bodies reordered"
+            );
+            if !in_order(&analysed) {
+                return Err(Error::Internal(format!(
+                    "group `{}`: the chopping in body order does not run in body order",
+                    g.name
+                )));
+            }
+        }
         let mode = Arc::new(SafeMode::new(safe_mode));
         for ((spec, chopping), safe) in specs.iter().zip(&analysed.rp.choppings).zip(&analysed.safe)
         {
