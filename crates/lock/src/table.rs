@@ -461,61 +461,69 @@ fn intervals_overlap(
         && lower_not_above_upper(lo2, hi1)
 }
 
-/// Other transactions that a request `(txn, t, mode)` at queue position
-/// `before` must wait for: conflicting holders, and conflicting waiters
-/// queued ahead of it on overlapping targets.
-fn collect_blockers(
-    space: &Space,
-    compat: &dyn Compatibility,
+/// A request as its queue sees it: whose, on what, in which mode, and its
+/// place in the queue.
+#[derive(Clone, Copy)]
+struct Request<'a> {
     txn: TxnId,
-    t: Local<'_>,
+    t: Local<'a>,
     mode: Mode,
     before: Order,
-    out: &mut SmallVec<[TxnId; 4]>,
+}
+
+/// Calls `f` with each transaction the request must wait for (conflicting
+/// holders, and conflicting requests queued ahead of it on overlapping
+/// targets; a transaction may come more than once) until `f` returns
+/// false.
+fn each_blocker(
+    space: &Space,
+    compat: &dyn Compatibility,
+    r: Request<'_>,
+    mut f: impl FnMut(TxnId) -> bool,
 ) {
-    space.for_each_overlapping(t, |e| {
-        for h in &e.holders {
-            if h.txn != txn && !compat.compatible(h.mode, mode) && !out.contains(&h.txn) {
-                out.push(h.txn);
+    let mut more = true;
+    space.for_each_overlapping(r.t, |e| {
+        let holders = e.holders.iter().map(|h| (h.txn, h.mode));
+        let ahead = e
+            .queue
+            .iter()
+            .take_while(|q| q.order() < r.before)
+            .map(|q| (q.txn, q.mode));
+        for (txn, mode) in holders.chain(ahead) {
+            if !more {
+                return;
             }
-        }
-        for q in &e.queue {
-            if q.order() >= before {
-                break;
-            }
-            if q.txn != txn && !compat.compatible(q.mode, mode) && !out.contains(&q.txn) {
-                out.push(q.txn);
+            if txn != r.txn && !compat.compatible(mode, r.mode) {
+                more = f(txn);
             }
         }
     });
 }
 
-/// Whether a request `(txn, t, mode)` at queue position `before` must wait:
-/// [`collect_blockers`] without the list, stopping at the first blocker.
-/// A regrant asks this of every request queued on a target, so on a long
-/// queue the list (and its duplicate check) made a release cost the cube
-/// of the queue's length.
-fn is_blocked(
+/// The other transactions the request must wait for, each once.
+fn collect_blockers(
     space: &Space,
     compat: &dyn Compatibility,
-    txn: TxnId,
-    t: Local<'_>,
-    mode: Mode,
-    before: Order,
-) -> bool {
-    let mut blocked = false;
-    space.for_each_overlapping(t, |e| {
-        if blocked {
-            return;
+    r: Request<'_>,
+    out: &mut SmallVec<[TxnId; 4]>,
+) {
+    each_blocker(space, compat, r, |b| {
+        if !out.contains(&b) {
+            out.push(b);
         }
-        blocked = e
-            .holders
-            .iter()
-            .any(|h| h.txn != txn && !compat.compatible(h.mode, mode))
-            || e.queue
-                .iter()
-                .take_while(|q| q.order() < before)
-                .any(|q| q.txn != txn && !compat.compatible(q.mode, mode));
+        true
+    });
+}
+
+/// Whether the request must wait, stopping at the first blocker. A
+/// regrant asks this of every request queued on a target, so on a long
+/// queue collecting the list (and its duplicate check) made a release cost
+/// the cube of the queue's length.
+fn is_blocked(space: &Space, compat: &dyn Compatibility, r: Request<'_>) -> bool {
+    let mut blocked = false;
+    each_blocker(space, compat, r, |_| {
+        blocked = true;
+        false
     });
     blocked
 }
@@ -1338,8 +1346,14 @@ impl LockTable {
                 }
                 for q in &e.queue {
                     queued += 1;
+                    let r = Request {
+                        txn: q.txn,
+                        t,
+                        mode: q.mode,
+                        before: q.order(),
+                    };
                     let mut blockers = SmallVec::new();
-                    collect_blockers(space, compat, q.txn, t, q.mode, q.order(), &mut blockers);
+                    collect_blockers(space, compat, r, &mut blockers);
                     if blockers.is_empty() {
                         return Err(format!(
                             "{what}: {} {} waits for nothing (lost wakeup)",
@@ -1657,15 +1671,13 @@ impl LockTable {
             };
             let (sk, local) = split(&w.target);
             if let Some(space) = self.spaces.get(&sk) {
-                collect_blockers(
-                    space,
-                    &*self.compat,
+                let r = Request {
                     txn,
-                    local,
-                    w.mode,
-                    order(w.upgrade, *ticket),
-                    &mut out,
-                );
+                    t: local,
+                    mode: w.mode,
+                    before: order(w.upgrade, *ticket),
+                };
+                collect_blockers(space, &*self.compat, r, &mut out);
             }
         }
         out
@@ -1767,7 +1779,13 @@ impl LockTable {
                 let Some(space) = self.spaces.get(&wsk) else {
                     continue;
                 };
-                !is_blocked(space, &*self.compat, w.txn, wl, w.mode, ord)
+                let r = Request {
+                    txn: w.txn,
+                    t: wl,
+                    mode: w.mode,
+                    before: ord,
+                };
+                !is_blocked(space, &*self.compat, r)
             };
             if free {
                 self.grant_waiter(ticket, wakeups);
