@@ -471,59 +471,44 @@ struct Request<'a> {
     before: Order,
 }
 
-/// Calls `f` with each transaction the request must wait for (conflicting
-/// holders, and conflicting requests queued ahead of it on overlapping
-/// targets; a transaction may come more than once) until `f` returns
-/// false.
-fn each_blocker(
-    space: &Space,
-    compat: &dyn Compatibility,
-    r: Request<'_>,
-    mut f: impl FnMut(TxnId) -> bool,
-) {
-    let mut more = true;
-    space.for_each_overlapping(r.t, |e| {
-        let holders = e.holders.iter().map(|h| (h.txn, h.mode));
-        let ahead = e
-            .queue
-            .iter()
-            .take_while(|q| q.order() < r.before)
-            .map(|q| (q.txn, q.mode));
-        for (txn, mode) in holders.chain(ahead) {
-            if !more {
-                return;
-            }
-            if txn != r.txn && !compat.compatible(mode, r.mode) {
-                more = f(txn);
-            }
-        }
-    });
-}
-
-/// The other transactions the request must wait for, each once.
+/// The other transactions the request must wait for, each once:
+/// conflicting holders, and conflicting requests queued ahead of it on
+/// overlapping targets.
 fn collect_blockers(
     space: &Space,
     compat: &dyn Compatibility,
     r: Request<'_>,
     out: &mut SmallVec<[TxnId; 4]>,
 ) {
-    each_blocker(space, compat, r, |b| {
-        if !out.contains(&b) {
-            out.push(b);
+    space.for_each_overlapping(r.t, |e| {
+        for h in &e.holders {
+            if h.txn != r.txn && !compat.compatible(h.mode, r.mode) && !out.contains(&h.txn) {
+                out.push(h.txn);
+            }
         }
-        true
+        for q in e.queue.iter().take_while(|q| q.order() < r.before) {
+            if q.txn != r.txn && !compat.compatible(q.mode, r.mode) && !out.contains(&q.txn) {
+                out.push(q.txn);
+            }
+        }
     });
 }
 
-/// Whether the request must wait, stopping at the first blocker. A
-/// regrant asks this of every request queued on a target, so on a long
-/// queue collecting the list (and its duplicate check) made a release cost
-/// the cube of the queue's length.
+/// Whether the request must wait: [`collect_blockers`] without the list,
+/// stopping at the first blocker. A regrant asks this of every request
+/// queued on a target, so on a long queue collecting the list (and its
+/// duplicate check) made a release cost the cube of the queue's length.
 fn is_blocked(space: &Space, compat: &dyn Compatibility, r: Request<'_>) -> bool {
     let mut blocked = false;
-    each_blocker(space, compat, r, |_| {
-        blocked = true;
-        false
+    space.for_each_overlapping(r.t, |e| {
+        blocked = blocked
+            || e.holders
+                .iter()
+                .any(|h| h.txn != r.txn && !compat.compatible(h.mode, r.mode))
+            || e.queue
+                .iter()
+                .take_while(|q| q.order() < r.before)
+                .any(|q| q.txn != r.txn && !compat.compatible(q.mode, r.mode));
     });
     blocked
 }
