@@ -411,9 +411,9 @@ async fn measure_point(
     };
     drain(&mut set, &mut done).await?;
 
-    let mut merged = Recorder::new()?;
+    let mut merged = Recorder::new();
     for r in &done {
-        merged.merge(r)?;
+        merged.merge(r);
     }
     let measured_s = spec.duration.as_secs_f64();
     let names: Vec<&'static str> = workload.mix().into_iter().map(|(n, _)| n).collect();
@@ -615,24 +615,24 @@ impl Window {
         match outcome {
             Ok(o) if measured => {
                 let us = u64::try_from(t1.duration_since(t0).as_micros()).unwrap_or(u64::MAX);
-                rec.commit(procedure, us, o.attempts)
+                rec.commit(procedure, us, o.attempts);
             }
-            Ok(_) => Ok(()),
             Err(Error::UserAbort(_)) if measured => rec.user_abort(procedure),
             Err(Error::RetriesExhausted { attempts, .. }) if measured => {
-                rec.gave_up(procedure, attempts)
+                rec.gave_up(procedure, attempts);
             }
             Err(Error::Internal(_)) if !self.isolated && measured => rec.anomaly(procedure),
-            Err(Error::UserAbort(_) | Error::RetriesExhausted { .. }) => Ok(()),
-            Err(Error::Internal(_)) if !self.isolated => Ok(()),
+            Ok(_) | Err(Error::UserAbort(_) | Error::RetriesExhausted { .. }) => {}
+            Err(Error::Internal(_)) if !self.isolated => {}
             Err(source) => {
                 self.stop.store(true, Ordering::Relaxed);
-                Err(BenchError::Call {
+                return Err(BenchError::Call {
                     procedure: procedure.to_string(),
                     source,
-                })
+                });
             }
         }
+        Ok(())
     }
 }
 
@@ -652,7 +652,7 @@ async fn client_loop(
     queues: Arc<Vec<mpsc::Sender<Deferred>>>,
     window: Window,
 ) -> Result<Recorder> {
-    let mut rec = Recorder::new()?;
+    let mut rec = Recorder::new();
     while window.running() {
         let req = gen.next();
         let procedure = req.procedure;
@@ -688,7 +688,7 @@ async fn deferred_worker(
     mut queue: mpsc::Receiver<Deferred>,
     window: Window,
 ) -> Result<Recorder> {
-    let mut rec = Recorder::new()?;
+    let mut rec = Recorder::new();
     while window.running() {
         let next = tokio::select! {
             d = queue.recv() => d,
@@ -799,7 +799,7 @@ mod tests {
         let guard = || Err(Error::Internal("ticket: seat 7 is not held".into()));
 
         let raw = window(false);
-        let mut rec = Recorder::new()?;
+        let mut rec = Recorder::new();
         raw.record(&mut rec, "create_order", now, guard())?;
         assert!(raw.running());
         let (all, per) = rec.summarize(&["create_order"], 1.0)?;
@@ -807,7 +807,7 @@ mod tests {
         assert_eq!(per["create_order"].anomalies, 1);
 
         let isolated = window(true);
-        let mut rec = Recorder::new()?;
+        let mut rec = Recorder::new();
         assert!(isolated
             .record(&mut rec, "create_order", now, guard())
             .is_err());

@@ -30,7 +30,7 @@ fn new_histogram() -> Result<Histogram<u64>> {
 }
 
 /// Measurements of one procedure at one client (or merged).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ProcRecord {
     /// Latency of committed calls, from first attempt to commit, in µs
     /// (clamped to `LATENCY_US_MAX`).
@@ -50,19 +50,7 @@ pub struct ProcRecord {
 }
 
 impl ProcRecord {
-    fn new() -> Result<Self> {
-        Ok(ProcRecord {
-            latency_us: Vec::new(),
-            commits: 0,
-            retries: 0,
-            user_aborts: 0,
-            gave_up: 0,
-            cc_aborts: 0,
-            anomalies: 0,
-        })
-    }
-
-    fn merge(&mut self, other: &ProcRecord) -> Result<()> {
+    fn merge(&mut self, other: &ProcRecord) {
         self.latency_us.extend_from_slice(&other.latency_us);
         self.commits += other.commits;
         self.retries += other.retries;
@@ -70,7 +58,6 @@ impl ProcRecord {
         self.gave_up += other.gave_up;
         self.cc_aborts += other.cc_aborts;
         self.anomalies += other.anomalies;
-        Ok(())
     }
 
     fn record(&mut self, latency_us: u64) {
@@ -131,87 +118,64 @@ pub struct ProcSummary {
 }
 
 /// All procedures of one client, plus the combined latency of all of them.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Recorder {
     procs: BTreeMap<&'static str, ProcRecord>,
     all: ProcRecord,
 }
 
 impl Recorder {
-    pub fn new() -> Result<Self> {
-        Ok(Recorder {
-            procs: BTreeMap::new(),
-            all: ProcRecord::new()?,
-        })
+    pub fn new() -> Self {
+        Recorder::default()
     }
 
-    fn both(&mut self, procedure: &'static str) -> Result<(&mut ProcRecord, &mut ProcRecord)> {
-        if !self.procs.contains_key(procedure) {
-            self.procs.insert(procedure, ProcRecord::new()?);
-        }
-        match self.procs.get_mut(procedure) {
-            Some(p) => Ok((p, &mut self.all)),
-            None => Err(BenchError::Internal(format!("no record for `{procedure}`"))),
-        }
+    fn both(&mut self, procedure: &'static str) -> (&mut ProcRecord, &mut ProcRecord) {
+        (self.procs.entry(procedure).or_default(), &mut self.all)
     }
 
     /// A call that committed after `attempts` attempts.
-    pub fn commit(
-        &mut self,
-        procedure: &'static str,
-        latency_us: u64,
-        attempts: u32,
-    ) -> Result<()> {
+    pub fn commit(&mut self, procedure: &'static str, latency_us: u64, attempts: u32) {
         let retries = u64::from(attempts.saturating_sub(1));
-        let (p, all) = self.both(procedure)?;
+        let (p, all) = self.both(procedure);
         for r in [p, all] {
             r.record(latency_us);
             r.commits += 1;
             r.retries += retries;
             r.cc_aborts += retries;
         }
-        Ok(())
     }
 
     /// A call the procedure body aborted on purpose.
-    pub fn user_abort(&mut self, procedure: &'static str) -> Result<()> {
-        let (p, all) = self.both(procedure)?;
+    pub fn user_abort(&mut self, procedure: &'static str) {
+        let (p, all) = self.both(procedure);
         p.user_aborts += 1;
         all.user_aborts += 1;
-        Ok(())
     }
 
     /// A call stopped by a workload guard that only a protocol without
     /// isolation can trip.
-    pub fn anomaly(&mut self, procedure: &'static str) -> Result<()> {
-        let (p, all) = self.both(procedure)?;
+    pub fn anomaly(&mut self, procedure: &'static str) {
+        let (p, all) = self.both(procedure);
         p.anomalies += 1;
         all.anomalies += 1;
-        Ok(())
     }
 
     /// A call that was a concurrency-control victim `attempts` times in a
     /// row and was given up.
-    pub fn gave_up(&mut self, procedure: &'static str, attempts: u32) -> Result<()> {
-        let (p, all) = self.both(procedure)?;
+    pub fn gave_up(&mut self, procedure: &'static str, attempts: u32) {
+        let (p, all) = self.both(procedure);
         for r in [p, all] {
             r.gave_up += 1;
             r.cc_aborts += u64::from(attempts);
             r.retries += u64::from(attempts.saturating_sub(1));
         }
-        Ok(())
     }
 
-    pub fn merge(&mut self, other: &Recorder) -> Result<()> {
+    pub fn merge(&mut self, other: &Recorder) {
         for (name, rec) in &other.procs {
-            match self.procs.get_mut(name) {
-                Some(mine) => mine.merge(rec)?,
-                None => {
-                    self.procs.insert(name, rec.clone());
-                }
-            }
+            self.procs.entry(name).or_default().merge(rec);
         }
-        self.all.merge(&other.all)
+        self.all.merge(&other.all);
     }
 
     /// Summary of every procedure in `names` (present even with no calls,
@@ -228,7 +192,7 @@ impl Recorder {
             }
             let s = match self.procs.get(name) {
                 Some(r) => r.summary(measured_s)?,
-                None => ProcRecord::new()?.summary(measured_s)?,
+                None => ProcRecord::default().summary(measured_s)?,
             };
             per.insert(name.to_string(), s);
         }
@@ -246,16 +210,16 @@ mod tests {
 
     #[test]
     fn records_merge_and_summarize() -> Result<()> {
-        let mut a = Recorder::new()?;
-        let mut b = Recorder::new()?;
+        let mut a = Recorder::new();
+        let mut b = Recorder::new();
         for us in 1..=100 {
-            a.commit("x", us, 1)?;
+            a.commit("x", us, 1);
         }
-        b.commit("x", 1000, 3)?;
-        b.commit("y", 50, 1)?;
-        b.user_abort("y")?;
-        b.gave_up("y", 100)?;
-        a.merge(&b)?;
+        b.commit("x", 1000, 3);
+        b.commit("y", 50, 1);
+        b.user_abort("y");
+        b.gave_up("y", 100);
+        a.merge(&b);
         let (all, per) = a.summarize(&["x", "y", "z"], 2.0)?;
         let x = &per["x"];
         assert_eq!(x.commits, 101);
@@ -279,8 +243,8 @@ mod tests {
 
     #[test]
     fn huge_latency_is_clamped_not_lost() -> Result<()> {
-        let mut r = Recorder::new()?;
-        r.commit("x", u64::MAX, 1)?;
+        let mut r = Recorder::new();
+        r.commit("x", u64::MAX, 1);
         let (all, _) = r.summarize(&[], 1.0)?;
         assert_eq!(all.commits, 1);
         assert!(all.latency_us_max >= LATENCY_US_MAX);

@@ -1018,7 +1018,18 @@ impl LockTable {
     /// Breaks every wait-for cycle through `start`: by a queue pass where
     /// a member can pass, else by aborting its youngest waiting member.
     fn break_cycles_through(&mut self, start: TxnId, wakeups: &mut Vec<Wakeup>) {
-        while let Some(cycle) = self.find_cycle(start) {
+        self.break_cycles(|t| t.find_cycle(start), wakeups);
+    }
+
+    /// Breaks every cycle `find` finds, one at a time (each break changes
+    /// the graph, so `find` looks again): by a queue pass where a member
+    /// can pass, else by aborting its youngest waiting member.
+    fn break_cycles(
+        &mut self,
+        mut find: impl FnMut(&mut Self) -> Option<Vec<TxnId>>,
+        wakeups: &mut Vec<Wakeup>,
+    ) {
+        while let Some(cycle) = find(self) {
             if self.bypass_queue_in(&cycle, wakeups) {
                 continue;
             }
@@ -1574,28 +1585,21 @@ impl LockTable {
         if self.config.policy != DeadlockPolicy::Detect {
             return;
         }
+        let (sk, local) = split(target);
         for &root in on {
-            loop {
-                let waiters: SmallVec<[TxnId; 8]> = {
-                    let (sk, local) = split(target);
-                    match self.spaces.get(&sk).and_then(|s| s.entry(local)) {
-                        Some(e) => e.queue.iter().map(|q| q.txn).collect(),
-                        None => return,
-                    }
-                };
-                let Some(cycle) = self.search_cycle(root, |t, edges| {
-                    waiters.contains(&t) && edges.contains(&root)
-                }) else {
-                    break;
-                };
-                if self.bypass_queue_in(&cycle, wakeups) {
-                    continue;
-                }
-                let Some(victim) = self.youngest_waiting(&cycle) else {
-                    break;
-                };
-                self.abort_waits_of(victim, wakeups);
-            }
+            self.break_cycles(
+                |t| {
+                    let waiters: SmallVec<[TxnId; 8]> =
+                        match t.spaces.get(&sk).and_then(|s| s.entry(local)) {
+                            Some(e) => e.queue.iter().map(|q| q.txn).collect(),
+                            None => return None,
+                        };
+                    t.search_cycle(root, |w, edges| {
+                        waiters.contains(&w) && edges.contains(&root)
+                    })
+                },
+                wakeups,
+            );
         }
     }
 
