@@ -1002,12 +1002,20 @@ pub(crate) async fn exec_piece(
                 .into(),
         )),
     };
-    {
+    // The first piece committed: the transaction can no longer roll back,
+    // and the partitions that hold its locks protect it from now on (the
+    // statements after it carry the protection to theirs).
+    let protect_at = {
         let mut st = ctx.state.lock();
+        let earlier = (seq == 1).then(|| st.participants.clone());
         st.add_participant(p);
         if let Some(c) = &mut st.callas {
             c.seq += 1;
         }
+        earlier.unwrap_or_default()
+    };
+    for q in protect_at {
+        shared.send(ctx.node, q, PartitionMsg::Protect { owner });
     }
     let mut attempt = 0u32;
     loop {
@@ -1019,6 +1027,7 @@ pub(crate) async fn exec_piece(
             autocommit: true,
             release_order: false,
             commit_first: None,
+            protect: seq > 0,
         };
         let r = ctx
             .execute_at(

@@ -781,7 +781,11 @@ pub(crate) async fn backoff(policy: &RetryPolicy, attempt: u32, seed: u64) {
         .backoff_base
         .saturating_mul(1u32 << (attempt - 2).min(16))
         .min(policy.backoff_max);
-    let wait = SmallRng::seed_from_u64(seed).gen_range(Duration::ZERO..=exp);
+    // The attempt goes into the draw: callers that retry under one id (a
+    // chopped transaction's piece, an accepted BASE transaction's
+    // subtransaction) would otherwise draw the same fraction every time.
+    let draw = seed ^ u64::from(attempt).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let wait = SmallRng::seed_from_u64(draw).gen_range(Duration::ZERO..=exp);
     tokio::time::sleep(wait).await;
 }
 

@@ -102,7 +102,8 @@ pub(crate) struct Break {
 /// because FIFO queued it behind a request that waits for it, that
 /// request is granted ahead of the queue there (no abort; the youngest
 /// such member); otherwise the youngest member that waits is aborted
-/// wherever it waits. Then its edges go and the components are found
+/// wherever it waits, one that can no longer roll back (protected at a
+/// partition) only if every member that waits is. Then its edges go and the components are found
 /// again, until none has a cycle.
 pub(crate) fn victims(graphs: &[WaitGraph]) -> Vec<Break> {
     let mut succ: HashMap<TxnId, Vec<TxnId>> = HashMap::new();
@@ -124,6 +125,10 @@ pub(crate) fn victims(graphs: &[WaitGraph]) -> Vec<Break> {
             }
         }
     }
+    let protected: HashSet<TxnId> = graphs
+        .iter()
+        .flat_map(|g| g.protected.iter().copied())
+        .collect();
     let mut out = Vec::new();
     // A victim's waits end, so its edges go; components are computed again
     // until no cycle is left (a range read waiting for twenty holders,
@@ -144,7 +149,11 @@ pub(crate) fn victims(graphs: &[WaitGraph]) -> Vec<Break> {
                     pass: true,
                     at: waits_at[v].1.clone(),
                 }
-            } else if let Some(v) = scc.iter().filter(|t| waits_at.contains_key(t)).max() {
+            } else if let Some(v) = scc
+                .iter()
+                .filter(|t| waits_at.contains_key(t))
+                .max_by_key(|&t| (!protected.contains(t), t))
+            {
                 Break {
                     victim: *v,
                     pass: false,
@@ -247,6 +256,7 @@ mod tests {
         WaitGraph {
             edges: edges.iter().map(|&(a, b)| (t(a), t(b))).collect(),
             waiting: waiting.iter().map(|&(a, p)| (t(a), p)).collect(),
+            protected: Vec::new(),
         }
     }
 
@@ -267,6 +277,19 @@ mod tests {
             g(&[(2, 3), (3, 1)], &[(2, false)]),
         ];
         // t3 is youngest but waits nowhere: t2 is the victim, at partition 1.
+        assert_eq!(victims(&graphs), vec![abort(2, vec![1])]);
+    }
+
+    #[test]
+    fn a_protected_waiter_is_spared_while_the_cycle_has_another() {
+        // Partition 0: t1 waits for t2's earlier piece. Partition 1: t2
+        // (protected there: a piece of it committed) waits for t1.
+        let mut graphs = vec![g(&[(1, 2)], &[(1, false)]), g(&[(2, 1)], &[(2, false)])];
+        assert_eq!(victims(&graphs), vec![abort(2, vec![1])]);
+        graphs[1].protected.push(t(2));
+        assert_eq!(victims(&graphs), vec![abort(1, vec![0])]);
+        // Every waiter protected: the youngest goes all the same.
+        graphs[0].protected.push(t(1));
         assert_eq!(victims(&graphs), vec![abort(2, vec![1])]);
     }
 
@@ -335,6 +358,7 @@ mod tests {
         let graphs = vec![WaitGraph {
             edges,
             waiting: vec![(t(n - 1), false)],
+            protected: Vec::new(),
         }];
         assert_eq!(victims(&graphs), vec![abort(n - 1, vec![0])]);
     }

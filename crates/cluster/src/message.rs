@@ -79,6 +79,13 @@ pub struct BaseStmt {
     /// on this partition only and whose statements all succeeded, commits
     /// here before this statement runs, instead of in a round of its own.
     pub commit_first: Option<TxnId>,
+    /// Callas `chop` and `sc`: a piece of `owner` that wrote committed
+    /// before this statement, so `owner` can no longer roll back; the
+    /// partition protects it in its lock table (`LockTable::protect`)
+    /// before the statement's locks are requested, so it is never the
+    /// victim of a transaction that waits for its earlier pieces' locks.
+    #[serde(default)]
+    pub protect: bool,
 }
 
 /// A participant's vote in the first phase of two-phase commit.
@@ -101,6 +108,9 @@ pub struct WaitGraph {
     /// and whether one of their requests conflicts with no holder (it
     /// could be granted ahead of the queue).
     pub waiting: Vec<(TxnId, bool)>,
+    /// Those of `waiting` that can no longer roll back
+    /// (`LockTable::protect`): a victim only when a cycle has no other.
+    pub protected: Vec<TxnId>,
 }
 
 /// A snapshot of a partition for `status` and tests.
@@ -163,6 +173,12 @@ pub enum PartitionMsg {
     /// Callas, Runtime Pipelining: a piece of `owner` ended; its
     /// piece-level (member) locks here become nexus locks.
     EndPiece {
+        owner: TxnId,
+    },
+    /// Callas `chop` and `sc`: a piece of `owner` that wrote committed, so
+    /// `owner` can no longer roll back; it is protected in the lock table
+    /// (`LockTable::protect`).
+    Protect {
         owner: TxnId,
     },
     /// The node whose transaction ids carry `coordinator` (the id's top

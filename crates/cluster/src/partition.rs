@@ -389,6 +389,10 @@ impl Partition {
                 if let LockClass::Member(g) = lock.class {
                     self.callas_groups.insert(base.map_or(txn, |b| b.owner), g);
                 }
+                if let Some(b) = base.filter(|b| b.protect) {
+                    self.locks.protect(b.owner, &mut self.wakeups);
+                    self.process_wakeups();
+                }
                 self.run_statement(Stmt {
                     txn,
                     owner: base.map_or(txn, |b| b.owner),
@@ -406,6 +410,10 @@ impl Partition {
             }
             PartitionMsg::Prepare { txn, reply, .. } if self.cascaded.remove(&txn) => {
                 reply.send(Vote::No);
+            }
+            PartitionMsg::Protect { owner } => {
+                self.locks.protect(owner, &mut self.wakeups);
+                self.process_wakeups();
             }
             PartitionMsg::EndPiece { owner } => {
                 if let Some(&g) = self.callas_groups.get(&owner) {
@@ -514,6 +522,12 @@ impl Partition {
                 let mut g = crate::message::WaitGraph::default();
                 self.locks
                     .wait_for_graph(now(), older_than, &mut g.edges, &mut g.waiting);
+                g.protected = g
+                    .waiting
+                    .iter()
+                    .map(|&(t, _)| t)
+                    .filter(|&t| self.locks.is_protected(t))
+                    .collect();
                 reply.send(g);
             }
             PartitionMsg::BreakDeadlock { victim, pass } => {

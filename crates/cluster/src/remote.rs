@@ -331,7 +331,7 @@ async fn forward(
             }
             reply.send(());
         }
-        PartitionMsg::EndPiece { owner } => {
+        PartitionMsg::EndPiece { owner } | PartitionMsg::Protect { owner } => {
             // Callas runs in one process only (Cluster::start refuses it
             // on nodes), so this never crosses the network.
             tracing::error!(%owner, "a Callas piece end cannot be sent to another process");

@@ -514,6 +514,7 @@ pub(crate) async fn exec(
         autocommit,
         release_order,
         commit_first,
+        protect: false,
     };
     let futs = targets.iter().map(|&p| {
         ctx.execute_at(

@@ -8,9 +8,13 @@
 //!    │     transaction's nexus locks), open the next (a fresh id, same age)
 //!    ▼ body returned: commit the last piece; the transaction's nexus locks
 //!      go as under `chop` (in release order)
-//!  a victim in a piece after the first: roll that piece back and run the
-//!  body again, the committed pieces' statements answered from their
-//!  recorded results (a body is a function of its arguments and results)
+//!  a committed piece wrote: the transaction is protected at every
+//!    partition that holds its locks (it ranks above all others there)
+//!  a victim in a later piece of a protected transaction: roll that piece
+//!  back and run the body again, the committed pieces' statements answered
+//!  from their recorded results (a body is a function of its arguments and
+//!  results); of a transaction whose committed pieces only read: abort it
+//!  whole and retry
 //! ```
 //!
 //! Each piece is a two-phase-locking transaction of its own: its member
@@ -21,17 +25,29 @@
 //! rollback-safe (every rollback is in the first piece), so a piece after
 //! the first never rolls back for the application's reasons, and one that
 //! the concurrency control chose as a victim is run again until it commits.
+//!
+//! For that to end, a transaction that cannot roll back any more must not
+//! be the one that gives way: once a piece that wrote committed, the lock
+//! tables protect the transaction (`LockTable::protect`). Wait-die then
+//! ranks it above every unprotected transaction: its later pieces wait for
+//! older transactions instead of dying, and a transaction that would wait
+//! for its locks dies instead (one already waiting is aborted when the
+//! protection arrives). Without this, an older transaction waiting for a
+//! committed piece's lock, while the younger later piece died on the older
+//! one's lock, ran again and died again, kept a call stuck (TPC-C under
+//! `sc` groups). A transaction whose committed pieces only read is not
+//! protected: it is aborted whole, which also lets go of its nexus locks.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use brine_core::{AbortCause, Error, NodeId, Result, TxnId, Value};
-use brine_sql::{Plan, QueryResult};
+use brine_sql::{Plan, QueryResult, StatementKind};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::coordinator::{abort_at, backoff, commit_at, ProcCtx, Shared, TxnState};
-use crate::message::BaseStmt;
+use crate::message::{BaseStmt, PartitionMsg};
 
 /// An `sc` transaction's pieces at its coordinator.
 #[derive(Debug, Default)]
@@ -49,6 +65,33 @@ pub struct ScRun {
     rec_mark: usize,
     /// Re-runs of the current piece.
     reruns: u32,
+    /// The open piece has a statement that writes.
+    open_writes: bool,
+    /// A committed piece wrote: the transaction can no longer roll back,
+    /// and the partitions protect it (`LockTable::protect`).
+    protected: bool,
+    /// Partitions of the committed pieces (where the nexus locks are).
+    held_at: SmallVec<[usize; 4]>,
+}
+
+impl ScRun {
+    /// A piece that ran at `parts` committed. Returns the partitions to
+    /// protect the transaction at: every one it holds locks at, when this
+    /// is the first committed piece that wrote.
+    fn piece_committed(&mut self, parts: &[usize]) -> SmallVec<[usize; 4]> {
+        self.committed = self.results.len();
+        self.reruns = 0;
+        for &p in parts {
+            if !self.held_at.contains(&p) {
+                self.held_at.push(p);
+            }
+        }
+        if self.open_writes && !self.protected {
+            self.protected = true;
+            return self.held_at.clone();
+        }
+        SmallVec::new()
+    }
 }
 
 /// The `sc` state of a transaction running in an `sc` group.
@@ -124,13 +167,14 @@ pub(crate) async fn exec(
         (owner, k, closing)
     };
     if let Some(piece) = closing {
+        let parts = piece.1.clone();
         commit_piece(&shared, ctx.node, &ctx.state, owner, piece).await?;
-        let mut st = ctx.state.lock();
-        let run = run_of(&mut st);
-        run.committed = run.results.len();
-        run.reruns = 0;
+        let protect_at = run_of(&mut ctx.state.lock()).piece_committed(&parts);
+        for p in protect_at {
+            shared.send(ctx.node, p, PartitionMsg::Protect { owner });
+        }
     }
-    let (sub, seq, lock_class) = {
+    let (sub, base, lock_class) = {
         let mut st = ctx.state.lock();
         let mark = rec_len(&st);
         let lock_class = st.lock_class;
@@ -139,18 +183,28 @@ pub(crate) async fn exec(
         let seq = c.seq;
         c.seq += 1;
         let run = c.sc.as_mut().expect("sc state");
+        let base = BaseStmt {
+            owner,
+            seq,
+            autocommit: false,
+            release_order: false,
+            commit_first: None,
+            protect: run.protected,
+        };
         let sub = match run.sub {
             Some(sub) => sub,
             None => {
                 let sub = shared.new_txn(Some(owner.ts));
                 run.sub = Some(sub);
                 run.rec_mark = mark;
+                run.open_writes = false;
                 sub
             }
         };
-        (sub, seq, lock_class)
+        run.open_writes |= plan.kind() != StatementKind::Select;
+        (sub, base, lock_class)
     };
-    let result = run_in_piece(ctx, sub, owner, seq, plan, args, lock_class).await;
+    let result = run_in_piece(ctx, sub, base, plan, args, lock_class).await;
     let mut st = ctx.state.lock();
     if let Err(Error::Aborted(cause)) = &result {
         st.doomed = Some(*cause);
@@ -162,12 +216,11 @@ pub(crate) async fn exec(
 }
 
 /// Executes a statement at the partitions it routes to, as part of piece
-/// transaction `sub` whose locks `owner` holds.
+/// transaction `sub` whose locks `base.owner` holds.
 async fn run_in_piece(
     ctx: &ProcCtx,
     sub: TxnId,
-    owner: TxnId,
-    seq: u32,
+    base: BaseStmt,
     plan: Arc<Plan>,
     args: Vec<Value>,
     lock_class: Option<brine_lock::LockClass>,
@@ -175,13 +228,6 @@ async fn run_in_piece(
     let params = plan.bind(args)?;
     let lock = ctx.lock_spec(lock_class, true);
     let targets = ctx.shared.targets(&plan, &params);
-    let base = BaseStmt {
-        owner,
-        seq,
-        autocommit: false,
-        release_order: false,
-        commit_first: None,
-    };
     ctx.execute_on(&targets, sub, &plan, params, lock, Some(base))
         .await
 }
@@ -201,6 +247,10 @@ async fn commit_piece(
     }
     r
 }
+
+/// Victim reruns of one piece after which a possible deadlock between
+/// protected transactions is reported.
+const STUCK_RERUNS: u32 = 100;
 
 /// What [`body_done`] decided.
 pub(crate) enum Step<T> {
@@ -241,32 +291,45 @@ pub(crate) async fn body_done<T>(
         Err(Error::Aborted(cause)) => Some(*cause),
         _ => None,
     });
-    let (later, reruns) = {
+    // Only a transaction a committed piece of which wrote is kept: one
+    // whose committed pieces only read is aborted whole and retried, which
+    // also lets go of its nexus locks (a transaction waiting for them may
+    // be what the victim piece waited for).
+    let (protected, reruns) = {
         let mut st = state.lock();
-        let (mark, later, reruns) = {
+        let (mark, protected, reruns) = {
             let run = run_of(&mut st);
             run.results.truncate(run.committed);
             run.cursor = 0;
             run.reruns += 1;
-            (run.rec_mark, run.committed > 0, run.reruns)
+            (run.rec_mark, run.protected, run.reruns)
         };
         if let Some(rec) = &mut st.rec {
             rec.ops.truncate(mark);
         }
-        if later && victim.is_some() {
+        if protected && victim.is_some() {
             st.doomed = None;
         }
-        (later, reruns)
+        (protected, reruns)
     };
-    match (later, victim) {
+    match (protected, victim) {
         (true, Some(cause)) => {
+            if reruns == STUCK_RERUNS {
+                tracing::warn!(
+                    %owner,
+                    ?cause,
+                    "an `sc` piece was a victim {reruns} times in a row: it may be in a deadlock \
+                     with a chopped transaction of another group, which neither can break (both \
+                     committed a piece that wrote); see docs/callas.md, Limits"
+                );
+            }
             shared.counters.count_abort(cause);
             shared.counters.retries.fetch_add(1, Ordering::Relaxed);
             backoff(&shared.retry, reruns, shared.seed ^ owner.id).await;
             Step::Rerun
         }
-        (later, victim) => {
-            if later {
+        (protected, victim) => {
+            if protected {
                 tracing::warn!(
                     %owner,
                     "an `sc` transaction failed after its first piece committed; the committed \

@@ -10,7 +10,7 @@ use brine_cluster::{
     Application, Cluster, ClusterConfig, DeadlockPolicy, Grouping, Isolation, LinkConfig, Mutation,
     ProcedureDef, SafeModeConfig,
 };
-use brine_core::Value;
+use brine_core::{AbortCause, Error, Value};
 
 mod salt_common;
 use salt_common::{call, int, Gates};
@@ -484,15 +484,20 @@ async fn sc_pieces_commit_on_their_own_inside_the_group_and_stay_hidden_outside(
     shares_inside_waits_outside(&c, &gates, "sc", s).await;
 }
 
-// A piece after the first that the concurrency control aborts is run
-// again, not the transaction: sc_inc's second piece (a read of the
-// district) dies under wait-die against an older ACID writer of the
-// district, and the body runs again with its committed first piece
-// answered from the record, so the increment is applied exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sc_victim_piece_is_run_again_and_earlier_pieces_apply_once() {
+/// Under wait-die with lock timeout `wait_timeout`: an ACID transaction
+/// writes district 1, then sc_inc (younger) runs: its first piece
+/// increments kv B and commits, its second piece (a read of district 1)
+/// cannot pass the older writer.
+async fn sc_inc_behind_an_older_writer(
+    wait_timeout: Duration,
+) -> (
+    Cluster,
+    brine_cluster::Txn,
+    tokio::task::JoinHandle<brine_core::Result<Vec<Value>>>,
+) {
     let mut cfg = config("g1:sc=sc_set,bump,sc_inc", None, None);
     cfg.lock.policy = DeadlockPolicy::WaitDie;
+    cfg.lock.wait_timeout = wait_timeout;
     let c = start(cfg, Gates::default()).await;
     let mut older = c.client().begin();
     older
@@ -507,9 +512,21 @@ async fn sc_victim_piece_is_run_again_and_earlier_pieces_apply_once() {
         within(&mut s).await.is_none(),
         "sc_inc's second piece cannot pass the older writer"
     );
+    (c, older, s)
+}
+
+// A piece after the first that the concurrency control aborts is run
+// again, not the transaction: sc_inc's second piece (a read of the
+// district) waits for an older ACID writer of the district longer than
+// the lock timeout, and the body runs again with its committed first
+// piece answered from the record, so the increment is applied exactly
+// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sc_victim_piece_is_run_again_and_earlier_pieces_apply_once() {
+    let (c, older, s) = sc_inc_behind_an_older_writer(Duration::from_millis(50)).await;
     assert!(
         c.stats().retries > 0,
-        "the second piece was a wait-die victim and was run again"
+        "the second piece's wait timed out and it was run again"
     );
     older.commit().await.expect("commit");
     let r = s.await.unwrap().expect("sc_inc completes");
@@ -520,4 +537,33 @@ async fn sc_victim_piece_is_run_again_and_earlier_pieces_apply_once() {
         Some(1),
         "first piece applied once"
     );
+}
+
+// Once a piece that wrote has committed, the chopped transaction cannot
+// roll back, so it ranks above every other transaction (the lock table's
+// `protect`): its later piece waits for an older writer, and when that
+// older transaction asks for the committed piece's lock it is the one that
+// dies. Before, the older transaction waited for the piece's lock while the
+// later piece died on the older one's lock, ran again and died again, for
+// as long as the older one waited (TPC-C under `sc` groups left calls stuck
+// this way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_transaction_dies_rather_than_wait_for_a_committed_piece() {
+    let (c, mut older, s) = sc_inc_behind_an_older_writer(Duration::from_secs(10)).await;
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        older.execute("SELECT v FROM kv WHERE k = $k", vec![Value::Int(B)]),
+    )
+    .await
+    .expect("the older transaction does not wait for the committed piece");
+    assert!(
+        matches!(read, Err(Error::Aborted(AbortCause::WaitDie))),
+        "the older transaction dies on the protected transaction's lock: {read:?}"
+    );
+    older.abort().await;
+    let r = s.await.unwrap().expect("sc_inc completes");
+    assert_eq!(int(&r[0]), 0, "the older writer rolled back");
+    assert_eq!(c.stats().retries, 0, "sc_inc's later piece never died");
+    let v = "SELECT v FROM kv WHERE k = $k";
+    assert_eq!(acid_read(&c, v, B).await, Some(1));
 }

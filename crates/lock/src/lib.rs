@@ -29,6 +29,11 @@
 //! - **Liveness.** Whenever a lock goes away (release, downgrade, a waiter
 //!   cancelled or aborted), every waiter on an overlapping target that is no
 //!   longer blocked is granted, in queue order, and reported as a [`Wakeup`].
+//!   A transaction that can no longer roll back (a chopped Callas
+//!   transaction whose first writing piece committed) is marked with
+//!   [`LockTable::protect`]: every policy then ranks it above the others,
+//!   so it is never the victim while a transaction that can roll back
+//!   stands in the way.
 //!   Deadlocks are resolved by the configured [`DeadlockPolicy`] (wait-die,
 //!   or a wait-for-graph detector that breaks a cycle by a queue bypass
 //!   where one exists, else aborts the youngest waiting transaction of the
@@ -78,7 +83,7 @@
 //!   request queued ahead?
 //!        | yes
 //!        v
-//!   policy: wait-die and an older blocker? --yes--> Abort(WaitDie)
+//!   policy: wait-die and an older (or protected) blocker? --yes--> Abort(WaitDie)
 //!        | no
 //!        v
 //!   queue full? --yes--> Err(Bound)

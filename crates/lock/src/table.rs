@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeadlockPolicy {
     /// A requester younger (larger `TxnId`) than any transaction it would
-    /// wait for dies; older ones wait. No cycles can form.
+    /// wait for dies; older ones wait. No cycles can form. A transaction
+    /// that can no longer roll back ([`LockTable::protect`]) ranks above
+    /// every other: it never dies, and whoever would wait for it does.
     WaitDie,
     /// Wait-for graph of this table, checked on every new wait; the
     /// youngest transaction of a cycle is the victim.
@@ -559,6 +561,9 @@ struct TxnState {
     releasing: bool,
     /// `release_all` answered `Deferred`: completion emits `Released`.
     deferred: bool,
+    /// The transaction can no longer roll back ([`LockTable::protect`]);
+    /// keeps the state until `release_all`.
+    protected: bool,
     /// Its locks are being released in stages (Salt's write-after-read
     /// rule): a lock of a later stage goes only after every earlier stage
     /// went, so each of its locks waits, through its stages, for every
@@ -580,6 +585,7 @@ impl TxnState {
             && self.pending.is_empty()
             && self.deps.is_empty()
             && !self.releasing
+            && !self.protected
     }
 }
 
@@ -698,7 +704,9 @@ impl LockTable {
             return Ok(Acquire::Granted { newly: true });
         }
 
-        if self.config.policy == DeadlockPolicy::WaitDie && blockers.iter().any(|&b| b < txn) {
+        if self.config.policy == DeadlockPolicy::WaitDie
+            && blockers.iter().any(|&b| outranks(&self.txns, b, txn))
+        {
             self.stats.aborts_wait_die += 1;
             return Ok(Acquire::Abort(AbortCause::WaitDie));
         }
@@ -1154,6 +1162,61 @@ impl LockTable {
         }
     }
 
+    /// Marks `txn` as unable to roll back any more (a chopped Callas
+    /// transaction whose first piece committed): it ranks above every
+    /// unprotected transaction, so a victim is never chosen from it when
+    /// another member of a cycle can go, and under wait-die it never dies
+    /// while whoever would wait for it does. Requests already waiting here
+    /// for its locks were older than it and may wait no longer: under
+    /// wait-die they abort now (else the protected transaction, waiting
+    /// for one of them elsewhere, would close a cycle no one breaks). A
+    /// second call is a no-op. The protection lasts until the transaction's
+    /// [`LockTable::release_all`] here.
+    pub fn protect(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) {
+        let st = self.txns.entry(txn).or_default();
+        if st.protected {
+            return;
+        }
+        st.protected = true;
+        if self.config.policy != DeadlockPolicy::WaitDie {
+            return;
+        }
+        let compat = &*self.compat;
+        let mut victims: SmallVec<[Ticket; 4]> = SmallVec::new();
+        for target in &st.held {
+            let (sk, local) = split(target);
+            let Some(space) = self.spaces.get(&sk) else {
+                continue;
+            };
+            space.for_each_overlapping(local, |e| {
+                let mine = e.holders.iter().filter(|h| h.txn == txn);
+                for h in mine {
+                    for q in &e.queue {
+                        if q.txn != txn && !compat.compatible(h.mode, q.mode) {
+                            victims.push(q.ticket);
+                        }
+                    }
+                }
+            });
+        }
+        victims.sort_unstable();
+        victims.dedup();
+        victims.retain(|t| {
+            self.waits
+                .get(t)
+                .is_some_and(|w| outranks(&self.txns, txn, w.txn))
+        });
+        for ticket in victims {
+            self.stats.count_abort(AbortCause::WaitDie);
+            self.abort_wait(ticket, AbortCause::WaitDie, wakeups);
+        }
+    }
+
+    /// Whether `txn` is protected here ([`LockTable::protect`]).
+    pub fn is_protected(&self, txn: TxnId) -> bool {
+        self.txns.get(&txn).is_some_and(|s| s.protected)
+    }
+
     /// Removes every waiting request of `txn` without counting an abort (the
     /// coordinator aborted it elsewhere). Its held locks stay held.
     pub fn cancel_waits(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) {
@@ -1360,7 +1423,7 @@ impl LockTable {
                         return Err(format!("{what}: {} not in the wait index", q.ticket));
                     }
                     if self.config.policy == DeadlockPolicy::WaitDie
-                        && blockers.iter().any(|&b| b < q.txn)
+                        && blockers.iter().any(|&b| outranks(&self.txns, b, q.txn))
                     {
                         return Err(format!(
                             "{what}: wait-die waiter {} waits for an older txn",
@@ -1477,7 +1540,7 @@ impl LockTable {
             for q in &e.queue {
                 if q.order() > ord
                     && q.txn != txn
-                    && q.txn > txn
+                    && outranks(&self.txns, txn, q.txn)
                     && !self.compat.compatible(mode, q.mode)
                 {
                     victims.push(q.ticket);
@@ -1561,12 +1624,14 @@ impl LockTable {
     }
 
     /// The youngest member of `cycle` with a waiting request.
+    /// The lowest-ranked (youngest unprotected) member of `cycle` that
+    /// waits here.
     fn youngest_waiting(&self, cycle: &[TxnId]) -> Option<TxnId> {
         cycle
             .iter()
             .copied()
             .filter(|t| self.txns.get(t).is_some_and(|s| !s.waiting.is_empty()))
-            .max()
+            .max_by_key(|&t| rank(&self.txns, t))
     }
 
     /// Detector only: after a holder of `target` gained release-order
@@ -2023,6 +2088,18 @@ impl LockTable {
             self.txns.remove(&txn);
         }
     }
+}
+
+/// Where `txn` stands in wait-die's order (smaller goes first): protected
+/// transactions ahead of all others, then by age.
+fn rank(txns: &Map<TxnId, TxnState>, txn: TxnId) -> (bool, TxnId) {
+    (!txns.get(&txn).is_some_and(|s| s.protected), txn)
+}
+
+/// Whether `a` ranks above `b`: under wait-die, `b` dies rather than wait
+/// for `a`.
+fn outranks(txns: &Map<TxnId, TxnState>, a: TxnId, b: TxnId) -> bool {
+    rank(txns, a) < rank(txns, b)
 }
 
 // ---------------------------------------------------------------------------

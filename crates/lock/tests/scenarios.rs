@@ -15,6 +15,7 @@
 //! - `downgrade txn= from= to= [key=|lo,hi]`, `release-class txn= class=`
 //!   (classes also `memberG`, Callas' running-transaction class)
 //! - `dep txn= [key=] on= [on-key=]`
+//! - `protect txn= [ts=]` (the txn can no longer roll back: Callas `chop`, `sc`)
 //! - `expire now=ms`, `print`, `stats`
 
 use brine_core::{Access, IndexId, Key, LockTarget, TableId, TxnId, Value};
@@ -228,6 +229,10 @@ impl Harness {
             "staged" => {
                 let txn = self.txn(tc, "txn", None);
                 self.table.begin_staged_release(txn, &mut wakeups);
+            }
+            "protect" => {
+                let txn = self.txn(tc, "txn", Some("ts"));
+                self.table.protect(txn, &mut wakeups);
             }
             "cancel" => {
                 let txn = self.txn(tc, "txn", None);
