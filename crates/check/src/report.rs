@@ -143,6 +143,11 @@ pub enum EdgeKind {
     /// that had read (earlier in its program) what `from` (BASE) wrote,
     /// possibly through more BASE transactions.
     ChainWr,
+    /// Internal to the checker, never reported: a hop through a run of
+    /// commuting increments (a read relates to the whole run below or
+    /// after its version through one edge into the run's chain of hops).
+    /// Not in [`EdgeKind::ALL`].
+    Via,
 }
 
 impl EdgeKind {
@@ -163,6 +168,7 @@ impl EdgeKind {
             EdgeKind::PredWr => "pred-wr",
             EdgeKind::PredRw => "pred-rw",
             EdgeKind::ChainWr => "chain-wr",
+            EdgeKind::Via => "via",
         }
     }
 
@@ -287,6 +293,7 @@ impl fmt::Display for EdgeInfo {
                 }
                 Ok(())
             }
+            EdgeKind::Via => write!(f, "a hop through the run of increments of {k}"),
         }
     }
 }
