@@ -79,11 +79,11 @@ pub struct BaseStmt {
     /// on this partition only and whose statements all succeeded, commits
     /// here before this statement runs, instead of in a round of its own.
     pub commit_first: Option<TxnId>,
-    /// Callas `chop` and `sc`: a piece of `owner` that wrote committed
-    /// before this statement, so `owner` can no longer roll back; the
-    /// partition protects it in its lock table (`LockTable::protect`)
-    /// before the statement's locks are requested, so it is never the
-    /// victim of a transaction that waits for its earlier pieces' locks.
+    /// `owner` can no longer roll back (Salt: it was accepted; Callas
+    /// `chop` and `sc`: a piece of it that wrote committed); the partition
+    /// protects it in its lock table (`LockTable::protect`) before the
+    /// statement's locks are requested, so it is never the victim of a
+    /// transaction that waits for its earlier locks.
     #[serde(default)]
     pub protect: bool,
 }
@@ -175,9 +175,9 @@ pub enum PartitionMsg {
     EndPiece {
         owner: TxnId,
     },
-    /// Callas `chop` and `sc`: a piece of `owner` that wrote committed, so
-    /// `owner` can no longer roll back; it is protected in the lock table
-    /// (`LockTable::protect`).
+    /// `owner` can no longer roll back (Salt: it was accepted; Callas
+    /// `chop` and `sc`: a piece of it that wrote committed); it is
+    /// protected in the lock table (`LockTable::protect`).
     Protect {
         owner: TxnId,
     },

@@ -368,6 +368,26 @@ async fn commit_now(ctx: &ProcCtx) -> Result<()> {
     }
 }
 
+/// A subtransaction committed: the first one accepts the transaction,
+/// which can no longer roll back, so every partition it touched protects
+/// it from now on (`LockTable::protect`: a cycle's victim is another
+/// member when there is one) and its later statements carry the
+/// protection to the partitions they reach.
+fn accepted(ctx: &ProcCtx) {
+    let (owner, newly) = {
+        let mut st = ctx.state.lock();
+        let owner = st.txn;
+        let b = base_mut(&mut st);
+        let newly = !b.accepted;
+        b.accept();
+        (owner, newly.then(|| b.touched.clone()))
+    };
+    for (p, _) in newly.into_iter().flatten() {
+        ctx.shared
+            .send(ctx.node, p, PartitionMsg::Protect { owner });
+    }
+}
+
 /// Commits a subtransaction whose statements all succeeded.
 async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
     let Some(sub) = block.live else {
@@ -384,7 +404,7 @@ async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
     .await
     {
         Ok(()) => {
-            base_mut(&mut ctx.state.lock()).accept();
+            accepted(ctx);
             Ok(())
         }
         Err(e) => {
@@ -434,7 +454,17 @@ pub(crate) async fn exec(
     let targets = shared.targets(&plan, &params);
     commit_unless_carried(ctx, &targets).await?;
     // Position, replay, and the subtransaction it belongs to.
-    let (owner, seq, sub_txn, sub_no, implicit, opts, release_order, intro, commit_first) = {
+    let (
+        owner,
+        seq,
+        sub_txn,
+        sub_no,
+        implicit,
+        opts,
+        (release_order, protect),
+        intro,
+        commit_first,
+    ) = {
         let mut st = ctx.state.lock();
         if let Some(cause) = st.doomed {
             return Err(Error::Aborted(cause));
@@ -488,7 +518,7 @@ pub(crate) async fn exec(
             sub_no,
             implicit,
             b.opts,
-            b.release_order,
+            (b.release_order, b.accepted),
             intro,
             commit_first,
         )
@@ -514,7 +544,7 @@ pub(crate) async fn exec(
         autocommit,
         release_order,
         commit_first,
-        protect: false,
+        protect,
     };
     let futs = targets.iter().map(|&p| {
         ctx.execute_at(
@@ -589,7 +619,7 @@ pub(crate) async fn exec(
                 .expect("the implicit block");
             if autocommit {
                 // Committed at the partition (local-transaction optimization).
-                base_mut(&mut ctx.state.lock()).accept();
+                accepted(ctx);
             } else {
                 finish_block(ctx, block).await?;
             }

@@ -10,10 +10,10 @@ use brine_cluster::{
     Application, Cluster, ClusterConfig, DeadlockPolicy, Grouping, Isolation, LinkConfig, Mutation,
     ProcedureDef, SafeModeConfig,
 };
-use brine_core::{AbortCause, Error, Value};
+use brine_core::Value;
 
 mod salt_common;
-use salt_common::{call, int, Gates};
+use salt_common::{call, int, read_dies_at_once, Gates};
 
 const DDL: &str = "
 CREATE TABLE kv (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
@@ -549,18 +549,8 @@ async fn sc_victim_piece_is_run_again_and_earlier_pieces_apply_once() {
 // this way).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_transaction_dies_rather_than_wait_for_a_committed_piece() {
-    let (c, mut older, s) = sc_inc_behind_an_older_writer(Duration::from_secs(10)).await;
-    let read = tokio::time::timeout(
-        Duration::from_secs(5),
-        older.execute("SELECT v FROM kv WHERE k = $k", vec![Value::Int(B)]),
-    )
-    .await
-    .expect("the older transaction does not wait for the committed piece");
-    assert!(
-        matches!(read, Err(Error::Aborted(AbortCause::WaitDie))),
-        "the older transaction dies on the protected transaction's lock: {read:?}"
-    );
-    older.abort().await;
+    let (c, older, s) = sc_inc_behind_an_older_writer(Duration::from_secs(10)).await;
+    read_dies_at_once(older, B).await;
     let r = s.await.unwrap().expect("sc_inc completes");
     assert_eq!(int(&r[0]), 0, "the older writer rolled back");
     assert_eq!(c.stats().retries, 0, "sc_inc's later piece never died");

@@ -29,8 +29,9 @@
 //! - **Liveness.** Whenever a lock goes away (release, downgrade, a waiter
 //!   cancelled or aborted), every waiter on an overlapping target that is no
 //!   longer blocked is granted, in queue order, and reported as a [`Wakeup`].
-//!   A transaction that can no longer roll back (a chopped Callas
-//!   transaction whose first writing piece committed) is marked with
+//!   A transaction that can no longer roll back (an accepted Salt BASE
+//!   transaction, a chopped Callas transaction whose first writing piece
+//!   committed) is marked with
 //!   [`LockTable::protect`]: every policy then ranks it above the others,
 //!   so it is never the victim while a transaction that can roll back
 //!   stands in the way.

@@ -1162,8 +1162,9 @@ impl LockTable {
         }
     }
 
-    /// Marks `txn` as unable to roll back any more (a chopped Callas
-    /// transaction whose first piece committed): it ranks above every
+    /// Marks `txn` as unable to roll back any more (an accepted Salt BASE
+    /// transaction, a chopped Callas transaction whose first writing piece
+    /// committed): it ranks above every
     /// unprotected transaction, so a victim is never chosen from it when
     /// another member of a cycle can go, and under wait-die it never dies
     /// while whoever would wait for it does. Requests already waiting here

@@ -111,3 +111,20 @@ pub fn fig_3_1_transfer(gates: Option<Gates>) -> ProcedureDef {
             }
         })
 }
+
+/// Reads `k` of table `kv` in `txn`, which must die at once under
+/// wait-die, not wait: the row is locked by a protected transaction (one
+/// that can no longer roll back), and then aborts `txn`.
+pub async fn read_dies_at_once(mut txn: brine_cluster::Txn, k: i64) {
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        txn.execute("SELECT v FROM kv WHERE k = $k", vec![Value::Int(k)]),
+    )
+    .await
+    .expect("the reader does not wait for the protected transaction");
+    assert!(
+        matches!(read, Err(Error::Aborted(brine_core::AbortCause::WaitDie))),
+        "the reader dies on the protected transaction's lock: {read:?}"
+    );
+    txn.abort().await;
+}
