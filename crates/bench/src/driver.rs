@@ -421,12 +421,16 @@ async fn measure_point(
 
     let (check, failed_check) = if spec.check {
         // The workload's invariants, then the engine's own: every
-        // secondary index agrees with its rows on every partition.
+        // secondary index agrees with its rows on every partition, and
+        // every transaction's lock state went with it.
         let checked = match workload.check(&cluster).await {
-            Ok(()) => cluster
-                .verify_storage()
-                .await
-                .map_err(|e| BenchError::Invariant(format!("storage verification: {e}"))),
+            Ok(()) => match cluster.verify_storage().await {
+                Ok(()) => cluster
+                    .locks_released(Duration::from_secs(5))
+                    .await
+                    .map_err(|e| BenchError::Invariant(format!("lock tables: {e}"))),
+                Err(e) => Err(BenchError::Invariant(format!("storage verification: {e}"))),
+            },
             Err(e) => Err(e),
         };
         match checked {

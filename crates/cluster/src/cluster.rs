@@ -627,6 +627,28 @@ impl Cluster {
         futures::future::join_all(futs).await.into_iter().collect()
     }
 
+    /// Waits until no partition's lock table keeps state for any
+    /// transaction (call it when no transaction runs: releases in order and
+    /// Salt's staged releases may still be under way). An error names what
+    /// is left after `within`: a lock, wait or protection that outlived its
+    /// transaction.
+    pub async fn locks_released(&self, within: std::time::Duration) -> Result<()> {
+        let until = std::time::Instant::now() + within;
+        loop {
+            let left: Vec<usize> = self.status().await?.iter().map(|p| p.lock_txns).collect();
+            if left.iter().all(|&n| n == 0) {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= until {
+                return Err(Error::Internal(format!(
+                    "lock tables still keep transactions {} s after the last call (per partition: {left:?})",
+                    within.as_secs_f64()
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// Verifies every partition's storage structures (secondary indexes
     /// agree with the rows). Costs a pass over all data.
     pub async fn verify_storage(&self) -> Result<()> {

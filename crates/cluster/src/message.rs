@@ -119,6 +119,10 @@ pub struct PartitionStatus {
     pub rows_per_table: Vec<usize>,
     pub parked_statements: usize,
     pub active_txns: usize,
+    /// Transactions the lock table still keeps state for (locks, waits,
+    /// dependencies or protection); 0 once every transaction ended.
+    #[serde(default)]
+    pub lock_txns: usize,
 }
 
 pub enum PartitionMsg {

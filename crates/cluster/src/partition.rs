@@ -545,6 +545,7 @@ impl Partition {
                         .collect(),
                     parked_statements: self.parked.len(),
                     active_txns: self.store.active_txns(),
+                    lock_txns: self.locks.txn_count(),
                 });
             }
         }

@@ -556,4 +556,8 @@ async fn an_older_transaction_dies_rather_than_wait_for_a_committed_piece() {
     assert_eq!(c.stats().retries, 0, "sc_inc's later piece never died");
     let v = "SELECT v FROM kv WHERE k = $k";
     assert_eq!(acid_read(&c, v, B).await, Some(1));
+    // The protection went with the transaction.
+    c.locks_released(Duration::from_secs(2))
+        .await
+        .expect("no lock state outlives its transaction");
 }

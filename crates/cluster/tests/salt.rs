@@ -807,4 +807,8 @@ async fn an_older_acid_transaction_dies_rather_than_wait_for_an_accepted_base_on
         }
     };
     assert_eq!(v, 1);
+    // The protection went with the transaction.
+    c.locks_released(Duration::from_secs(2))
+        .await
+        .expect("no lock state outlives its transaction");
 }
