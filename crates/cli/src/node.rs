@@ -374,10 +374,12 @@ async fn render_metrics(
     let mut rows = Vec::new();
     let mut active = Vec::new();
     let mut parked = Vec::new();
+    let mut locked = Vec::new();
     for (p, st) in service.status(cluster).await.partitions {
         let l = format!("{n},partition=\"{p}\"");
         rows.push((l.clone(), st.rows_per_table.iter().sum::<usize>() as u64));
         active.push((l.clone(), st.active_txns as u64));
+        locked.push((l.clone(), st.lock_txns as u64));
         parked.push((l, st.parked_statements as u64));
     }
     gauge(
@@ -397,6 +399,12 @@ async fn render_metrics(
         "brine_partition_waiting_statements",
         "Statements parked behind a lock.",
         &parked,
+    );
+    gauge(
+        &mut out,
+        "brine_partition_lock_transactions",
+        "Transactions the lock table keeps state for (locks, waits, release-order dependencies, protection); 0 when idle.",
+        &locked,
     );
     if let Some(w) = cluster.wal_stats() {
         let t = w.total();
