@@ -103,8 +103,8 @@ pub(crate) struct Break {
 /// request is granted ahead of the queue there (no abort; the youngest
 /// such member); otherwise the youngest member that waits is aborted
 /// wherever it waits, one that can no longer roll back (protected at a
-/// partition) only if every member that waits is. Then its edges go and the components are found
-/// again, until none has a cycle.
+/// partition) only if every member that waits is. Then its edges go and
+/// the components are found again, until none has a cycle.
 pub(crate) fn victims(graphs: &[WaitGraph]) -> Vec<Break> {
     let mut succ: HashMap<TxnId, Vec<TxnId>> = HashMap::new();
     for g in graphs {

@@ -114,6 +114,10 @@ pub enum WireMsg {
         owner: TxnId,
         stages: Vec<Option<u32>>,
     },
+    /// `owner` can no longer roll back (an accepted BASE transaction).
+    Protect {
+        owner: TxnId,
+    },
     Load {
         table: TableId,
         rows: Vec<Row>,
@@ -331,10 +335,17 @@ async fn forward(
             }
             reply.send(());
         }
-        PartitionMsg::EndPiece { owner } | PartitionMsg::Protect { owner } => {
+        PartitionMsg::EndPiece { owner } => {
             // Callas runs in one process only (Cluster::start refuses it
             // on nodes), so this never crosses the network.
             tracing::error!(%owner, "a Callas piece end cannot be sent to another process");
+        }
+        PartitionMsg::Protect { owner } => {
+            // Lost, the protection still reaches the partition with the
+            // owner's next statement there (`BaseStmt::protect`).
+            if let Err(e) = client.request(request(WireMsg::Protect { owner })).await {
+                tracing::warn!(%owner, "protection not delivered: {}", unreachable(&e));
+            }
         }
         PartitionMsg::Release {
             owner,
@@ -544,6 +555,14 @@ impl NodeService {
                 ask!(|reply| PartitionMsg::Release { owner, stages, reply }, |()| {
                     WireResponse::Ack
                 })
+            }
+            WireMsg::Protect { owner } => {
+                if tx.send(PartitionMsg::Protect { owner }).is_err() {
+                    return WireResponse::Refused(Error::Transport(format!(
+                        "partition {partition} is shut down"
+                    )));
+                }
+                WireResponse::Ack
             }
             WireMsg::Load { table, rows } => ask!(
                 |reply| PartitionMsg::Load { table, rows, reply },

@@ -31,10 +31,9 @@
 //!   longer blocked is granted, in queue order, and reported as a [`Wakeup`].
 //!   A transaction that can no longer roll back (an accepted Salt BASE
 //!   transaction, a chopped Callas transaction whose first writing piece
-//!   committed) is marked with
-//!   [`LockTable::protect`]: every policy then ranks it above the others,
-//!   so it is never the victim while a transaction that can roll back
-//!   stands in the way.
+//!   committed) is marked with [`LockTable::protect`]: every policy then
+//!   ranks it above the others, so it is never the victim while a
+//!   transaction that can roll back stands in the way.
 //!   Deadlocks are resolved by the configured [`DeadlockPolicy`] (wait-die,
 //!   or a wait-for-graph detector that breaks a cycle by a queue bypass
 //!   where one exists, else aborts the youngest waiting transaction of the

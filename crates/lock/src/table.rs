@@ -1164,10 +1164,10 @@ impl LockTable {
 
     /// Marks `txn` as unable to roll back any more (an accepted Salt BASE
     /// transaction, a chopped Callas transaction whose first writing piece
-    /// committed): it ranks above every
-    /// unprotected transaction, so a victim is never chosen from it when
-    /// another member of a cycle can go, and under wait-die it never dies
-    /// while whoever would wait for it does. Requests already waiting here
+    /// committed): it ranks above every unprotected transaction, so a
+    /// victim is never chosen from it when another member of a cycle can
+    /// go, and under wait-die it never dies while whoever would wait for
+    /// it does. Requests already waiting here
     /// for its locks were older than it and may wait no longer: under
     /// wait-die they abort now (else the protected transaction, waiting
     /// for one of them elsewhere, would close a cycle no one breaks). A
@@ -1624,9 +1624,8 @@ impl LockTable {
         }
     }
 
-    /// The youngest member of `cycle` with a waiting request.
-    /// The lowest-ranked (youngest unprotected) member of `cycle` that
-    /// waits here.
+    /// The lowest-ranked member of `cycle` with a waiting request: the
+    /// youngest unprotected one, or the youngest if all are protected.
     fn youngest_waiting(&self, cycle: &[TxnId]) -> Option<TxnId> {
         cycle
             .iter()
