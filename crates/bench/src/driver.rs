@@ -387,22 +387,25 @@ async fn measure_point(
     let outcome = async {
         wait_until(&mut set, measure_start, &mut done).await?;
         let s0 = cluster.stats();
+        let t0_locks = cluster.locks_by_table();
         let l0 = link_snapshot(&cluster);
         let w0 = cluster.wal_stats();
         let t0 = Instant::now();
         wait_until(&mut set, measure_end, &mut done).await?;
         let s1 = cluster.stats();
+        let by_table = table_waits(&t0_locks, &cluster.locks_by_table());
         let l1 = link_snapshot(&cluster);
         let w1 = cluster.wal_stats();
         let stats_s = t0.elapsed().as_secs_f64();
         let wal = w1
             .zip(w0)
             .map(|(a, b)| crate::durability::WalPoint::from_delta(&a.since(&b), stats_s));
-        Ok::<_, BenchError>((s1.since(&s0), (l1.0 - l0.0, l1.1 - l0.1), stats_s, wal))
+        let link = (l1.0 - l0.0, l1.1 - l0.1);
+        Ok::<_, BenchError>((s1.since(&s0), by_table, link, stats_s, wal))
     }
     .await;
     stop.store(true, Ordering::Relaxed);
-    let (delta, link, stats_s, wal) = match outcome {
+    let (delta, by_table, link, stats_s, wal) = match outcome {
         Ok(x) => x,
         Err(e) => {
             set.abort_all();
@@ -458,6 +461,7 @@ async fn measure_point(
         all,
         per_procedure,
         delta,
+        by_table,
         link,
         stats_s,
         measured_s,
@@ -483,6 +487,7 @@ struct PointInputs {
     all: crate::recorder::ProcSummary,
     per_procedure: BTreeMap<String, crate::recorder::ProcSummary>,
     delta: StatsSnapshot,
+    by_table: BTreeMap<String, crate::report::TableWaits>,
     /// (messages, total delay ns) crossing the link in the interval.
     link: (u64, u64),
     stats_s: f64,
@@ -538,6 +543,7 @@ fn point_result(p: PointInputs) -> PointResult {
         aborts_by_cause,
         statements_per_s: per_s(d.statements),
         lock_waits: d.lock_waits,
+        lock_waits_by_table: p.by_table,
         queue_bypasses: d.queue_bypasses,
         searches_cut: d.searches_cut,
         lock_wait_us_mean: if d.lock_waits > 0 {
@@ -564,6 +570,28 @@ fn point_result(p: PointInputs) -> PointResult {
         durability: p.durability,
         wal: p.wal,
     }
+}
+
+/// The lock waits of the measured interval per table (tables without
+/// waits left out).
+fn table_waits(
+    before: &[brine_cluster::TableLocks],
+    after: &[brine_cluster::TableLocks],
+) -> BTreeMap<String, crate::report::TableWaits> {
+    after
+        .iter()
+        .zip(before)
+        .filter(|(a, b)| a.waits > b.waits)
+        .map(|(a, b)| {
+            let waits = a.waits - b.waits;
+            let wait_us = a.wait_us.saturating_sub(b.wait_us);
+            let w = crate::report::TableWaits {
+                waits,
+                wait_us_mean: round2(wait_us as f64 / waits as f64),
+            };
+            (a.table.clone(), w)
+        })
+        .collect()
 }
 
 fn link_snapshot(cluster: &Cluster) -> (u64, u64) {
@@ -781,6 +809,23 @@ fn joined_client(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_waits_are_the_interval_s_and_skip_quiet_tables() {
+        let t = |table: &str, waits, wait_us| brine_cluster::TableLocks {
+            table: table.into(),
+            waits,
+            wait_us,
+            ..Default::default()
+        };
+        let before = [t("a", 10, 1_000), t("b", 5, 50), t("c", 0, 0)];
+        let after = [t("a", 14, 3_000), t("b", 5, 50), t("c", 1, 7)];
+        let w = table_waits(&before, &after);
+        assert_eq!(w.keys().collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(w["a"].waits, 4);
+        assert_eq!(w["a"].wait_us_mean, 500.0);
+        assert_eq!(w["c"].wait_us_mean, 7.0);
+    }
 
     #[test]
     fn seeds_differ_by_client_not_protocol() {

@@ -52,6 +52,8 @@ pub struct PointResult {
     pub statements_per_s: f64,
     pub lock_waits: u64,
     pub lock_wait_us_mean: f64,
+    /// The lock waits per table (only tables where statements waited).
+    pub lock_waits_by_table: BTreeMap<String, TableWaits>,
     /// Deadlocks the detector broke by letting a request pass the queue
     /// instead of aborting one.
     pub queue_bypasses: u64,
@@ -92,6 +94,14 @@ pub struct PointResult {
     /// Log statistics of the measured interval, with `wal`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wal: Option<crate::durability::WalPoint>,
+}
+
+/// Statements that waited for a lock on one table during a point, and
+/// their mean wait.
+#[derive(Clone, Debug, Serialize)]
+pub struct TableWaits {
+    pub waits: u64,
+    pub wait_us_mean: f64,
 }
 
 impl PointResult {
@@ -415,6 +425,15 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         r.queue_bypasses,
         r.searches_cut
     );
+    if !r.lock_waits_by_table.is_empty() {
+        let mut t: Vec<_> = r.lock_waits_by_table.iter().collect();
+        t.sort_by(|a, b| b.1.waits.cmp(&a.1.waits).then(a.0.cmp(b.0)));
+        let t: Vec<String> = t
+            .iter()
+            .map(|(n, w)| format!("{n} {} (mean {:.0} us)", w.waits, w.wait_us_mean))
+            .collect();
+        let _ = writeln!(s, "lock waits by table: {}", t.join(", "));
+    }
     if all.anomalies > 0 {
         let _ = writeln!(
             s,
@@ -511,6 +530,7 @@ mod tests {
             aborts_by_cause: BTreeMap::new(),
             statements_per_s: 5.0,
             lock_waits: 0,
+            lock_waits_by_table: BTreeMap::new(),
             lock_wait_us_mean: 0.0,
             queue_bypasses: 0,
             searches_cut: 0,
@@ -596,6 +616,20 @@ mod tests {
         let t = render_point("micro", &rep.results[0]);
         assert!(t.contains("topology: t"));
         assert!(t.contains("(all)"));
+        assert!(!t.contains("lock waits by table"), "no waits, no line: {t}");
+        let mut p = rep.results[0].clone();
+        for (table, waits) in [("quiet", 2), ("hot", 30)] {
+            let w = TableWaits {
+                waits,
+                wait_us_mean: 12.5,
+            };
+            p.lock_waits_by_table.insert(table.into(), w);
+        }
+        let t = render_point("micro", &p);
+        assert!(
+            t.contains("lock waits by table: hot 30 (mean 12 us), quiet 2 (mean 12 us)"),
+            "{t}"
+        );
         let s = rep.render_summary();
         assert!(s.contains("<- peak"), "{s}");
     }

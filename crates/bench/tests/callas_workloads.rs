@@ -103,6 +103,7 @@ fn small_ticketing() -> Result<Arc<dyn Workload>, BenchError> {
         customers: 200,
         abandon_percent: 20,
         delete_batch: 1,
+        delete_percent: 100,
     })?))
 }
 

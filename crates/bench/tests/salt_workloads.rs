@@ -249,6 +249,7 @@ async fn ticket_with_base_create_order_keeps_its_invariants() -> Result<(), Benc
         customers: 200,
         abandon_percent: 20,
         delete_batch: 1,
+        delete_percent: 100,
     })?);
     let report = run_bench(&spec(protocols(), 24, 1.5), &[w], |_| {}).await?;
     for r in &report.results {

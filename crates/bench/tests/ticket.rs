@@ -345,6 +345,7 @@ async fn invariants_hold_after_a_contended_serializable_run() -> Result<(), Benc
         customers: 200,
         abandon_percent: 20,
         delete_batch: 1,
+        delete_percent: 100,
     })?);
     let spec = BenchSpec {
         cluster: ClusterConfig {

@@ -416,6 +416,12 @@ struct BenchArgs {
     #[arg(long, value_name = "PCT")]
     abandon_percent: Option<u32>,
 
+    /// ticket: percentage of finished orders the box office deletes
+    /// (default 100: the hall stays in a steady state; below, it fills,
+    /// so give it enough --seats for the run).
+    #[arg(long, value_name = "PCT")]
+    delete_percent: Option<u32>,
+
     /// Durability modes to run, comma-separated: none (in memory) or wal
     /// (write-ahead log with group commit, checkpoints). With both (none,wal)
     /// every point runs in each mode in this process and the ratio is reported.
@@ -605,6 +611,7 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
             "--abandon-percent",
             "ticket",
         )?;
+        only(args.delete_percent.is_some(), "--delete-percent", "ticket")?;
     }
     if !matches!(
         args.workload,
@@ -667,6 +674,9 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
                 abandon_percent: args
                     .abandon_percent
                     .unwrap_or(ticket::DEFAULT_ABANDON_PERCENT),
+                delete_percent: args
+                    .delete_percent
+                    .unwrap_or(ticket::DEFAULT_DELETE_PERCENT),
                 ..TicketParams::default()
             })?;
             let w = match base(&ticket::procedures::BASE_CAPABLE)? {
@@ -1312,10 +1322,16 @@ mod tests {
             "500",
             "--abandon-percent",
             "0",
+            "--delete-percent",
+            "5",
         ]))?;
         let p = w[0].params();
         assert_eq!(p.get("seats_per_category"), Some(&serde_json::json!(500)));
         assert_eq!(p.get("abandon_percent"), Some(&serde_json::json!(0)));
+        assert_eq!(p.get("delete_percent"), Some(&serde_json::json!(5)));
+        let bad = &["ticket", "--delete-percent", "101"];
+        assert!(workloads_from(&parse(bad)).is_err());
+        assert!(workloads_from(&parse(&["tpcc", "--delete-percent", "5"])).is_err());
         assert!(workloads_from(&parse(&["ticket", "--seats", "1"])).is_err());
         assert!(workloads_from(&parse(&["ticket", "--rows", "5"])).is_err());
         assert!(workloads_from(&parse(&["micro", "--seats", "5"])).is_err());

@@ -36,7 +36,7 @@ pub mod sc;
 pub mod stats;
 
 pub use callas::{GroupDef, Grouping, Mechanism, SafeModeConfig};
-pub use cluster::{Client, Cluster, ClusterConfig, Placement, Submitted, Txn};
+pub use cluster::{Client, Cluster, ClusterConfig, Placement, Submitted, TableLocks, Txn};
 pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
 pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};
 pub use link::LinkConfig;

@@ -48,6 +48,10 @@ pub const MAX_CUSTOMERS: u64 = 10_000_000;
 pub const DEFAULT_ABANDON_PERCENT: u32 = 15;
 /// Finished orders a client collects before deleting them in one call.
 pub const DEFAULT_DELETE_BATCH: u32 = 8;
+/// Share of finished orders the box office deletes, in percent (all: the
+/// hall stays in a steady state; fewer: it fills, and the run must end
+/// before it is sold out).
+pub const DEFAULT_DELETE_PERCENT: u32 = 100;
 
 /// The workload's knobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +60,7 @@ pub struct TicketParams {
     pub customers: u64,
     pub abandon_percent: u32,
     pub delete_batch: u32,
+    pub delete_percent: u32,
 }
 
 impl Default for TicketParams {
@@ -65,6 +70,7 @@ impl Default for TicketParams {
             customers: DEFAULT_CUSTOMERS,
             abandon_percent: DEFAULT_ABANDON_PERCENT,
             delete_batch: DEFAULT_DELETE_BATCH,
+            delete_percent: DEFAULT_DELETE_PERCENT,
         }
     }
 }
@@ -146,6 +152,11 @@ impl Ticket {
                 "--abandon-percent must be between 0 and 100".into(),
             ));
         }
+        if p.delete_percent > 100 {
+            return Err(BenchError::Config(
+                "--delete-percent must be between 0 and 100".into(),
+            ));
+        }
         if !(1..=procedures::MAX_DELETE_BATCH as u32).contains(&p.delete_batch) {
             return Err(BenchError::Config(format!(
                 "the delete batch must be between 1 and {}",
@@ -197,6 +208,7 @@ impl Workload for Ticket {
         m.insert("customers".into(), json!(p.customers));
         m.insert("abandon_percent".into(), json!(p.abandon_percent));
         m.insert("delete_batch".into(), json!(p.delete_batch));
+        m.insert("delete_percent".into(), json!(p.delete_percent));
         m.insert("base".into(), json!(self.base.label()));
         m
     }
@@ -208,7 +220,9 @@ impl Workload for Ticket {
         let look = f64::from(session::LOOK_ONLY_PERCENT) / 100.0;
         let reserve = 1.0 - look;
         let create = reserve * (1.0 - f64::from(self.params.abandon_percent) / 100.0);
-        let delete = create / f64::from(self.params.delete_batch);
+        let delete = create * f64::from(self.params.delete_percent)
+            / 100.0
+            / f64::from(self.params.delete_batch);
         let per_session = [
             (BROWSE_EVENTS, 1.0),
             (VIEW_EVENT, 1.0),
@@ -309,6 +323,7 @@ mod tests {
         assert!(bad(|p| p.seats_per_category = 1));
         assert!(bad(|p| p.customers = 0));
         assert!(bad(|p| p.abandon_percent = 101));
+        assert!(bad(|p| p.delete_percent = 101));
         assert!(bad(|p| p.delete_batch = 0));
         assert!(bad(|p| p.delete_batch = 1000));
         assert!(Ticket::new(TicketParams::default()).is_ok());

@@ -165,7 +165,9 @@ impl Session {
 
     fn finish_order(&mut self) {
         if let Some((order, _)) = self.order.take() {
-            self.finished_orders.push(order);
+            if self.rng.gen_range(0..100) < self.params.delete_percent {
+                self.finished_orders.push(order);
+            }
         }
         self.end_session();
     }
@@ -416,6 +418,33 @@ mod tests {
             deletes * 2 <= creates && deletes * 2 + 2 >= creates,
             "{deletes} {creates}"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn the_box_office_deletes_the_given_share_of_orders() -> crate::Result<()> {
+        let deletes = |delete_percent| -> crate::Result<(usize, usize)> {
+            let w = Ticket::new(TicketParams {
+                abandon_percent: 0,
+                delete_batch: 1,
+                delete_percent,
+                ..TicketParams::default()
+            })?;
+            let mut s = w.client(0, SmallRng::seed_from_u64(9));
+            let seen = walk(s.as_mut(), 2_000);
+            let count = |p: &str| seen.iter().filter(|q| **q == p).count();
+            Ok((count(CREATE_ORDER), count(DELETE_ORDER)))
+        };
+        let (creates, none) = deletes(0)?;
+        assert!(creates > 100, "{creates}");
+        assert_eq!(none, 0, "no order is deleted at 0%");
+        let (creates, half) = deletes(50)?;
+        assert!(
+            half * 3 > creates && half * 3 < creates * 2,
+            "{half} deletes of {creates} orders at 50%"
+        );
+        let (creates, all) = deletes(100)?;
+        assert!(all + 1 >= creates && all <= creates, "{all} {creates}");
         Ok(())
     }
 
