@@ -39,7 +39,7 @@
 //!
 //! User guide: `docs/callas.md`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
@@ -248,8 +248,7 @@ impl CallasState {
                     .as_ref()
                     .filter(|p| p.outcome.load(Ordering::Acquire) == 0)
                 {
-                    let d = p.depth.load(Ordering::Acquire) + 1;
-                    self.progress.depth.fetch_max(d, Ordering::AcqRel);
+                    self.progress.below.lock().push(p.clone());
                 }
                 self.deps.push(p);
             }
@@ -275,6 +274,11 @@ impl CallasState {
 pub struct ProcPieces {
     pub by_statement: HashMap<String, (u32, Option<u32>)>,
     pub safe_by_statement: HashMap<String, (u32, Option<u32>)>,
+    /// Statements that read, by primary key, a row a later statement of
+    /// the same piece writes (Runtime Pipelining's pieces; then those of
+    /// the rollback-safe chopping).
+    pub write_first: HashSet<String>,
+    pub safe_write_first: HashSet<String>,
     pub mode: Option<Arc<SafeMode>>,
 }
 
@@ -294,6 +298,77 @@ impl ProcPieces {
             ))
         })
     }
+
+    /// Whether `statement` takes write locks for its primary-key reads: a
+    /// later statement of its piece writes the row it reads. A piece runs
+    /// to its end before another piece of its rank takes the row, so the
+    /// stronger lock costs no concurrency, and two pieces that both read
+    /// and then write the row cannot deadlock on the upgrade.
+    pub(crate) fn reads_for_update(&self, statement: &str, safe: bool) -> bool {
+        if safe {
+            self.safe_write_first.contains(statement)
+        } else {
+            self.write_first.contains(statement)
+        }
+    }
+}
+
+/// The statements of `chopping`'s pieces that read, by primary key, a row
+/// a later statement of the same piece updates or deletes: same table,
+/// every key column bound by the same parameter or literal.
+fn write_first(
+    catalog: &brine_core::Catalog,
+    source: &brine_analysis::ProcSource,
+    spec: &brine_analysis::ProcSpec,
+    chopping: &brine_analysis::ProcChopping,
+) -> HashSet<String> {
+    use brine_sql::{Operand, StatementKind};
+    let plan = |name: &str| {
+        let (_, sql) = source.statements.iter().find(|(n, _)| n == name)?;
+        brine_sql::prepare(catalog, sql).ok()
+    };
+    // The key columns of a point access, each with what binds it (a
+    // parameter by name, or a literal).
+    let key = |p: &brine_sql::Plan| -> Option<Vec<(usize, Result<String, brine_core::Value>)>> {
+        let a = p.access();
+        if a.range || a.index != brine_core::IndexId::PRIMARY {
+            return None;
+        }
+        let bind = |o: &Operand| match o {
+            Operand::Param(i) => Ok(p.params()[*i].name.clone()),
+            Operand::Literal(v) => Err(v.clone()),
+        };
+        Some(a.key_params.iter().map(|(c, o)| (*c, bind(o))).collect())
+    };
+    let mut out = HashSet::new();
+    for piece in &chopping.pieces {
+        let mut ops: Vec<usize> = piece.ops.clone();
+        ops.sort_unstable();
+        let plans: Vec<(&str, brine_sql::Plan)> = ops
+            .iter()
+            .filter_map(|&op| {
+                let name = spec.ops[op].name.as_str();
+                plan(name).map(|p| (name, p))
+            })
+            .collect();
+        for (i, (name, read)) in plans.iter().enumerate() {
+            if read.access().kind != StatementKind::Select {
+                continue;
+            }
+            let Some(read_key) = key(read) else { continue };
+            let written = plans[i + 1..].iter().any(|(_, w)| {
+                matches!(
+                    w.access().kind,
+                    StatementKind::Update | StatementKind::Delete
+                ) && w.access().table == read.access().table
+                    && key(w).as_ref() == Some(&read_key)
+            });
+            if written {
+                out.insert(name.to_string());
+            }
+        }
+    }
+    out
 }
 
 /// When Runtime Pipelining switches a group to its rollback-safe chopping
@@ -434,7 +509,7 @@ pub fn plan_pieces(
                 }
             ))
         };
-        let (_catalog, specs) = specs_from_sources(ddl, &sources, |name| {
+        let (catalog, specs) = specs_from_sources(ddl, &sources, |name| {
             notes
                 .iter()
                 .find(|(n, _)| n == name)
@@ -472,6 +547,8 @@ pub fn plan_pieces(
                     Arc::new(ProcPieces {
                         safe_by_statement: by_statement.clone(),
                         by_statement,
+                        write_first: HashSet::new(),
+                        safe_write_first: HashSet::new(),
                         mode: None,
                     }),
                 );
@@ -507,13 +584,19 @@ pub fn plan_pieces(
             }
         }
         let mode = Arc::new(SafeMode::new(safe_mode));
-        for ((spec, chopping), safe) in specs.iter().zip(&analysed.rp.choppings).zip(&analysed.safe)
+        for (((spec, chopping), safe), source) in specs
+            .iter()
+            .zip(&analysed.rp.choppings)
+            .zip(&analysed.safe)
+            .zip(&sources)
         {
             out.insert(
                 spec.name.clone(),
                 Arc::new(ProcPieces {
                     by_statement: placed(spec, chopping),
                     safe_by_statement: placed(spec, safe),
+                    write_first: write_first(&catalog, source, spec, chopping),
+                    safe_write_first: write_first(&catalog, source, spec, safe),
                     mode: Some(mode.clone()),
                 }),
             );
@@ -557,19 +640,22 @@ fn rp_body_done(shared: &Shared, node: NodeId, state: &Mutex<TxnState>, ok: bool
 /// `r` waits until every same-group transaction this one depends on
 /// executed a piece of rank `>= r` or committed. A statement of an earlier
 /// piece than the current one means the body and the analysis disagree.
-pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<()> {
-    let (owner, progress, ending, wait) = {
+/// Returns whether the statement takes write locks for its primary-key
+/// reads (`ProcPieces::reads_for_update`).
+pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<bool> {
+    let (owner, progress, ending, wait, for_update) = {
         let mut st = ctx.state.lock();
         let owner = st.txn;
         let Some(c) = st.callas.as_mut() else {
-            return Ok(());
+            return Ok(false);
         };
         let Some(pieces) = &c.pieces else {
-            return Ok(());
+            return Ok(false);
         };
         let (piece, rank) = pieces.piece_of(statement, c.safe)?;
+        let for_update = pieces.reads_for_update(statement, c.safe);
         match c.piece {
-            Some((cur, _)) if piece == cur => return Ok(()),
+            Some((cur, _)) if piece == cur => return Ok(for_update),
             Some((cur, _)) if piece < cur => {
                 return Err(Error::Internal(format!(
                     "statement `{statement}` belongs to piece {} but the transaction already runs \
@@ -589,7 +675,13 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<()> {
             Some(_) => c.deps.iter().flatten().cloned().collect(),
             None => SmallVec::new(),
         };
-        (owner, c.progress.clone(), ending, rank.map(|r| (r, wait)))
+        (
+            owner,
+            c.progress.clone(),
+            ending,
+            rank.map(|r| (r, wait)),
+            for_update,
+        )
     };
     if let Some((rank, parts)) = ending {
         for p in parts {
@@ -604,7 +696,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<()> {
         for d in deps {
             tracing::trace!(%owner, rank = r, "rank wait");
             let patience = ctx.shared.wait_timeout;
-            let waited = if d.depth.load(Ordering::Acquire) + 1 >= MAX_CHAIN {
+            let waited = if d.uncommitted_depth(MAX_CHAIN) >= MAX_CHAIN {
                 d.committed(patience).await
             } else {
                 d.reached(r, patience).await
@@ -617,7 +709,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(for_update)
 }
 
 /// What a same-group transaction may wait for about a running Callas
@@ -627,9 +719,10 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<()> {
 pub struct Progress {
     /// 1 + the highest rank of a piece it finished (0: none yet).
     rank: AtomicU32,
-    /// The longest chain of uncommitted transactions it depends on (0:
-    /// none), for the bound [`MAX_CHAIN`].
-    depth: AtomicU32,
+    /// The same-group transactions it depends on that were running when
+    /// it came to depend on them; dropped when it ends, so a chain holds
+    /// only what is still undecided (see [`Progress::uncommitted_depth`]).
+    below: Mutex<SmallVec<[Arc<Progress>; 2]>>,
     /// 0 while running, then `COMMITTED` or `ABORTED`.
     outcome: AtomicU8,
     released: AtomicBool,
@@ -649,6 +742,23 @@ const ABORTED: u8 = 2;
 pub const MAX_CHAIN: u32 = 4;
 
 impl Progress {
+    /// How many transactions long the chain of still-undecided ones it
+    /// heads is: 0 once it ended, else 1 + the longest chain below it,
+    /// counted up to `cap`. Transactions that committed since a
+    /// dependency was taken no longer count: the bound is on what an
+    /// abort could still cascade through.
+    fn uncommitted_depth(&self, cap: u32) -> u32 {
+        if cap == 0 || self.outcome.load(Ordering::Acquire) != 0 {
+            return 0;
+        }
+        let below: SmallVec<[Arc<Progress>; 2]> = self.below.lock().clone();
+        1 + below
+            .iter()
+            .map(|p| p.uncommitted_depth(cap - 1))
+            .max()
+            .unwrap_or(0)
+    }
+
     fn finished_piece(&self, rank: u32) {
         self.rank.fetch_max(rank + 1, Ordering::AcqRel);
         self.notify.notify_waiters();
@@ -657,6 +767,7 @@ impl Progress {
     fn decide(&self, committed: bool) {
         let o = if committed { COMMITTED } else { ABORTED };
         self.outcome.store(o, Ordering::Release);
+        self.below.lock().clear();
         self.notify.notify_waiters();
     }
 
@@ -1104,6 +1215,78 @@ mod tests {
         assert_eq!(g.group_of("delivery"), Some((2, Mechanism::Chop)));
         assert_eq!(g.group_of("stock_level"), None);
         g.validate(["new_order", "payment", "delivery", "stock_level"])?;
+        Ok(())
+    }
+
+    /// The chain bound counts transactions still undecided: once the
+    /// ones at the bottom of a chain committed, the transactions above
+    /// them may pipeline again.
+    #[test]
+    fn a_chain_is_as_deep_as_its_undecided_transactions() {
+        let chain: Vec<Arc<Progress>> = (0..5).map(|_| Arc::new(Progress::default())).collect();
+        for w in chain.windows(2) {
+            w[1].below.lock().push(w[0].clone());
+        }
+        assert_eq!(chain[3].uncommitted_depth(MAX_CHAIN), 4);
+        assert_eq!(chain[4].uncommitted_depth(MAX_CHAIN), MAX_CHAIN, "capped");
+        assert_eq!(chain[4].uncommitted_depth(8), 5);
+        chain[0].decide(true);
+        chain[1].decide(true);
+        assert_eq!(chain[3].uncommitted_depth(MAX_CHAIN), 2);
+        assert_eq!(chain[4].uncommitted_depth(MAX_CHAIN), 3);
+        assert!(
+            chain[1].below.lock().is_empty(),
+            "an ended transaction pins nothing"
+        );
+        chain[4].decide(false);
+        assert_eq!(chain[4].uncommitted_depth(MAX_CHAIN), 0);
+    }
+
+    /// A piece that checks a row and then updates it takes the write lock
+    /// at the check; a read of a row no later statement of its piece
+    /// writes keeps its read lock.
+    #[test]
+    fn reads_of_rows_their_piece_then_writes_take_write_locks() -> Result<()> {
+        use brine_analysis::workloads::rollback_micro as micro;
+        let def = |statements: &[(String, String)]| {
+            statements
+                .iter()
+                .fold(crate::ProcedureDef::new(micro::PROC), |d, (n, sql)| {
+                    d.statement(n.clone(), sql.clone())
+                })
+        };
+        let source = micro::source();
+        let grouping = Grouping::parse("g:rp=rollback11")?;
+        let plan = |defs: &[crate::ProcedureDef]| {
+            plan_pieces(
+                &grouping,
+                micro::APP,
+                micro::DDL,
+                defs,
+                SafeModeConfig::default(),
+            )
+        };
+        let pieces = plan(&[def(&source.statements)])?;
+        let p = &pieces[micro::PROC];
+        for safe in [false, true] {
+            for t in ["a", "b", "c"] {
+                assert!(
+                    p.reads_for_update(&format!("check_{t}"), safe),
+                    "{t} {safe}"
+                );
+                assert!(
+                    !p.reads_for_update(&format!("update_{t}"), safe),
+                    "{t} {safe}"
+                );
+            }
+            assert!(!p.reads_for_update("private_1", safe));
+        }
+        // The check on C reads another key than the update writes: no.
+        let mut other = source.statements.clone();
+        other[5].1 = "UPDATE c SET val = $v WHERE id = $v".into();
+        let pieces = plan(&[def(&other)])?;
+        assert!(!pieces[micro::PROC].reads_for_update("check_c", false));
+        assert!(pieces[micro::PROC].reads_for_update("check_b", false));
         Ok(())
     }
 

@@ -275,7 +275,8 @@ impl ProcCtx {
             return crate::sc::exec(self, statement, plan, args).await;
         }
         if mechanism == Some(crate::callas::Mechanism::Rp) {
-            crate::callas::enter_piece(self, statement).await?;
+            let for_update = crate::callas::enter_piece(self, statement).await?;
+            return self.exec_plan_locking(plan, args, for_update).await;
         }
         self.exec_plan(plan, args).await
     }
@@ -434,6 +435,17 @@ impl ProcCtx {
         plan: Arc<Plan>,
         args: Vec<Value>,
     ) -> Result<QueryResult> {
+        self.exec_plan_locking(plan, args, false).await
+    }
+
+    /// [`ProcCtx::exec_plan`]; `for_update`: its primary-key reads take
+    /// write locks (see `LockSpec::for_update`).
+    async fn exec_plan_locking(
+        &mut self,
+        plan: Arc<Plan>,
+        args: Vec<Value>,
+        for_update: bool,
+    ) -> Result<QueryResult> {
         if self.state.lock().base.is_some() {
             return crate::salt::exec(self, plan, args).await;
         }
@@ -457,7 +469,10 @@ impl ProcCtx {
             (st.txn, st.lock_class, chop, callas_deps)
         };
         let params = plan.bind(args)?;
-        let lock = self.lock_spec(lock_class, callas_deps);
+        let lock = LockSpec {
+            for_update,
+            ..self.lock_spec(lock_class, callas_deps)
+        };
         if let Some(seq) = chop {
             return crate::callas::exec_piece(self, plan, params, lock, seq).await;
         }

@@ -37,6 +37,12 @@ pub struct LockSpec {
     /// `rp`, `chop`).
     #[serde(default)]
     pub callas_deps: bool,
+    /// Callas, Runtime Pipelining: the statement reads a row by primary
+    /// key that a later statement of the same piece writes, so its read
+    /// takes the write lock at once (no upgrade for two pieces of one rank
+    /// to deadlock on; `ProcPieces::reads_for_update`).
+    #[serde(default)]
+    pub for_update: bool,
 }
 
 /// A statement's answer: its result and, when the run records a history,

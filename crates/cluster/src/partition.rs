@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 
 use brine_check::Op;
 use brine_core::{
-    AbortCause, Access, Catalog, Error, LockNeed, LockTarget, PartitionId, Result, TxnId, Value,
+    AbortCause, Access, Catalog, Error, IndexId, LockNeed, LockTarget, PartitionId, Result, TxnId,
+    Value,
 };
 use brine_lock::{
     Acquire, LockClass, LockConfig, LockTable, Mode, ReleaseOutcome, StandardCompat, Ticket, Wakeup,
@@ -933,6 +934,14 @@ impl Partition {
         {
             self.finish(stmt, Err(e));
             return;
+        }
+        if stmt.lock.for_update {
+            for need in &mut self.needs {
+                let row = matches!(&need.target, LockTarget::Point { index, .. } if *index == IndexId::PRIMARY);
+                if row && need.access == Access::Read {
+                    need.access = Access::Write;
+                }
+            }
         }
         let now = now();
         let needs = std::mem::take(&mut self.needs);

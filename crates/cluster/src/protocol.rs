@@ -148,6 +148,7 @@ impl Protocol for Acid {
             serializable: isolation == Isolation::Serializable,
             short_writes: false,
             callas_deps: false,
+            for_update: false,
         }
     }
 }
