@@ -300,10 +300,11 @@ impl ProcPieces {
     }
 
     /// Whether `statement` takes write locks for its primary-key reads: a
-    /// later statement of its piece writes the row it reads. A piece runs
-    /// to its end before another piece of its rank takes the row, so the
-    /// stronger lock costs no concurrency, and two pieces that both read
-    /// and then write the row cannot deadlock on the upgrade.
+    /// later statement of its piece writes the row it reads, so the piece
+    /// would hold the write lock from that statement to its end anyway;
+    /// taking it at the read costs the statements in between, and two
+    /// pieces that both read and then write the row cannot deadlock on
+    /// the upgrade.
     pub(crate) fn reads_for_update(&self, statement: &str, safe: bool) -> bool {
         if safe {
             self.safe_write_first.contains(statement)
