@@ -158,8 +158,8 @@ pub fn generate(cfg: &GenConfig) -> History {
                 ops.push(Op::RangeRead {
                     table: "reg".into(),
                     index: 0,
-                    lo: Bound::Included(int_key(&[a])),
-                    hi: Bound::Included(int_key(&[b])),
+                    lo: Box::new(Bound::Included(int_key(&[a]))),
+                    hi: Box::new(Bound::Included(int_key(&[b]))),
                     seen,
                     sub: None,
                     cols: None,
@@ -180,8 +180,8 @@ pub fn generate(cfg: &GenConfig) -> History {
                 ops.push(Op::RangeRead {
                     table: "reg".into(),
                     index: 1,
-                    lo: Bound::Included(int_key(&[b1])),
-                    hi: Bound::Excluded(int_key(&[b2 + 1])),
+                    lo: Box::new(Bound::Included(int_key(&[b1]))),
+                    hi: Box::new(Bound::Excluded(int_key(&[b2 + 1]))),
                     seen,
                     sub: None,
                     cols: None,
@@ -220,8 +220,8 @@ pub fn generate(cfg: &GenConfig) -> History {
                 ops.push(Op::RangeRead {
                     table: "la".into(),
                     index: 0,
-                    lo: Bound::Included(Key::new([Value::Int(l)])),
-                    hi: Bound::Included(Key::prefix_upper(&[Value::Int(l)])),
+                    lo: Box::new(Bound::Included(Key::new([Value::Int(l)]))),
+                    hi: Box::new(Bound::Included(Key::prefix_upper(&[Value::Int(l)]))),
                     seen: rows
                         .into_iter()
                         .map(|(e, v)| Seen {

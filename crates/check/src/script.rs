@@ -231,8 +231,8 @@ fn parse_bare_op(tok: &str, sub: Option<u32>) -> Result<Op, String> {
             Ok(Op::RangeRead {
                 table,
                 index,
-                lo,
-                hi,
+                lo: Box::new(lo),
+                hi: Box::new(hi),
                 seen: rows,
                 sub,
                 cols: None,
@@ -294,7 +294,9 @@ mod tests {
             matches!(&h.txns[0].ops[1], Op::Write { sub: Some(2), ix, .. } if ix.len() == 1 && ix[0].old.is_none())
         );
         assert!(
-            matches!(&h.txns[0].ops[3], Op::RangeRead { index: 1, lo: Bound::Excluded(_), hi: Bound::Unbounded, seen, .. } if seen.len() == 2 && seen[1].deleted)
+            matches!(&h.txns[0].ops[3], Op::RangeRead { index: 1, lo, hi, seen, .. }
+                if matches!(**lo, Bound::Excluded(_)) && matches!(**hi, Bound::Unbounded)
+                    && seen.len() == 2 && seen[1].deleted)
         );
         assert_eq!(h.txns[1].outcome, Outcome::Aborted);
         assert!(parse("t1: q(x)").is_err());

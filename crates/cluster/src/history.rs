@@ -306,8 +306,8 @@ mod tests {
         Op::RangeRead {
             table: "t".into(),
             index: 0,
-            lo,
-            hi,
+            lo: Box::new(lo),
+            hi: Box::new(hi),
             seen: seen
                 .iter()
                 .map(|&k| Seen {

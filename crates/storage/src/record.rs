@@ -224,8 +224,8 @@ impl Recorder {
         Op::RangeRead {
             table: def.name.clone(),
             index: index.0,
-            lo,
-            hi,
+            lo: Box::new(lo),
+            hi: Box::new(hi),
             seen,
             sub: None,
             cols: None,

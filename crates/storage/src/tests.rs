@@ -1007,7 +1007,7 @@ fn range_reads_report_rows_walked_and_the_interval_observed() {
     };
     assert_eq!(*index, 0);
     assert_eq!(seen.len(), 2);
-    assert_eq!(*hi, Bound::Included(pk(1, 2)));
+    assert_eq!(**hi, Bound::Included(pk(1, 2)));
     // A descending scan stops at its low end.
     let rr = run_rec(
         &mut s,
@@ -1019,7 +1019,7 @@ fn range_reads_report_rows_walked_and_the_interval_observed() {
     let HOp::RangeRead { lo, seen, .. } = &rr[0] else {
         panic!()
     };
-    assert_eq!(*lo, Bound::Included(pk(1, 5)));
+    assert_eq!(**lo, Bound::Included(pk(1, 5)));
     assert_eq!(seen.len(), 1);
     // A secondary-index scan reports index 1 and the rows by primary key.
     let rr = run_rec(
