@@ -298,7 +298,7 @@ async fn the_rollback_microbenchmark_rolls_back_and_commits() -> Result<(), Benc
 /// piece checks a shared row and then updates it. Two pieces of the same
 /// rank that both took a read lock would deadlock on the upgrade (the
 /// `acid` baseline does, thousands of times a second); the piece takes
-/// the write lock at its check instead (`ProcPieces::reads_for_update`),
+/// the write lock at its check instead (`Placed::write_first`),
 /// so no call is a concurrency-control victim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_check_then_update_pieces_do_not_deadlock() -> Result<(), BenchError> {

@@ -397,7 +397,7 @@ mod tests {
     /// operation 296 bytes, and a per-column check of a 10 s TPC-C
     /// history took 4.2 GB instead of 3.0.
     #[test]
-    fn an_operation_is_not_three_keys_wide() {
+    fn an_operation_is_under_two_keys_wide() {
         let key = std::mem::size_of::<Key>();
         let op = std::mem::size_of::<Op>();
         assert!(op < 2 * key, "Op is {op} bytes, a key {key}");

@@ -272,21 +272,31 @@ impl CallasState {
 /// (no ranks, no safe mode: it is rollback-safe).
 #[derive(Debug)]
 pub struct ProcPieces {
-    pub by_statement: HashMap<String, (u32, Option<u32>)>,
-    pub safe_by_statement: HashMap<String, (u32, Option<u32>)>,
-    /// Statements that read, by primary key, a row a later statement of
-    /// the same piece writes (Runtime Pipelining's pieces; then those of
-    /// the rollback-safe chopping).
-    pub write_first: HashSet<String>,
-    pub safe_write_first: HashSet<String>,
+    pub by_statement: HashMap<String, Placed>,
+    pub safe_by_statement: HashMap<String, Placed>,
     pub mode: Option<Arc<SafeMode>>,
 }
 
+/// Where a statement runs in a chopping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placed {
+    pub piece: u32,
+    /// `None`: a piece of free operations, or one spanning ranks.
+    pub rank: Option<u32>,
+    /// Runtime Pipelining: the statement reads, by primary key, a row a
+    /// later statement of its piece updates or deletes, so its read takes
+    /// the write lock (`LockSpec::for_update`). The piece would hold that
+    /// lock from the later statement to its end anyway; taking it at the
+    /// read costs the statements in between, and two pieces that both
+    /// read and then write the row cannot deadlock on the upgrade.
+    pub write_first: bool,
+}
+
 impl ProcPieces {
-    /// The piece of `statement`, an error naming it if the analysis has
+    /// Where `statement` runs, an error naming it if the analysis has
     /// none (the body runs a statement its procedure did not declare to
     /// the analysis).
-    pub(crate) fn piece_of(&self, statement: &str, safe: bool) -> Result<(u32, Option<u32>)> {
+    pub(crate) fn piece_of(&self, statement: &str, safe: bool) -> Result<Placed> {
         let map = if safe {
             &self.safe_by_statement
         } else {
@@ -298,36 +308,43 @@ impl ProcPieces {
             ))
         })
     }
+}
 
-    /// Whether `statement` takes write locks for its primary-key reads: a
-    /// later statement of its piece writes the row it reads, so the piece
-    /// would hold the write lock from that statement to its end anyway;
-    /// taking it at the read costs the statements in between, and two
-    /// pieces that both read and then write the row cannot deadlock on
-    /// the upgrade.
-    pub(crate) fn reads_for_update(&self, statement: &str, safe: bool) -> bool {
-        if safe {
-            self.safe_write_first.contains(statement)
-        } else {
-            self.write_first.contains(statement)
+/// Where each statement of `spec` runs in `chopping`; `plans` (by
+/// statement name) decide `Placed::write_first`, which stays off without
+/// them.
+fn place(
+    spec: &brine_analysis::ProcSpec,
+    chopping: &brine_analysis::ProcChopping,
+    plans: Option<&HashMap<&str, brine_sql::Plan>>,
+) -> HashMap<String, Placed> {
+    let write_first = plans
+        .map(|p| write_first(p, spec, chopping))
+        .unwrap_or_default();
+    let mut out = HashMap::new();
+    for (k, piece) in chopping.pieces.iter().enumerate() {
+        for &op in &piece.ops {
+            let name = &spec.ops[op].name;
+            let placed = Placed {
+                piece: k as u32,
+                rank: piece.rank().map(|r| r as u32),
+                write_first: write_first.contains(name.as_str()),
+            };
+            out.insert(name.clone(), placed);
         }
     }
+    out
 }
 
 /// The statements of `chopping`'s pieces that read, by primary key, a row
 /// a later statement of the same piece updates or deletes: same table,
 /// every key column bound by the same parameter or literal.
-fn write_first(
-    catalog: &brine_core::Catalog,
-    source: &brine_analysis::ProcSource,
-    spec: &brine_analysis::ProcSpec,
+fn write_first<'a>(
+    plans: &HashMap<&str, brine_sql::Plan>,
+    spec: &'a brine_analysis::ProcSpec,
     chopping: &brine_analysis::ProcChopping,
-) -> HashSet<String> {
+) -> HashSet<&'a str> {
     use brine_sql::{Operand, StatementKind};
-    let plan = |name: &str| {
-        let (_, sql) = source.statements.iter().find(|(n, _)| n == name)?;
-        brine_sql::prepare(catalog, sql).ok()
-    };
     // The key columns of a point access, each with what binds it (a
     // parameter by name, or a literal).
     let key = |p: &brine_sql::Plan| -> Option<Vec<(usize, Result<String, brine_core::Value>)>> {
@@ -345,11 +362,11 @@ fn write_first(
     for piece in &chopping.pieces {
         let mut ops: Vec<usize> = piece.ops.clone();
         ops.sort_unstable();
-        let plans: Vec<(&str, brine_sql::Plan)> = ops
+        let plans: Vec<(&str, &brine_sql::Plan)> = ops
             .iter()
             .filter_map(|&op| {
                 let name = spec.ops[op].name.as_str();
-                plan(name).map(|p| (name, p))
+                plans.get(name).map(|p| (name, p))
             })
             .collect();
         for (i, (name, read)) in plans.iter().enumerate() {
@@ -365,7 +382,7 @@ fn write_first(
                     && key(w).as_ref() == Some(&read_key)
             });
             if written {
-                out.insert(name.to_string());
+                out.insert(*name);
             }
         }
     }
@@ -536,31 +553,17 @@ pub fn plan_pieces(
             larger_first: false,
             ..Refinements::ALL
         };
-        let placed = |spec: &brine_analysis::ProcSpec, c: &brine_analysis::ProcChopping| {
-            let mut by_statement = HashMap::new();
-            for (k, piece) in c.pieces.iter().enumerate() {
-                for &op in &piece.ops {
-                    by_statement.insert(
-                        spec.ops[op].name.clone(),
-                        (k as u32, piece.rank().map(|r| r as u32)),
-                    );
-                }
-            }
-            by_statement
-        };
         if g.mechanism == Mechanism::Sc {
             for (spec, chopping) in specs
                 .iter()
                 .zip(classic::classic_chopping(&refs, refinements))
             {
-                let by_statement = placed(spec, &chopping);
+                let by_statement = place(spec, &chopping, None);
                 out.insert(
                     spec.name.clone(),
                     Arc::new(ProcPieces {
                         safe_by_statement: by_statement.clone(),
                         by_statement,
-                        write_first: HashSet::new(),
-                        safe_write_first: HashSet::new(),
                         mode: None,
                     }),
                 );
@@ -602,13 +605,19 @@ pub fn plan_pieces(
             .zip(&analysed.safe)
             .zip(&sources)
         {
+            // Prepared once for both choppings; a statement that does not
+            // prepare is refused when the procedure is, so it only loses
+            // `write_first` here.
+            let plans: HashMap<&str, brine_sql::Plan> = source
+                .statements
+                .iter()
+                .filter_map(|(n, sql)| Some((n.as_str(), brine_sql::prepare(&catalog, sql).ok()?)))
+                .collect();
             out.insert(
                 spec.name.clone(),
                 Arc::new(ProcPieces {
-                    by_statement: placed(spec, chopping),
-                    safe_by_statement: placed(spec, safe),
-                    write_first: write_first(&catalog, source, spec, chopping),
-                    safe_write_first: write_first(&catalog, source, spec, safe),
+                    by_statement: place(spec, chopping, Some(&plans)),
+                    safe_by_statement: place(spec, safe, Some(&plans)),
                     mode: Some(mode.clone()),
                 }),
             );
@@ -653,7 +662,7 @@ fn rp_body_done(shared: &Shared, node: NodeId, state: &Mutex<TxnState>, ok: bool
 /// executed a piece of rank `>= r` or committed. A statement of an earlier
 /// piece than the current one means the body and the analysis disagree.
 /// Returns whether the statement takes write locks for its primary-key
-/// reads (`ProcPieces::reads_for_update`).
+/// reads (`Placed::write_first`).
 pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<bool> {
     let (owner, progress, ending, wait, for_update) = {
         let mut st = ctx.state.lock();
@@ -664,8 +673,11 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<bool> 
         let Some(pieces) = &c.pieces else {
             return Ok(false);
         };
-        let (piece, rank) = pieces.piece_of(statement, c.safe)?;
-        let for_update = pieces.reads_for_update(statement, c.safe);
+        let Placed {
+            piece,
+            rank,
+            write_first: for_update,
+        } = pieces.piece_of(statement, c.safe)?;
         match c.piece {
             Some((cur, _)) if piece == cur => return Ok(for_update),
             Some((cur, _)) if piece < cur => {
@@ -1288,25 +1300,22 @@ mod tests {
         };
         let pieces = plan(&[def(&source.statements)])?;
         let p = &pieces[micro::PROC];
+        let first = |p: &ProcPieces, statement: &str, safe| -> Result<bool> {
+            Ok(p.piece_of(statement, safe)?.write_first)
+        };
         for safe in [false, true] {
             for t in ["a", "b", "c"] {
-                assert!(
-                    p.reads_for_update(&format!("check_{t}"), safe),
-                    "{t} {safe}"
-                );
-                assert!(
-                    !p.reads_for_update(&format!("update_{t}"), safe),
-                    "{t} {safe}"
-                );
+                assert!(first(p, &format!("check_{t}"), safe)?, "{t} {safe}");
+                assert!(!first(p, &format!("update_{t}"), safe)?, "{t} {safe}");
             }
-            assert!(!p.reads_for_update("private_1", safe));
+            assert!(!first(p, "private_1", safe)?);
         }
         // The check on C reads another key than the update writes: no.
         let mut other = source.statements.clone();
         other[5].1 = "UPDATE c SET val = $v WHERE id = $v".into();
         let pieces = plan(&[def(&other)])?;
-        assert!(!pieces[micro::PROC].reads_for_update("check_c", false));
-        assert!(pieces[micro::PROC].reads_for_update("check_b", false));
+        assert!(!first(&pieces[micro::PROC], "check_c", false)?);
+        assert!(first(&pieces[micro::PROC], "check_b", false)?);
         Ok(())
     }
 

@@ -40,7 +40,7 @@ pub struct LockSpec {
     /// Callas, Runtime Pipelining: the statement reads a row by primary
     /// key that a later statement of the same piece writes, so its read
     /// takes the write lock at once (no upgrade for two pieces of one rank
-    /// to deadlock on; `ProcPieces::reads_for_update`).
+    /// to deadlock on; `Placed::write_first`).
     #[serde(default)]
     pub for_update: bool,
 }

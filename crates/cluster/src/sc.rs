@@ -135,7 +135,7 @@ pub(crate) async fn exec(
             .pieces
             .as_ref()
             .ok_or_else(|| Error::Internal("an `sc` transaction without its pieces".into()))?;
-        let (k, _) = pieces.piece_of(statement, false)?;
+        let k = pieces.piece_of(statement, false)?.piece;
         let cur = c.piece.map(|(p, _)| p);
         let run = c.sc.as_mut().expect("sc state");
         if run.cursor < run.committed {

@@ -1167,11 +1167,11 @@ impl LockTable {
     /// committed): it ranks above every unprotected transaction, so a
     /// victim is never chosen from it when another member of a cycle can
     /// go, and under wait-die it never dies while whoever would wait for
-    /// it does. Requests already waiting here
-    /// for its locks were older than it and may wait no longer: under
-    /// wait-die they abort now (else the protected transaction, waiting
-    /// for one of them elsewhere, would close a cycle no one breaks). A
-    /// second call is a no-op. The protection lasts until the transaction's
+    /// it does. Requests already waiting here for its locks were older
+    /// than it and may wait no longer: under wait-die they abort now (else
+    /// the protected transaction, waiting for one of them elsewhere, would
+    /// close a cycle no one breaks). A second call is a no-op. The
+    /// protection lasts until the transaction's
     /// [`LockTable::release_all`] here.
     pub fn protect(&mut self, txn: TxnId, wakeups: &mut Vec<Wakeup>) {
         let st = self.txns.entry(txn).or_default();
