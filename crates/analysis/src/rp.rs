@@ -26,11 +26,12 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::conflict::{
-    group_conflicts, objects, Conflict, Object, OpRef, Refinements, RemovedEdge,
+    group_conflicts, objects, Conflict, Object, OpRef, Refinements, Removal, RemovedEdge,
 };
 use crate::error::{AnalysisError, Result};
 use crate::graph::Digraph;
 use crate::spec::ProcSpec;
+use brine_core::TableId;
 
 /// A piece of a chopped procedure: operations (indices into the spec) in
 /// the order they run, and the range of ranks its operations touch (`None`
@@ -165,6 +166,15 @@ pub fn runtime_pipelining(specs: &[&ProcSpec], r: Refinements) -> Result<RpAnaly
         ranks[rk].push(o);
     }
 
+    // Free operations that still share rows with the group's writes: the
+    // refinements that made them free (different columns, commutative
+    // increments) hold for the analysis, but the lock table locks rows.
+    let row_shared: BTreeSet<OpRef> = removed
+        .iter()
+        .filter(|e| e.why != Removal::UniqueKeys)
+        .flat_map(|e| [e.a, e.b])
+        .collect();
+
     // Step 1.c and step 2, per procedure.
     let mut choppings = Vec::with_capacity(specs.len());
     for (p, s) in specs.iter().enumerate() {
@@ -173,7 +183,8 @@ pub fn runtime_pipelining(specs: &[&ProcSpec], r: Refinements) -> Result<RpAnaly
                 .get(&OpRef { proc: p, op: i })
                 .map(|&ob| object_rank[ob])
         };
-        let chopping = order_pieces(s, op_rank, r.larger_first)?;
+        let shared = |i: usize| row_shared.contains(&OpRef { proc: p, op: i });
+        let chopping = order_pieces(s, op_rank, shared, r.larger_first)?;
         check_chopping(s, &chopping, op_rank, false)
             .map_err(|e| AnalysisError::Internal(format!("{}: {e}", s.name)))?;
         choppings.push(chopping);
@@ -204,10 +215,12 @@ pub fn runtime_pipelining(specs: &[&ProcSpec], r: Refinements) -> Result<RpAnaly
 }
 
 /// Step 1.c and step 2 for one procedure: given each op's rank (`None`:
-/// free), the pieces in execution order.
+/// free) and whether it shares rows with the group's writes, the pieces in
+/// execution order.
 fn order_pieces(
     s: &ProcSpec,
     op_rank: impl Fn(usize) -> Option<usize>,
+    row_shared: impl Fn(usize) -> bool,
     larger_first: bool,
 ) -> Result<ProcChopping> {
     let n = s.ops.len();
@@ -271,9 +284,23 @@ fn order_pieces(
         ops.sort_unstable();
         let ranks = comp_rank[c].map(|r| (r, r));
         // Free operations between two ranked pieces have nothing to order
-        // among themselves beyond program order: one piece is enough.
+        // among themselves beyond program order, so they may share a
+        // piece; but a piece holds its row locks to its end, so an
+        // operation on rows the group also writes shares its piece only
+        // with operations on the same tables (payment's `ytd` increment
+        // and the read of the names beside it), and others run their own
+        // round trips without holding that row.
+        let tables = |ops: &[usize]| -> BTreeSet<TableId> {
+            ops.iter().map(|&o| s.ops[o].access.table).collect()
+        };
+        let shared = |ops: &[usize]| ops.iter().any(|&o| row_shared(o));
         match pieces.last_mut() {
-            Some(last) if last.ranks.is_none() && ranks.is_none() => {
+            Some(last)
+                if last.ranks.is_none()
+                    && ranks.is_none()
+                    && ((!shared(&last.ops) && !shared(&ops))
+                        || tables(&last.ops) == tables(&ops)) =>
+            {
                 last.ops.extend(ops);
             }
             _ => pieces.push(Piece { ops, ranks }),

@@ -208,6 +208,50 @@ fn tpcc_new_order_alone_pipelines_order_then_order_line() {
     assert_eq!(compact(&classic[0]), "<1><2><3,4,5,6,7,8,9><10>");
 }
 
+/// Free operations on rows the group also writes (freed by different
+/// columns or commuting increments, not by distinct keys) get pieces of
+/// their own, so a piece does not hold such a row through other round
+/// trips; free operations on rows nobody else writes still share a piece.
+#[test]
+fn free_operations_on_shared_rows_end_their_piece() {
+    let sp = tpcc_specs();
+    let g = select(&sp, &["new_order", "payment"]).expect("group");
+    let a = runtime_pipelining(
+        &g,
+        Refinements {
+            larger_first: false,
+            ..Refinements::ALL
+        },
+    )
+    .expect("analysis");
+    assert_eq!(
+        piece_tables(g[0], &a.choppings[0]),
+        vec![
+            vec!["item"],
+            // Its c_discount: columns payment's update leaves alone.
+            vec!["customer"],
+            vec!["stock"],
+            vec!["district"],
+            // Keys from the district counter: rows of this order only.
+            vec!["orders", "new_order", "order_line"],
+            // w_tax, beside payment's w_ytd.
+            vec!["warehouse"],
+        ]
+    );
+    assert_eq!(
+        piece_tables(g[1], &a.choppings[1]),
+        vec![
+            vec!["customer"],
+            vec!["customer"],
+            // Each increment with the read of the names beside it, and the
+            // district released before the warehouse is taken.
+            vec!["district"],
+            vec!["warehouse"],
+            vec!["history"],
+        ]
+    );
+}
+
 #[test]
 fn tpcc_new_order_refinements_free_the_inserts() {
     let sp = tpcc_specs();

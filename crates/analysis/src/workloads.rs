@@ -16,22 +16,12 @@ pub fn notes(app: &str, proc: &str) -> Option<ProcNotes> {
     match (app, proc) {
         ("tpcc", "new_order") => Some(
             // crates/bench/src/workloads/tpcc/procedures.rs, new_order():
-            // items first (a missing item is the 1% user rollback), the
-            // customer, stock per line, the district counter, the inserts
-            // keyed by the order id taken from it, the warehouse last.
+            // items first (a missing item is the 1% user rollback), stock
+            // per line, the inserts keyed by the order id taken from the
+            // district counter. The statements are declared in the order
+            // the body runs them, which `--tpcc-order` chooses; so is
+            // payment's, which needs no notes.
             ProcNotes::new()
-                .order(&[
-                    "item",
-                    "customer",
-                    "stock",
-                    "update_stock",
-                    "bump_district",
-                    "district",
-                    "insert_order",
-                    "insert_new_order",
-                    "insert_line",
-                    "warehouse",
-                ])
                 .looped(&["item"])
                 .looped(&["stock", "update_stock"])
                 .looped(&["insert_line"])
@@ -39,21 +29,6 @@ pub fn notes(app: &str, proc: &str) -> Option<ProcNotes> {
                 .unique_key("insert_order", "bump_district")
                 .unique_key("insert_new_order", "bump_district")
                 .unique_key("insert_line", "bump_district"),
-        ),
-        ("tpcc", "payment") => Some(
-            // The customer block, then district and warehouse (increment,
-            // then read the names), then the history row.
-            ProcNotes::new().order(&[
-                "customer_by_name",
-                "pay_customer",
-                "customer",
-                "customer_data",
-                "pay_district",
-                "district",
-                "pay_warehouse",
-                "warehouse",
-                "insert_history",
-            ]),
         ),
         // The body repeats every statement once per district.
         ("tpcc", "delivery") => Some(ProcNotes::new().looped(&[

@@ -219,6 +219,79 @@ impl StatementOrder {
             StatementOrder::Spec => "spec",
         }
     }
+
+    /// New-order's statements in the order its body runs them (loops
+    /// stand for every iteration). Declared in this order: the static
+    /// analysis takes declaration order as execution order, and Callas
+    /// runs a chopping's pieces in it.
+    fn new_order_statements(self) -> &'static [&'static str] {
+        match self {
+            StatementOrder::HotLast => &[
+                "item",
+                "customer",
+                "stock",
+                "update_stock",
+                "bump_district",
+                "district",
+                "insert_order",
+                "insert_new_order",
+                "insert_line",
+                "warehouse",
+            ],
+            StatementOrder::Spec => &[
+                "item",
+                "warehouse",
+                "bump_district",
+                "district",
+                "customer",
+                "stock",
+                "update_stock",
+                "insert_order",
+                "insert_new_order",
+                "insert_line",
+            ],
+        }
+    }
+
+    /// Payment's statements in the order its body runs them, as
+    /// `new_order_statements`. Clause 2's order checks that the customer
+    /// exists before the hot rows (`find_customer`) and reads the row
+    /// again after updating it.
+    fn payment_statements(self) -> &'static [&'static str] {
+        match self {
+            StatementOrder::HotLast => &[
+                "customer_by_name",
+                "pay_customer",
+                "customer",
+                "customer_data",
+                "pay_district",
+                "district",
+                "pay_warehouse",
+                "warehouse",
+                "insert_history",
+            ],
+            StatementOrder::Spec => &[
+                "customer_by_name",
+                "find_customer",
+                "pay_warehouse",
+                "warehouse",
+                "pay_district",
+                "district",
+                "pay_customer",
+                "customer",
+                "customer_data",
+                "insert_history",
+            ],
+        }
+    }
+}
+
+/// `def` with its statements declared in `order`, which names each of them
+/// once (checked by the tests).
+fn declared_in(mut def: ProcedureDef, order: &[&str]) -> ProcedureDef {
+    def.statements
+        .sort_by_key(|(name, _)| order.iter().position(|o| o == name).unwrap_or(order.len()));
+    def
 }
 
 /// New-order's district step (Fig. 3.5 lines 4-7): the order id must be
@@ -243,7 +316,7 @@ async fn warehouse_tax(ctx: &mut ProcCtx, w: &Value) -> Result<Decimal> {
 }
 
 fn new_order(order: StatementOrder) -> ProcedureDef {
-    ProcedureDef::new(NEW_ORDER)
+    let def = ProcedureDef::new(NEW_ORDER)
         .statement(
             "bump_district",
             "UPDATE district SET d_next_o_id = d_next_o_id + 1 WHERE d_w_id = $w AND d_id = $d",
@@ -456,7 +529,8 @@ fn new_order(order: StatementOrder) -> ProcedureDef {
                     / 100_000_000;
             let total = i64::try_from(total).map_err(|_| overflow("total"))?;
             Ok(vec![o, Value::Decimal(Decimal::new(total, 2))])
-        })
+        });
+    declared_in(def, order.new_order_statements())
 }
 
 /// Payment's `ytd += amount` on the district and the warehouse, and their
@@ -500,7 +574,7 @@ async fn pay_hot_rows(
 }
 
 fn payment(order: StatementOrder) -> ProcedureDef {
-    ProcedureDef::new(PAYMENT)
+    let mut def = ProcedureDef::new(PAYMENT)
         .statement(
             "pay_warehouse",
             "UPDATE warehouse SET w_ytd = w_ytd + $amount WHERE w_id = $w",
@@ -581,7 +655,7 @@ fn payment(order: StatementOrder) -> ProcedureDef {
             let mut names = None;
             if order == StatementOrder::Spec {
                 let cust = ctx
-                    .exec("customer", vec![c_w.clone(), c_d.clone(), c.clone()])
+                    .exec("find_customer", vec![c_w.clone(), c_d.clone(), c.clone()])
                     .await?;
                 first(&cust, || format!("customer ({c_w}, {c_d}, {c})"))?;
                 ctx.end_alkaline().await?;
@@ -631,7 +705,14 @@ fn payment(order: StatementOrder) -> ProcedureDef {
             )
             .await?;
             Ok(vec![c])
-        })
+        });
+    if order == StatementOrder::Spec {
+        def = def.statement(
+            "find_customer",
+            "SELECT c_id FROM customer WHERE c_w_id = $w AND c_d_id = $d AND c_id = $c",
+        );
+    }
+    declared_in(def, order.payment_statements())
 }
 
 fn order_status() -> ProcedureDef {
@@ -899,5 +980,26 @@ pub fn application(base: &BaseSet, order: StatementOrder) -> Application {
         .into_iter()
         .map(|p| base.apply(p))
         .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The analysis reads declaration order as execution order: each
+    /// variant declares exactly the statements its order lists, in that
+    /// order.
+    #[test]
+    fn new_order_and_payment_declare_their_statements_in_body_order() {
+        for order in [StatementOrder::HotLast, StatementOrder::Spec] {
+            for (def, listed) in [
+                (new_order(order), order.new_order_statements()),
+                (payment(order), order.payment_statements()),
+            ] {
+                let declared: Vec<&str> = def.statements.iter().map(|(n, _)| n.as_str()).collect();
+                assert_eq!(declared, listed, "{} ({})", def.name, order.name());
+            }
+        }
     }
 }
