@@ -19,6 +19,7 @@
 //! [`Protocol`] says how each statement locks. It runs in the caller's task;
 //! "coordinator node" is where the link sees its messages come from.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,10 +122,23 @@ impl Shared {
         p: usize,
         make: impl FnOnce(Reply<T>) -> PartitionMsg,
     ) -> Result<T> {
+        self.request_now(from, p, make).await
+    }
+
+    /// `request`, with the message sent at the call rather than when the
+    /// answer is first awaited.
+    pub(crate) fn request_now<T: Send + 'static>(
+        &self,
+        from: NodeId,
+        p: usize,
+        make: impl FnOnce(Reply<T>) -> PartitionMsg,
+    ) -> impl Future<Output = Result<T>> + Send + 'static {
         let (reply, rx) = Reply::channel(&self.link, self.partitions[p].node, from);
         self.send(from, p, make(reply));
-        rx.await
-            .map_err(|_| Error::Transport(format!("partition {} did not answer (shut down?)", p)))
+        async move {
+            rx.await
+                .map_err(|_| Error::Transport(format!("partition {p} did not answer (shut down?)")))
+        }
     }
 
     /// The partitions a statement with `params` goes to: the one its

@@ -41,6 +41,7 @@
 //!
 //! User guide: `docs/salt.md`.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -838,34 +839,73 @@ fn give_up(shared: &Arc<Shared>, node: NodeId, state: &Arc<Mutex<TxnState>>) {
 }
 
 /// Releases the BASE transaction's locks at every partition it touched,
-/// round by round (see the module doc).
-async fn release(shared: Arc<Shared>, node: NodeId, owner: TxnId, rounds: Rounds) {
-    for mut round in rounds {
-        let ends = round.iter().any(|(_, stages)| stages.contains(&None));
-        if let (true, Some(wal)) = (ends, &shared.wal) {
-            // The end is durable at the coordinator before any partition
-            // forgets the context; if it cannot be logged, the locks go
-            // but the contexts stay (a later recovery finds the
-            // transaction complete by replaying it).
-            if let Err(e) = wal.log_base_end(node, owner).await {
-                tracing::error!(%owner, "cannot log the end of a BASE transaction: {e}");
-                for stage in round.iter_mut().flat_map(|(_, stages)| stages.iter_mut()) {
-                    stage.get_or_insert(u32::MAX);
+/// round by round (see the module doc). The first round's messages leave
+/// at the call, unless the round ends the transaction and its end must be
+/// logged first: a caller that spawns the rest and then reports
+/// completion has the release on the link ahead of the client's next
+/// request (pay after create-order used to wait for the saline lock its
+/// own order still held).
+fn release(
+    shared: Arc<Shared>,
+    node: NodeId,
+    owner: TxnId,
+    rounds: Rounds,
+) -> impl Future<Output = ()> + Send + 'static {
+    let ends = |round: &Vec<(usize, Vec<Option<u32>>)>| {
+        round.iter().any(|(_, stages)| stages.contains(&None))
+    };
+    let mut rounds = rounds.into_iter().peekable();
+    let first = match rounds.peek() {
+        Some(round) if shared.wal.is_none() || !ends(round) => rounds
+            .next()
+            .map(|round| send_round(&shared, node, owner, round)),
+        _ => None,
+    };
+    async move {
+        if let Some(acks) = first {
+            acknowledged(owner, acks).await;
+        }
+        for mut round in rounds {
+            if let (true, Some(wal)) = (ends(&round), &shared.wal) {
+                // The end is durable at the coordinator before any
+                // partition forgets the context; if it cannot be logged,
+                // the locks go but the contexts stay (a later recovery
+                // finds the transaction complete by replaying it).
+                if let Err(e) = wal.log_base_end(node, owner).await {
+                    tracing::error!(%owner, "cannot log the end of a BASE transaction: {e}");
+                    for stage in round.iter_mut().flat_map(|(_, stages)| stages.iter_mut()) {
+                        stage.get_or_insert(u32::MAX);
+                    }
                 }
             }
+            acknowledged(owner, send_round(&shared, node, owner, round)).await;
         }
-        let acks = futures::future::join_all(round.into_iter().map(|(p, stages)| {
-            shared.request(node, p, move |reply| PartitionMsg::Release {
+    }
+}
+
+/// Sends one round of `Release` messages now; the answers come later.
+fn send_round(
+    shared: &Shared,
+    node: NodeId,
+    owner: TxnId,
+    round: Vec<(usize, Vec<Option<u32>>)>,
+) -> Vec<impl Future<Output = Result<()>> + Send + 'static> {
+    round
+        .into_iter()
+        .map(|(p, stages)| {
+            shared.request_now(node, p, move |reply| PartitionMsg::Release {
                 owner,
                 stages,
                 reply,
             })
-        }))
-        .await;
-        for a in acks {
-            if let Err(e) = a {
-                tracing::warn!(%owner, "release not acknowledged: {e}");
-            }
+        })
+        .collect()
+}
+
+async fn acknowledged(owner: TxnId, acks: Vec<impl Future<Output = Result<()>>>) {
+    for a in futures::future::join_all(acks).await {
+        if let Err(e) = a {
+            tracing::warn!(%owner, "release not acknowledged: {e}");
         }
     }
 }

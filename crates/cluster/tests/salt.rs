@@ -701,6 +701,38 @@ async fn the_client_sees_acceptance_before_completion() {
     call.completed().await.expect("completed");
 }
 
+// A BASE transaction releases its saline locks before the client hears it
+// completed: the client's next transaction on the same rows (ticketing's
+// pay after create-order) finds them free, it does not wait for its own
+// finished transaction. The release messages go out ahead of the reply,
+// and a link delivers in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_base_transaction_holds_no_lock_its_client_meets_next() {
+    let mut cfg = config("salt", None, DeadlockPolicy::Detect);
+    cfg.link.delay_us = 50;
+    let c = Cluster::start(cfg, app(Gates::default())).expect("start");
+    c.load(
+        "kv",
+        (0..8).map(|k| vec![Value::Int(k), Value::Int(0)]).collect(),
+    )
+    .await
+    .expect("load");
+    let before = c.stats().lock_waits;
+    for round in 1..=20 {
+        let k = round % 8;
+        c.client()
+            .call("set", vec![Value::Int(k), Value::Int(round)])
+            .await
+            .expect("set");
+        assert_eq!(acid_get(&c, k).await, round);
+    }
+    assert_eq!(
+        c.stats().lock_waits - before,
+        0,
+        "an ACID read after completion waited for the saline lock"
+    );
+}
+
 /// Messages a `steps(k, n)` call sends over the link (every statement,
 /// commit and release crosses it: coordinators are on a node of their own).
 async fn messages_of_steps(c: &Cluster, k: i64, n: i64) -> u64 {
@@ -710,7 +742,7 @@ async fn messages_of_steps(c: &Cluster, k: i64, n: i64) -> u64 {
         .call("steps", vec![Value::Int(k), Value::Int(n)])
         .await
         .expect("steps");
-    // The saline locks are released in the background after completion.
+    // The releases are acknowledged in the background after completion.
     tokio::time::sleep(Duration::from_millis(100)).await;
     c.link_stats().messages.load(Ordering::Relaxed) - before
 }
