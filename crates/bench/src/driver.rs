@@ -544,6 +544,13 @@ fn point_result(p: PointInputs) -> PointResult {
         statements_per_s: per_s(d.statements),
         lock_waits: d.lock_waits,
         lock_waits_by_table: p.by_table,
+        pipelining_waits: [
+            ("rank", d.rank_waits, d.rank_wait_us_total),
+            ("commit", d.commit_waits, d.commit_wait_us_total),
+        ]
+        .into_iter()
+        .filter_map(|(k, n, us)| Some((k.to_string(), crate::report::TableWaits::of(n, us)?)))
+        .collect(),
         queue_bypasses: d.queue_bypasses,
         searches_cut: d.searches_cut,
         lock_wait_us_mean: if d.lock_waits > 0 {
@@ -581,15 +588,12 @@ fn table_waits(
     after
         .iter()
         .zip(before)
-        .filter(|(a, b)| a.waits > b.waits)
-        .map(|(a, b)| {
-            let waits = a.waits - b.waits;
-            let wait_us = a.wait_us.saturating_sub(b.wait_us);
-            let w = crate::report::TableWaits {
-                waits,
-                wait_us_mean: round2(wait_us as f64 / waits as f64),
-            };
-            (a.table.clone(), w)
+        .filter_map(|(a, b)| {
+            let w = crate::report::TableWaits::of(
+                a.waits.saturating_sub(b.waits),
+                a.wait_us.saturating_sub(b.wait_us),
+            )?;
+            Some((a.table.clone(), w))
         })
         .collect()
 }

@@ -54,6 +54,10 @@ pub struct PointResult {
     pub lock_wait_us_mean: f64,
     /// The lock waits per table (only tables where statements waited).
     pub lock_waits_by_table: BTreeMap<String, TableWaits>,
+    /// Runtime Pipelining's other waits (only kinds that happened):
+    /// `rank`, a piece waiting for a transaction it depends on to reach
+    /// its rank; `commit`, a commit waiting for one to commit.
+    pub pipelining_waits: BTreeMap<String, TableWaits>,
     /// Deadlocks the detector broke by letting a request pass the queue
     /// instead of aborting one.
     pub queue_bypasses: u64,
@@ -102,6 +106,30 @@ pub struct PointResult {
 pub struct TableWaits {
     pub waits: u64,
     pub wait_us_mean: f64,
+}
+
+impl TableWaits {
+    /// `waits` waits of `wait_us` in all; `None` when there were none.
+    pub fn of(waits: u64, wait_us: u64) -> Option<TableWaits> {
+        (waits > 0).then(|| TableWaits {
+            waits,
+            wait_us_mean: (wait_us as f64 / waits as f64 * 100.0).round() / 100.0,
+        })
+    }
+}
+
+/// `label: name N (mean M us), ...`, most waits first; `None` when empty.
+fn waits_line(label: &str, waits: &BTreeMap<String, TableWaits>) -> Option<String> {
+    if waits.is_empty() {
+        return None;
+    }
+    let mut t: Vec<_> = waits.iter().collect();
+    t.sort_by(|a, b| b.1.waits.cmp(&a.1.waits).then(a.0.cmp(b.0)));
+    let t: Vec<String> = t
+        .iter()
+        .map(|(n, w)| format!("{n} {} (mean {:.0} us)", w.waits, w.wait_us_mean))
+        .collect();
+    Some(format!("{label}: {}", t.join(", ")))
 }
 
 impl PointResult {
@@ -425,14 +453,14 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         r.queue_bypasses,
         r.searches_cut
     );
-    if !r.lock_waits_by_table.is_empty() {
-        let mut t: Vec<_> = r.lock_waits_by_table.iter().collect();
-        t.sort_by(|a, b| b.1.waits.cmp(&a.1.waits).then(a.0.cmp(b.0)));
-        let t: Vec<String> = t
-            .iter()
-            .map(|(n, w)| format!("{n} {} (mean {:.0} us)", w.waits, w.wait_us_mean))
-            .collect();
-        let _ = writeln!(s, "lock waits by table: {}", t.join(", "));
+    for line in [
+        waits_line("lock waits by table", &r.lock_waits_by_table),
+        waits_line("pipelining waits", &r.pipelining_waits),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let _ = writeln!(s, "{line}");
     }
     if all.anomalies > 0 {
         let _ = writeln!(
@@ -531,6 +559,7 @@ mod tests {
             statements_per_s: 5.0,
             lock_waits: 0,
             lock_waits_by_table: BTreeMap::new(),
+            pipelining_waits: BTreeMap::new(),
             lock_wait_us_mean: 0.0,
             queue_bypasses: 0,
             searches_cut: 0,
@@ -625,9 +654,19 @@ mod tests {
             };
             p.lock_waits_by_table.insert(table.into(), w);
         }
+        assert!(!render_point("micro", &p).contains("pipelining waits"));
+        p.pipelining_waits.extend(
+            [("rank", 4, 400), ("commit", 9, 90)]
+                .map(|(k, n, us)| (k.to_string(), TableWaits::of(n, us).expect("waits"))),
+        );
+        assert!(TableWaits::of(0, 0).is_none(), "no waits, no entry");
         let t = render_point("micro", &p);
         assert!(
             t.contains("lock waits by table: hot 30 (mean 12 us), quiet 2 (mean 12 us)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("pipelining waits: commit 9 (mean 10 us), rank 4 (mean 100 us)"),
             "{t}"
         );
         let s = rep.render_summary();

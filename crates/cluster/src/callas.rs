@@ -44,7 +44,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use brine_core::{AbortCause, Error, NodeId, Result, TxnId, Value};
 use parking_lot::Mutex;
@@ -58,6 +58,7 @@ use crate::coordinator::{
 use crate::message::PartitionMsg;
 use crate::procedure::PreparedProc;
 use crate::protocol::Mutation;
+use crate::stats::ClusterCounters;
 
 /// How a group's transactions are isolated from each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -717,19 +718,27 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<bool> 
         }
     }
     if let Some((r, deps)) = wait {
+        let c = &ctx.shared.counters;
         for d in deps {
             tracing::trace!(%owner, rank = r, "rank wait");
             let patience = ctx.shared.wait_timeout;
+            let start = Instant::now();
             let waited = if d.uncommitted_depth(MAX_CHAIN) >= MAX_CHAIN {
                 d.committed(patience).await
             } else {
                 d.reached(r, patience).await
             };
-            if let Err(e) = waited {
-                if let Error::Aborted(cause) = &e {
-                    ctx.state.lock().doomed = Some(*cause);
+            match waited {
+                Ok(true) => {
+                    ClusterCounters::count_wait(&c.rank_waits, &c.rank_wait_ns, start.elapsed())
                 }
-                return Err(e);
+                Ok(false) => {}
+                Err(e) => {
+                    if let Error::Aborted(cause) = &e {
+                        ctx.state.lock().doomed = Some(*cause);
+                    }
+                    return Err(e);
+                }
             }
         }
     }
@@ -800,15 +809,17 @@ impl Progress {
         self.notify.notify_waiters();
     }
 
-    /// Waits until `ready` says something.
-    async fn until<T>(&self, ready: impl Fn(&Progress) -> Option<T>) -> T {
+    /// Waits until `ready` says something; also whether that took a wait.
+    async fn until<T>(&self, ready: impl Fn(&Progress) -> Option<T>) -> (T, bool) {
+        let mut waited = false;
         loop {
             // Created before the check, so a notification in between is
             // not lost.
             let notified = self.notify.notified();
             if let Some(v) = ready(self) {
-                return v;
+                return (v, waited);
             }
+            waited = true;
             notified.await;
         }
     }
@@ -817,15 +828,17 @@ impl Progress {
     /// finished a piece of rank `>= rank`, or committed. An abort is an
     /// error: the waiter read its uncommitted state. A wait longer than
     /// `patience` is an error too (see [`Progress::committed`]).
-    async fn reached(&self, rank: u32, patience: Duration) -> Result<()> {
+    /// `Ok(true)` when it had to wait.
+    async fn reached(&self, rank: u32, patience: Duration) -> Result<bool> {
         let wait = self.until(|p| match p.outcome.load(Ordering::Acquire) {
             ABORTED => Some(Err(Error::Aborted(AbortCause::Cascade))),
             COMMITTED => Some(Ok(())),
             _ => (p.rank.load(Ordering::Acquire) > rank).then_some(Ok(())),
         });
-        tokio::time::timeout(patience, wait)
-            .await
-            .unwrap_or(Err(Error::Aborted(AbortCause::LockTimeout)))
+        match tokio::time::timeout(patience, wait).await {
+            Ok((r, waited)) => r.map(|()| waited),
+            Err(_) => Err(Error::Aborted(AbortCause::LockTimeout)),
+        }
     }
 
     /// Runtime Pipelining's commit dependency: until the transaction
@@ -834,15 +847,17 @@ impl Progress {
     /// increments, still order commits so undo stays exact) could form a
     /// cycle no lock table sees; like a lock wait, a wait longer than
     /// `patience` (the lock wait timeout) aborts the waiter.
-    async fn committed(&self, patience: Duration) -> Result<()> {
+    /// `Ok(true)` when it had to wait.
+    async fn committed(&self, patience: Duration) -> Result<bool> {
         let wait = self.until(|p| match p.outcome.load(Ordering::Acquire) {
             ABORTED => Some(Err(Error::Aborted(AbortCause::Cascade))),
             COMMITTED => Some(Ok(())),
             _ => None,
         });
-        tokio::time::timeout(patience, wait)
-            .await
-            .unwrap_or(Err(Error::Aborted(AbortCause::LockTimeout)))
+        match tokio::time::timeout(patience, wait).await {
+            Ok((r, waited)) => r.map(|()| waited),
+            Err(_) => Err(Error::Aborted(AbortCause::LockTimeout)),
+        }
     }
 }
 
@@ -902,6 +917,7 @@ impl NexusBoard {
         }
         loop {
             let released = r.until(|p| p.released.load(Ordering::Acquire).then_some(()));
+            let released = async { released.await.0 };
             if tokio::time::timeout(LOOK_AFTER, released).await.is_ok() {
                 break;
             }
@@ -1017,11 +1033,22 @@ pub(crate) async fn run_grouped(
                 let c = st.callas.as_ref().expect("callas state");
                 c.deps.iter().flatten().cloned().collect()
             };
+            let c = &shared.counters;
             for d in deps {
                 tracing::trace!(%txn, "commit wait");
-                if let Err(Error::Aborted(cause)) = d.committed(shared.wait_timeout).await {
-                    state.lock().doomed = Some(cause);
-                    break;
+                let start = Instant::now();
+                match d.committed(shared.wait_timeout).await {
+                    Ok(true) => ClusterCounters::count_wait(
+                        &c.commit_waits,
+                        &c.commit_wait_ns,
+                        start.elapsed(),
+                    ),
+                    Ok(false) => {}
+                    Err(Error::Aborted(cause)) => {
+                        state.lock().doomed = Some(cause);
+                        break;
+                    }
+                    Err(_) => {}
                 }
             }
         }

@@ -676,6 +676,10 @@ impl Cluster {
             base_accepted: c.base_accepted.load(Ordering::Relaxed),
             base_replays: c.base_replays.load(Ordering::Relaxed),
             safe_mode_switches: c.safe_mode_switches.load(Ordering::Relaxed),
+            rank_waits: c.rank_waits.load(Ordering::Relaxed),
+            rank_wait_us_total: c.rank_wait_ns.load(Ordering::Relaxed) / 1000,
+            commit_waits: c.commit_waits.load(Ordering::Relaxed),
+            commit_wait_us_total: c.commit_wait_ns.load(Ordering::Relaxed) / 1000,
             ..Default::default()
         };
         for p in self.partition_counters.iter() {

@@ -21,6 +21,14 @@ pub struct ClusterCounters {
     pub base_replays: AtomicU64,
     /// Callas: times a Runtime Pipelining group went rollback-safe.
     pub safe_mode_switches: AtomicU64,
+    /// Runtime Pipelining: pieces that waited for a transaction they
+    /// depend on to reach their rank (or commit), and for how long.
+    pub rank_waits: AtomicU64,
+    pub rank_wait_ns: AtomicU64,
+    /// Runtime Pipelining: commits that waited for a transaction they
+    /// depend on to commit, and for how long.
+    pub commit_waits: AtomicU64,
+    pub commit_wait_ns: AtomicU64,
 }
 
 impl ClusterCounters {
@@ -32,6 +40,12 @@ impl ClusterCounters {
             AbortCause::Cascade => &self.aborts_cascade,
         };
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one wait of `took` in `count`/`ns`.
+    pub fn count_wait(count: &AtomicU64, ns: &AtomicU64, took: std::time::Duration) {
+        count.fetch_add(1, Ordering::Relaxed);
+        ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
@@ -57,6 +71,11 @@ pub struct StatsSnapshot {
     pub base_accepted: u64,
     pub base_replays: u64,
     pub safe_mode_switches: u64,
+    /// Runtime Pipelining's waits besides locks (see `ClusterCounters`).
+    pub rank_waits: u64,
+    pub rank_wait_us_total: u64,
+    pub commit_waits: u64,
+    pub commit_wait_us_total: u64,
 }
 
 impl StatsSnapshot {
@@ -82,6 +101,10 @@ impl StatsSnapshot {
             base_accepted: self.base_accepted - earlier.base_accepted,
             base_replays: self.base_replays - earlier.base_replays,
             safe_mode_switches: self.safe_mode_switches - earlier.safe_mode_switches,
+            rank_waits: self.rank_waits - earlier.rank_waits,
+            rank_wait_us_total: self.rank_wait_us_total - earlier.rank_wait_us_total,
+            commit_waits: self.commit_waits - earlier.commit_waits,
+            commit_wait_us_total: self.commit_wait_us_total - earlier.commit_wait_us_total,
         }
     }
 }

@@ -235,10 +235,16 @@ async fn a_pipelined_pair_of_orders_commits_in_dependency_order() {
     let order = "SELECT d FROM orders WHERE o = $o";
     assert_eq!(acid_read(&c, order, 101).await, Some(1));
     assert_eq!(acid_read(&c, order, 201).await, Some(1));
+    // T2's insert piece waited for T1's (paused inside its own): counted
+    // as a rank wait, with its time.
+    let s = c.stats();
+    assert!(s.rank_waits >= 1 && s.rank_wait_us_total > 0, "{s:?}");
 
-    let (overlapped, t1, t2, _) = order_pair("orders:2pl=order,backwards").await;
+    let (overlapped, t1, t2, c) = order_pair("orders:2pl=order,backwards").await;
     assert!(!overlapped, "in-group 2PL: T2 waits for T1's end");
     assert_eq!((t1, t2), (1, 2));
+    let s = c.stats();
+    assert_eq!((s.rank_waits, s.commit_waits), (0, 0), "2PL has no ranks");
 }
 
 // Cascading abort: T1 aborts after T2 read its uncommitted increment, so
