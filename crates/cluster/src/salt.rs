@@ -240,7 +240,8 @@ impl BaseState {
 /// The `Release` messages that end a BASE transaction, in rounds: a
 /// round's messages (partition, stages) go together, and the next round
 /// waits for all their answers.
-type Rounds = Vec<Vec<(usize, Vec<Option<u32>>)>>;
+type Rounds = Vec<Round>;
+type Round = Vec<(usize, Vec<Option<u32>>)>;
 
 /// Whether a failed commit (or autocommitted statement) leaves its outcome
 /// unknown: nobody answered, so it may have committed.
@@ -851,7 +852,7 @@ fn release(
     owner: TxnId,
     rounds: Rounds,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let ends = |round: &Vec<(usize, Vec<Option<u32>>)>| {
+    let ends = |round: &Round| {
         round.iter().any(|(_, stages)| stages.contains(&None))
     };
     let mut rounds = rounds.into_iter().peekable();
@@ -888,7 +889,7 @@ fn send_round(
     shared: &Shared,
     node: NodeId,
     owner: TxnId,
-    round: Vec<(usize, Vec<Option<u32>>)>,
+    round: Round,
 ) -> Vec<impl Future<Output = Result<()>> + Send + 'static> {
     round
         .into_iter()
