@@ -852,9 +852,7 @@ fn release(
     owner: TxnId,
     rounds: Rounds,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let ends = |round: &Round| {
-        round.iter().any(|(_, stages)| stages.contains(&None))
-    };
+    let ends = |round: &Round| round.iter().any(|(_, stages)| stages.contains(&None));
     let mut rounds = rounds.into_iter().peekable();
     let first = match rounds.peek() {
         Some(round) if shared.wal.is_none() || !ends(round) => rounds
