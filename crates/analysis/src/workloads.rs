@@ -96,19 +96,19 @@ pub fn notes(app: &str, proc: &str) -> Option<ProcNotes> {
         ),
         ("ticket", "delete_order") => Some(
             // delete_order(): per order, the order (missing rolls back),
-            // its items, each seat sold -> free, its tickets, payment,
-            // items and itself; then the counters of each category and of
+            // its items, its tickets, payment, items and itself; then each
+            // seat sold -> free; then the counters of each category and of
             // the event (guards that a correct run never trips roll back).
             ProcNotes::new()
                 .looped(&[
                     "order",
                     "items",
-                    "unsell_seat",
                     "delete_tickets",
                     "delete_payment",
                     "delete_items",
                     "delete_order",
                 ])
+                .looped(&["unsell_seat"])
                 .looped(&["restore_category"])
                 .rollback("order")
                 .rollback("unsell_seat")

@@ -1306,6 +1306,10 @@ mod tests {
             "delivery,new_order,payment"
         );
         assert_eq!(base(&["ticket"])?, "create_order");
+        assert_eq!(
+            base(&["ticket", "--base", "delete_order,create_order"])?,
+            "create_order,delete_order"
+        );
         assert_eq!(base(&["bank", "--base", "none"])?, "none");
         assert_eq!(base(&["micro3", "--base", "write5"])?, "write5");
         assert!(workloads_from(&parse(&["tpcc", "--base", "neworder"])).is_err());

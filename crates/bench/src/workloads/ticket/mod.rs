@@ -165,7 +165,7 @@ impl Ticket {
         }
         Ok(Ticket {
             params,
-            base: BaseSet::of(&procedures::BASE_CAPABLE),
+            base: BaseSet::of(&[procedures::CREATE_ORDER]),
             run: Arc::new(RunCounters::default()),
         })
     }
