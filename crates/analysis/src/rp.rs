@@ -25,13 +25,14 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+use brine_core::TableId;
+
 use crate::conflict::{
     group_conflicts, objects, Conflict, Object, OpRef, Refinements, Removal, RemovedEdge,
 };
 use crate::error::{AnalysisError, Result};
 use crate::graph::Digraph;
 use crate::spec::ProcSpec;
-use brine_core::TableId;
 
 /// A piece of a chopped procedure: operations (indices into the spec) in
 /// the order they run, and the range of ranks its operations touch (`None`
