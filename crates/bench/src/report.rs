@@ -84,7 +84,9 @@ pub struct PointResult {
     pub workload_metrics: Map<String, Json>,
     /// `passed` when `--check` ran the workload's invariant check and it
     /// held, `FAILED: <why>` when it did not (the run then ends with that
-    /// error after printing this point), `not run` without `--check`.
+    /// error after printing this point), `violated (no isolation): <why>`
+    /// when it did not under `raw`, which promises nothing (the run goes
+    /// on), `not run` without `--check`.
     pub check: String,
     /// Index of the workload variant (sweep over workload parameters).
     #[serde(skip)]

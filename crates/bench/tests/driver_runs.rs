@@ -211,3 +211,26 @@ async fn a_failed_check_fails_the_run_after_reporting_the_point() -> Result<(), 
     assert!(seen[0].starts_with("FAILED"), "{seen:?}");
     Ok(())
 }
+
+/// `raw` promises no isolation, so a broken invariant there is reported
+/// on its point and the comparison goes on (a `--compare acid,salt,raw
+/// --check` run keeps its summary).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_check_under_raw_is_reported_and_the_run_goes_on() -> Result<(), BenchError> {
+    let w: Arc<dyn Workload> = Arc::new(NeverHolds(Micro::new(100)?));
+    let report = run_bench(
+        &spec(&[2, 4], &["raw"], 0.2, Isolation::Serializable),
+        &[w],
+        |_| {},
+    )
+    .await?;
+    assert_eq!(report.results.len(), 2, "both points ran");
+    for r in &report.results {
+        assert!(
+            r.check.starts_with("violated (no isolation)"),
+            "{}",
+            r.check
+        );
+    }
+    Ok(())
+}
