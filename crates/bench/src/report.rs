@@ -115,7 +115,7 @@ impl TableWaits {
     pub fn of(waits: u64, wait_us: u64) -> Option<TableWaits> {
         (waits > 0).then(|| TableWaits {
             waits,
-            wait_us_mean: (wait_us as f64 / waits as f64 * 100.0).round() / 100.0,
+            wait_us_mean: crate::recorder::round2(wait_us as f64 / waits as f64),
         })
     }
 }

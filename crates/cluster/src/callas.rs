@@ -722,17 +722,14 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<bool> 
         for d in deps {
             tracing::trace!(%owner, rank = r, "rank wait");
             let patience = ctx.shared.wait_timeout;
-            let start = Instant::now();
             let waited = if d.uncommitted_depth(MAX_CHAIN) >= MAX_CHAIN {
                 d.committed(patience).await
             } else {
                 d.reached(r, patience).await
             };
             match waited {
-                Ok(true) => {
-                    ClusterCounters::count_wait(&c.rank_waits, &c.rank_wait_ns, start.elapsed())
-                }
-                Ok(false) => {}
+                Ok(Some(took)) => ClusterCounters::count_wait(&c.rank_waits, &c.rank_wait_ns, took),
+                Ok(None) => {}
                 Err(e) => {
                     if let Error::Aborted(cause) = &e {
                         ctx.state.lock().doomed = Some(*cause);
@@ -809,28 +806,40 @@ impl Progress {
         self.notify.notify_waiters();
     }
 
-    /// Waits until `ready` says something; also whether that took a wait.
-    async fn until<T>(&self, ready: impl Fn(&Progress) -> Option<T>) -> (T, bool) {
-        let mut waited = false;
+    /// Waits until `ready` says something.
+    async fn until<T>(&self, ready: impl Fn(&Progress) -> Option<T>) -> T {
         loop {
             // Created before the check, so a notification in between is
             // not lost.
             let notified = self.notify.notified();
             if let Some(v) = ready(self) {
-                return (v, waited);
+                return v;
             }
-            waited = true;
             notified.await;
         }
+    }
+
+    /// `until`, and how long it waited (`None`: `ready` said something at
+    /// once), for the cluster's wait counters.
+    async fn timed_until<T>(
+        &self,
+        ready: impl Fn(&Progress) -> Option<T>,
+    ) -> (T, Option<Duration>) {
+        if let Some(v) = ready(self) {
+            return (v, None);
+        }
+        let start = Instant::now();
+        let v = self.until(ready).await;
+        (v, Some(start.elapsed()))
     }
 
     /// Runtime Pipelining's rank-progress wait: until the transaction
     /// finished a piece of rank `>= rank`, or committed. An abort is an
     /// error: the waiter read its uncommitted state. A wait longer than
     /// `patience` is an error too (see [`Progress::committed`]).
-    /// `Ok(true)` when it had to wait.
-    async fn reached(&self, rank: u32, patience: Duration) -> Result<bool> {
-        let wait = self.until(|p| match p.outcome.load(Ordering::Acquire) {
+    /// `Ok(Some(how long))` when it had to wait.
+    async fn reached(&self, rank: u32, patience: Duration) -> Result<Option<Duration>> {
+        let wait = self.timed_until(|p| match p.outcome.load(Ordering::Acquire) {
             ABORTED => Some(Err(Error::Aborted(AbortCause::Cascade))),
             COMMITTED => Some(Ok(())),
             _ => (p.rank.load(Ordering::Acquire) > rank).then_some(Ok(())),
@@ -847,9 +856,9 @@ impl Progress {
     /// increments, still order commits so undo stays exact) could form a
     /// cycle no lock table sees; like a lock wait, a wait longer than
     /// `patience` (the lock wait timeout) aborts the waiter.
-    /// `Ok(true)` when it had to wait.
-    async fn committed(&self, patience: Duration) -> Result<bool> {
-        let wait = self.until(|p| match p.outcome.load(Ordering::Acquire) {
+    /// `Ok(Some(how long))` when it had to wait.
+    async fn committed(&self, patience: Duration) -> Result<Option<Duration>> {
+        let wait = self.timed_until(|p| match p.outcome.load(Ordering::Acquire) {
             ABORTED => Some(Err(Error::Aborted(AbortCause::Cascade))),
             COMMITTED => Some(Ok(())),
             _ => None,
@@ -917,7 +926,6 @@ impl NexusBoard {
         }
         loop {
             let released = r.until(|p| p.released.load(Ordering::Acquire).then_some(()));
-            let released = async { released.await.0 };
             if tokio::time::timeout(LOOK_AFTER, released).await.is_ok() {
                 break;
             }
@@ -1036,14 +1044,11 @@ pub(crate) async fn run_grouped(
             let c = &shared.counters;
             for d in deps {
                 tracing::trace!(%txn, "commit wait");
-                let start = Instant::now();
                 match d.committed(shared.wait_timeout).await {
-                    Ok(true) => ClusterCounters::count_wait(
-                        &c.commit_waits,
-                        &c.commit_wait_ns,
-                        start.elapsed(),
-                    ),
-                    Ok(false) => {}
+                    Ok(Some(took)) => {
+                        ClusterCounters::count_wait(&c.commit_waits, &c.commit_wait_ns, took)
+                    }
+                    Ok(None) => {}
                     Err(Error::Aborted(cause)) => {
                         state.lock().doomed = Some(cause);
                         break;
