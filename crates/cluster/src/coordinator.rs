@@ -36,11 +36,12 @@ use tokio::sync::mpsc;
 
 use crate::history::{HistorySink, TxnRecording};
 use crate::link::Link;
-use crate::message::{Executed, LockSpec, PartitionMsg, Reply, Vote};
+use crate::message::{Executed, Gate, LockSpec, PartitionMsg, Reply, Vote};
 use crate::procedure::PreparedProc;
 use crate::protocol::{Isolation, Mutation, Protocol};
 use crate::stats::ClusterCounters;
 use brine_check::{Op, Outcome};
+use futures::stream::{FuturesUnordered, StreamExt};
 
 /// What every coordinator shares: the topology and the way to each partition.
 pub struct Shared {
@@ -336,17 +337,115 @@ impl ProcCtx {
             Some((b, i)) => (Some(b), i),
             None => (None, None),
         };
-        self.shared
-            .request(self.node, p, move |reply| PartitionMsg::Execute {
+        self.send_execute(p, txn, plan, params, lock, (base, intro), None)
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_execute(
+        &self,
+        p: usize,
+        txn: TxnId,
+        plan: Arc<Plan>,
+        params: Vec<Value>,
+        lock: LockSpec,
+        (base, intro): (Option<crate::message::BaseStmt>, crate::message::Intro),
+        gate: Option<Gate>,
+    ) -> impl Future<Output = Result<Executed>> + Send + 'static {
+        let answer = self
+            .shared
+            .request_now(self.node, p, move |reply| PartitionMsg::Execute {
                 txn,
                 plan,
                 params,
                 lock,
                 base,
                 intro,
+                gate,
                 reply,
+            });
+        async move { answer.await? }
+    }
+
+    /// Salt: whether a statement of this ACID transaction that spans
+    /// partitions waits gated at each (`LockTable::acquire_gated`): only
+    /// its first statement, which holds nothing anywhere yet, and not
+    /// under the `NoGate` mutation.
+    fn gated(&self, lock: &LockSpec, first: bool) -> bool {
+        first
+            && lock.class == LockClass::Acid
+            && self.shared.protocol.salt().is_some()
+            && self.shared.mutation != Some(Mutation::NoGate)
+    }
+
+    /// Runs a gated statement at `targets`: each part waits gated at its
+    /// partition until every partition said it could be granted there at
+    /// once; then all are ungated together, so the statement never holds
+    /// one partition while it waits for another (where the holder it waits
+    /// for may need the first: an accepted BASE transaction, which never
+    /// yields). A part that answers first (an error, or nothing to lock)
+    /// ungates the others too. The answers come in `targets` order.
+    async fn execute_gated(
+        &self,
+        targets: &[usize],
+        txn: TxnId,
+        plan: &Arc<Plan>,
+        params: Vec<Value>,
+        lock: LockSpec,
+    ) -> Vec<Result<Executed>> {
+        let n = targets.len();
+        let (tx, mut readiness) = tokio::sync::mpsc::unbounded_channel();
+        let mut parts: FuturesUnordered<_> = targets
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| {
+                let node = self.shared.partitions[p].node;
+                let gate = Gate::new(&self.shared.link, node, self.node, i, tx.clone());
+                let part = self.send_execute(
+                    p,
+                    txn,
+                    plan.clone(),
+                    params.clone(),
+                    lock,
+                    (None, None),
+                    Some(gate),
+                );
+                async move { (i, part.await) }
             })
-            .await?
+            .collect();
+        drop(tx);
+        let mut ready = vec![false; n];
+        let mut ungated = false;
+        let mut answers: Vec<Option<Result<Executed>>> = (0..n).map(|_| None).collect();
+        let mut left = n;
+        let ungate = |ungated: &mut bool| {
+            if !std::mem::replace(ungated, true) {
+                for &p in targets {
+                    self.shared.send(self.node, p, PartitionMsg::Ungate { txn });
+                }
+            }
+        };
+        while left > 0 {
+            tokio::select! {
+                Some((i, answer)) = parts.next() => {
+                    answers[i] = Some(answer);
+                    left -= 1;
+                    ungate(&mut ungated);
+                }
+                Some((i, now_ready)) = readiness.recv(), if !ungated => {
+                    ready[i] = now_ready;
+                    if ready.iter().all(|&r| r) {
+                        ungate(&mut ungated);
+                    }
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|| Err(Error::Internal("a gated part never answered".into())))
+            })
+            .collect()
     }
 
     /// Callas: remembers the same-group transactions a statement found it
@@ -382,12 +481,14 @@ impl ProcCtx {
         lock: LockSpec,
         base: Option<crate::message::BaseStmt>,
     ) -> Result<QueryResult> {
-        {
+        let first = {
             let mut st = self.state.lock();
+            let first = st.participants.is_empty();
             for &p in targets {
                 st.add_participant(p);
             }
-        }
+            first
+        };
         let salt = base.map(|b| (b, None));
         if let [p] = targets {
             let e = self
@@ -397,13 +498,18 @@ impl ProcCtx {
             self.record_ops(e.ops);
             return Ok(e.result);
         }
-        let futs = targets
-            .iter()
-            .map(|&p| self.execute_at(p, txn, plan.clone(), params.clone(), lock, salt.clone()));
+        let answers = if base.is_none() && self.gated(&lock, first) {
+            self.execute_gated(targets, txn, plan, params, lock).await
+        } else {
+            let futs = targets.iter().map(|&p| {
+                self.execute_at(p, txn, plan.clone(), params.clone(), lock, salt.clone())
+            });
+            futures::future::join_all(futs).await
+        };
         let mut parts = Vec::with_capacity(targets.len());
         let mut ops = Vec::new();
         let mut first_err = None;
-        for r in futures::future::join_all(futs).await {
+        for r in answers {
             match r {
                 Ok(e) => {
                     self.note_after(&e.after);

@@ -143,7 +143,17 @@ pub enum PartitionMsg {
         /// BASE transaction's first statement and logged with its first
         /// subtransaction (durable acceptance).
         intro: Intro,
+        /// Salt: the statement spans partitions and is its ACID
+        /// transaction's first; it waits gated here (holding nothing,
+        /// see `LockTable::acquire_gated`) until `Ungate`, and says
+        /// through this whether it could be granted now.
+        gate: Option<Gate>,
         reply: Reply<Result<Executed>>,
+    },
+    /// The gated statement of `txn` was ready at every partition it spans:
+    /// from now on it waits and runs as any other statement.
+    Ungate {
+        txn: TxnId,
     },
     /// `keep`: an alkaline subtransaction of the BASE transaction `keep`;
     /// its locks are downgraded to saline, not released.
@@ -229,6 +239,45 @@ pub enum PartitionMsg {
     Verify {
         reply: Reply<Result<()>>,
     },
+}
+
+/// Where a partition tells a gated statement's coordinator, as often as it
+/// changes, whether the statement could be granted there now (`index`:
+/// which of the statement's partitions this is).
+pub struct Gate {
+    pub index: usize,
+    tx: tokio::sync::mpsc::UnboundedSender<(usize, bool)>,
+    from: NodeId,
+    to: NodeId,
+    link: Link,
+}
+
+impl Gate {
+    /// A gate from node `from` (the partition's) to node `to` (the
+    /// coordinator's), reporting into `tx`.
+    pub fn new(
+        link: &Link,
+        from: NodeId,
+        to: NodeId,
+        index: usize,
+        tx: tokio::sync::mpsc::UnboundedSender<(usize, bool)>,
+    ) -> Gate {
+        Gate {
+            index,
+            tx,
+            from,
+            to,
+            link: link.clone(),
+        }
+    }
+
+    pub fn send(&self, ready: bool) {
+        let (tx, index) = (self.tx.clone(), self.index);
+        // A coordinator that went away no longer needs it.
+        self.link.send(self.from, self.to, move || {
+            let _ = tx.send((index, ready));
+        });
+    }
 }
 
 /// The way back to whoever sent a request, over the same link.

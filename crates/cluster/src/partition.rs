@@ -36,7 +36,9 @@ use brine_storage::PartitionStore;
 use tokio::sync::mpsc;
 
 use crate::durability::PartitionWal;
-use crate::message::{BaseStmt, Executed, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote};
+use crate::message::{
+    BaseStmt, Executed, Gate, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote,
+};
 
 /// Counters a partition keeps; read by the cluster's stats without locking.
 #[derive(Debug, Default)]
@@ -110,6 +112,8 @@ struct Stmt {
     short: Vec<LockNeed>,
     /// What it read and wrote, when the run records a history.
     ops: Vec<Op>,
+    /// Salt: gated until its coordinator ungates it (`PartitionMsg::Execute`).
+    gate: Option<Gate>,
 }
 
 /// A statement waiting for a lock.
@@ -140,6 +144,8 @@ pub struct Partition {
     releases: HashMap<TxnId, Vec<PendingRelease>>,
     /// Scratch: owners whose held-back releases progressed.
     progressed: Vec<TxnId>,
+    /// Scratch: readiness changes of gated requests.
+    gate_changes: Vec<(TxnId, Ticket, bool)>,
     /// Salt: the BASE transaction that last wrote each row (the
     /// prototype's per-row pointer, seed 000 section 3.4.3). Stale entries
     /// (writer gone) are ignored and swept when the map grows.
@@ -300,6 +306,7 @@ impl Partition {
             base_locks: HashMap::new(),
             releases: HashMap::new(),
             progressed: Vec::new(),
+            gate_changes: Vec::new(),
             last_writer: HashMap::new(),
             callas_groups: HashMap::new(),
             rp_dependants: HashMap::new(),
@@ -371,6 +378,7 @@ impl Partition {
                 lock,
                 base,
                 intro,
+                gate,
                 reply,
             } => {
                 self.counters.statements.fetch_add(1, Ordering::Relaxed);
@@ -407,7 +415,18 @@ impl Partition {
                     reply,
                     short: Vec::new(),
                     ops: Vec::new(),
+                    gate,
                 });
+            }
+            PartitionMsg::Ungate { txn } => {
+                let Some(p) = self.parked.get_mut(&txn) else {
+                    return;
+                };
+                if p.stmt.gate.take().is_some() {
+                    let ticket = p.ticket;
+                    self.locks.ungate(ticket, &mut self.wakeups);
+                    self.process_wakeups();
+                }
             }
             PartitionMsg::Prepare { txn, reply, .. } if self.cascaded.remove(&txn) => {
                 reply.send(Vote::No);
@@ -950,9 +969,15 @@ impl Partition {
                 class: stmt.lock.class,
                 access: need.access,
             };
-            let outcome =
+            // Gated: the statement's first lock only (it holds nothing
+            // before; once ungated, the others are taken as usual).
+            let outcome = if stmt.gate.is_some() {
                 self.locks
-                    .acquire(stmt.owner, &need.target, mode, now, &mut self.wakeups);
+                    .acquire_gated(stmt.owner, &need.target, mode, now, &mut self.wakeups)
+            } else {
+                self.locks
+                    .acquire(stmt.owner, &need.target, mode, now, &mut self.wakeups)
+            };
             let failure = match outcome {
                 Ok(Acquire::Granted { newly }) => {
                     self.granted(&mut stmt, need, newly);
@@ -987,6 +1012,10 @@ impl Partition {
             return;
         }
         self.needs = needs;
+        if let Some(gate) = stmt.gate.take() {
+            // Never gated here (nothing to lock): ready for good.
+            gate.send(true);
+        }
         let result =
             self.store
                 .execute_recorded(stmt.txn, &stmt.plan, &stmt.params, Some(&mut stmt.ops));
@@ -1176,6 +1205,17 @@ impl Partition {
                     self.finish(p.stmt, Err(Error::Aborted(cause)));
                 }
                 Wakeup::Released { txn } => self.answer_releases(txn, true),
+            }
+        }
+        self.locks.take_gate_changes(&mut self.gate_changes);
+        for (txn, ticket, ready) in self.gate_changes.drain(..) {
+            if let Some(gate) = self
+                .parked
+                .get(&txn)
+                .filter(|p| p.ticket == ticket)
+                .and_then(|p| p.stmt.gate.as_ref())
+            {
+                gate.send(ready);
             }
         }
         let mut progressed = std::mem::take(&mut self.progressed);

@@ -198,6 +198,12 @@ pub enum Mutation {
     /// transaction it depends on still holds its own, so a dependency
     /// cycle can span groups (seed 000 Fig. 4.2).
     NoNexusReleaseOrder,
+    /// Salt without gated multi-partition statements: an ACID
+    /// transaction's first statement that spans partitions is granted at
+    /// each on its own, so it can hold one while it waits at another for
+    /// an accepted BASE transaction that needs the first (bank's total:
+    /// a deadlock whose victim is always the total).
+    NoGate,
 }
 
 impl Mutation {
@@ -206,7 +212,7 @@ impl Mutation {
         match self {
             Mutation::EarlyReadRelease => spec.short_reads = true,
             Mutation::EarlyWriteRelease => spec.short_writes = true,
-            Mutation::NoSalineReleaseOrder | Mutation::NoNexusReleaseOrder => {}
+            Mutation::NoSalineReleaseOrder | Mutation::NoNexusReleaseOrder | Mutation::NoGate => {}
         }
         spec
     }

@@ -231,8 +231,14 @@ async fn forward(
             lock,
             base,
             intro,
+            gate,
             reply,
         } => {
+            // Gating is for partitions in this process: a remote one runs
+            // the statement as any other, so it counts as ready now.
+            if let Some(g) = gate {
+                g.send(true);
+            }
             let msg = WireMsg::Execute {
                 txn,
                 sql: plan.sql().to_string(),
@@ -335,6 +341,7 @@ async fn forward(
             }
             reply.send(());
         }
+        PartitionMsg::Ungate { .. } => {}
         PartitionMsg::EndPiece { owner } => {
             // Callas runs in one process only (Cluster::start refuses it
             // on nodes), so this never crosses the network.
@@ -517,6 +524,7 @@ impl NodeService {
                         lock,
                         base,
                         intro,
+                        gate: None,
                         reply
                     },
                     |r| WireResponse::Executed(r, self.incarnation)

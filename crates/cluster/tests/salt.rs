@@ -1,7 +1,8 @@
 //! Scenario tests of Salt (seed 000 chapter 3): the interactions of
 //! Figures 3.2 (a), (b), (c), the indirect dirty read of Figure 3.3 (absent
 //! with the saline release rules, present without them), FIFO fairness for
-//! an ACID waiter, the transfer of Figure 3.1, and exactly-once effects of
+//! an ACID waiter, the transfer of Figure 3.1, a total across partitions
+//! beside an accepted transfer (gated statements), and exactly-once effects of
 //! subtransactions that are retried after acceptance.
 //!
 //! The BASE procedures here pause at named gates, so a test can hold a
@@ -843,4 +844,84 @@ async fn an_older_acid_transaction_dies_rather_than_wait_for_an_accepted_base_on
     c.locks_released(Duration::from_secs(2))
         .await
         .expect("no lock state outlives its transaction");
+}
+
+/// Bank's total across partitions while an accepted transfer is half done:
+/// BASE1 (`x_then_z`) wrote `x` at one partition and pauses before its
+/// write of `z` at the other; an ACID SUM over every row (its transaction's
+/// first statement, serializable) starts, then a fresh BASE2 writes
+/// `fresh` at `z`'s partition; then BASE1 goes on. Returns the SUM's
+/// answer and whether BASE2 was still waiting when BASE1 went on.
+async fn total_beside_a_transfer(mutation: Option<Mutation>) -> (brine_core::Result<i64>, bool) {
+    let gates = Gates::default();
+    let mut cfg = config("salt", mutation, DeadlockPolicy::Detect);
+    cfg.isolation = Isolation::Serializable;
+    let c = Cluster::start(cfg, app(gates.clone())).expect("start");
+    let rows = (0..8).map(|k| vec![Value::Int(k), Value::Int(0)]).collect();
+    c.load("kv", rows).await.expect("load");
+    let x = (0..8)
+        .find(|&k| partition(k) == 0)
+        .expect("a key at partition 0");
+    let mut at_1 = (0..8).filter(|&k| partition(k) == 1);
+    let (z, fresh) = (at_1.next().expect("z"), at_1.next().expect("fresh"));
+    let base1 = call(
+        &c,
+        "x_then_z",
+        vec![
+            Value::Int(x),
+            Value::Int(10),
+            Value::Int(z),
+            Value::Int(20),
+            s("t1"),
+        ],
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await; // BASE1 accepted
+    let c2 = c.clone();
+    let total = tokio::spawn(async move {
+        let mut t = c2.client().begin();
+        let r = t.execute("SELECT SUM(v) FROM kv", vec![]).await;
+        match r {
+            Ok(r) => {
+                t.commit().await?;
+                Ok(int(&r.rows[0][0]))
+            }
+            Err(e) => {
+                t.abort().await;
+                Err(e)
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut base2 = call(&c, "set", vec![Value::Int(fresh), Value::Int(5)]);
+    let base2_waited = blocked(&mut base2).await;
+    gates.open("t1");
+    base1.await.unwrap().expect("BASE1 completes");
+    base2.await.unwrap().expect("BASE2 completes");
+    (total.await.unwrap(), base2_waited)
+}
+
+// Gated multi-partition statements: the total keeps its place at both
+// partitions but holds neither until both can grant it, so the accepted
+// transfer's second write passes it. It reads the transfer whole, and the
+// fresh BASE2 behind it at `z`'s partition waits for it (no overtaking).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_total_across_partitions_waits_gated_for_an_accepted_transfer() {
+    let (total, base2_waited) = total_beside_a_transfer(None).await;
+    assert_eq!(total.expect("the total is never a victim"), 30);
+    assert!(
+        base2_waited,
+        "the fresh BASE2 queues behind the waiting total"
+    );
+}
+
+// Without the gate the total holds `z`'s partition while it waits at
+// `x`'s for BASE1, whose write of `z` waits for the total: a deadlock, and
+// the total (BASE1 can no longer roll back) is its victim every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_gate_the_total_is_the_victim_of_the_transfer() {
+    let (total, _) = total_beside_a_transfer(Some(Mutation::NoGate)).await;
+    match total {
+        Err(brine_core::Error::Aborted(brine_core::AbortCause::Deadlock)) => {}
+        other => panic!("expected the total to die in a deadlock, got {other:?}"),
+    }
 }

@@ -124,6 +124,8 @@ pub struct LockStats {
     /// [`LockTable::detect_from_waiters`]); a cycle they missed is left to
     /// the cluster's periodic detector and the wait timeout.
     pub searches_cut: u64,
+    /// Gated requests queued ([`LockTable::acquire_gated`]).
+    pub gated: u64,
 }
 
 impl LockStats {
@@ -245,6 +247,9 @@ pub const MAX_SEARCH: usize = 64;
 /// Queue position: upgrades (0) before fresh requests (1), then arrival.
 type Order = (u8, u64);
 
+/// Past every queue position: see [`LockTable::kill_younger_bypassed`].
+const GATED_ONLY: Order = (u8::MAX, u64::MAX);
+
 fn order(upgrade: bool, ticket: Ticket) -> Order {
     (u8::from(!upgrade), ticket.0)
 }
@@ -261,6 +266,17 @@ struct Queued {
     txn: TxnId,
     mode: Mode,
     upgrade: bool,
+    /// A gated request ([`LockTable::acquire_gated`]): never granted
+    /// before [`LockTable::ungate`]; see [`Kind`] for who passes it.
+    gated: bool,
+    /// Gated: nothing it must wait for is left (it would be granted now).
+    ready: bool,
+    /// Was gated, and was ungated ([`Kind::Opened`]).
+    opened: bool,
+    /// An unprotected transaction's fresh request that queued behind a
+    /// gated one: it waits for the gate to open, and meanwhile makes no
+    /// one wait ([`View::queued_blocks`]).
+    behind_gate: bool,
 }
 
 impl Queued {
@@ -463,33 +479,97 @@ fn intervals_overlap(
         && lower_not_above_upper(lo2, hi1)
 }
 
-/// A request as its queue sees it: whose, on what, in which mode, and its
-/// place in the queue.
+/// A request as its queue sees it: whose, on what, in which mode, its
+/// place in the queue, and what kind of request it is.
 #[derive(Clone, Copy)]
 struct Request<'a> {
     txn: TxnId,
     t: Local<'a>,
     mode: Mode,
     before: Order,
+    kind: Kind,
 }
 
-/// The other transactions the request must wait for, each once:
-/// conflicting holders, and conflicting requests queued ahead of it on
-/// overlapping targets.
-fn collect_blockers(
-    space: &Space,
-    compat: &dyn Compatibility,
-    r: Request<'_>,
-    out: &mut SmallVec<[TxnId; 4]>,
-) {
+/// How a request meets gated ones ([`LockTable::acquire_gated`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Waits behind a gated request ahead of it, whatever its mode.
+    Plain,
+    /// Its transaction is protected: it passes gated requests. It holds
+    /// locks it will not give up (an accepted BASE transaction), which
+    /// the gated request's transaction may be waiting for at another
+    /// partition.
+    Protected,
+    /// A gated request: it also waits for every unprotected holder (one
+    /// granted a shared mode beside it may upgrade ahead of it later),
+    /// and waits behind another gated request only on a conflict.
+    Gated,
+    /// A gated request since ungated: waits behind gated requests only on
+    /// a conflict still (else two statements gated at the same partitions
+    /// in different orders would each wait for the other).
+    Opened,
+}
+
+impl Kind {
+    fn of(txns: &Map<TxnId, TxnState>, txn: TxnId, gated: bool, opened: bool) -> Kind {
+        if gated {
+            Kind::Gated
+        } else if opened {
+            Kind::Opened
+        } else if is_protected(txns, txn) {
+            Kind::Protected
+        } else {
+            Kind::Plain
+        }
+    }
+}
+
+/// What the blocking rules read besides the space.
+#[derive(Clone, Copy)]
+struct View<'a> {
+    compat: &'a dyn Compatibility,
+    txns: &'a Map<TxnId, TxnState>,
+}
+
+impl View<'_> {
+    /// Whether holder `h` makes request `r` wait.
+    fn holder_blocks(&self, r: &Request<'_>, h: &Holder) -> bool {
+        h.txn != r.txn
+            && (!self.compat.compatible(h.mode, r.mode)
+                || (r.kind == Kind::Gated && !is_protected(self.txns, h.txn)))
+    }
+
+    /// Whether the queued request `q` makes `r` wait: it is ahead and
+    /// conflicts, or it is a gated request ahead that `r` does not pass
+    /// (see [`Kind`]). A request queued behind a gate (`behind_gate`)
+    /// makes no one wait: until the gate opens it is as if it had not
+    /// arrived, so a protected transaction or another gated request is
+    /// not held up by a request that waits for a gate in turn.
+    fn queued_blocks(&self, r: &Request<'_>, q: &Queued) -> bool {
+        if q.txn == r.txn || q.order() >= r.before || q.behind_gate {
+            return false;
+        }
+        let conflicts = !self.compat.compatible(q.mode, r.mode);
+        match (q.gated, r.kind) {
+            (true, Kind::Protected) => false,
+            (true, Kind::Plain) => true,
+            _ => conflicts,
+        }
+    }
+}
+
+/// The other transactions the request must wait for, each once: holders
+/// and queued requests that make it wait (see [`View`]) on overlapping
+/// targets.
+fn collect_blockers(space: &Space, v: View<'_>, r: Request<'_>, out: &mut SmallVec<[TxnId; 4]>) {
     space.for_each_overlapping(r.t, |e| {
         for h in &e.holders {
-            if h.txn != r.txn && !compat.compatible(h.mode, r.mode) && !out.contains(&h.txn) {
+            if v.holder_blocks(&r, h) && !out.contains(&h.txn) {
                 out.push(h.txn);
             }
         }
         for q in e.queue.iter().take_while(|q| q.order() < r.before) {
-            if q.txn != r.txn && !compat.compatible(q.mode, r.mode) && !out.contains(&q.txn) {
+            if v.queued_blocks(&r, q) && !out.contains(&q.txn) {
                 out.push(q.txn);
             }
         }
@@ -500,17 +580,15 @@ fn collect_blockers(
 /// stopping at the first blocker. A regrant asks this of every request
 /// queued on a target, so on a long queue collecting the list (and its
 /// duplicate check) made a release cost the cube of the queue's length.
-fn is_blocked(space: &Space, compat: &dyn Compatibility, r: Request<'_>) -> bool {
+fn is_blocked(space: &Space, v: View<'_>, r: Request<'_>) -> bool {
     let mut blocked = false;
     space.for_each_overlapping(r.t, |e| {
         blocked = blocked
-            || e.holders
-                .iter()
-                .any(|h| h.txn != r.txn && !compat.compatible(h.mode, r.mode))
+            || e.holders.iter().any(|h| v.holder_blocks(&r, h))
             || e.queue
                 .iter()
                 .take_while(|q| q.order() < r.before)
-                .any(|q| q.txn != r.txn && !compat.compatible(q.mode, r.mode));
+                .any(|q| v.queued_blocks(&r, q));
     });
     blocked
 }
@@ -529,6 +607,8 @@ struct Wait {
     target: LockTarget,
     mode: Mode,
     upgrade: bool,
+    gated: bool,
+    opened: bool,
     since: Instant,
 }
 
@@ -606,6 +686,12 @@ pub struct LockTable {
     /// held-back single releases (`release`) happened since the last
     /// `take_released_held_back`.
     held_back_progress: Vec<TxnId>,
+    /// Gated requests queued, and how many of them are ready.
+    gated: usize,
+    gated_ready: usize,
+    /// Gated requests whose readiness changed since the last
+    /// `take_gate_changes`: `(txn, ticket, ready)`.
+    gate_changes: Vec<(TxnId, Ticket, bool)>,
     stats: LockStats,
 }
 
@@ -620,12 +706,22 @@ impl LockTable {
             next_ticket: 1,
             worklist: Vec::new(),
             held_back_progress: Vec::new(),
+            gated: 0,
+            gated_ready: 0,
+            gate_changes: Vec::new(),
             stats: LockStats::default(),
         }
     }
 
     pub fn config(&self) -> &LockConfig {
         &self.config
+    }
+
+    fn view(&self) -> View<'_> {
+        View {
+            compat: &*self.compat,
+            txns: &self.txns,
+        }
     }
 
     pub fn stats(&self) -> &LockStats {
@@ -649,6 +745,43 @@ impl LockTable {
         now: Instant,
         wakeups: &mut Vec<Wakeup>,
     ) -> Result<Acquire, Error> {
+        self.acquire_as(txn, target, mode, now, false, wakeups)
+    }
+
+    /// Queues a *gated* request of `mode` on `target` for `txn`, a
+    /// transaction that holds no lock anywhere yet (Salt: the first
+    /// statement of an ACID transaction that spans partitions). It takes
+    /// its place in the queue like any request, so fresh requests queue
+    /// behind it, but it is never granted until [`LockTable::ungate`]:
+    /// while the transaction waits for its turn at another partition it
+    /// holds nothing here, and the requests of protected transactions
+    /// (accepted BASE transactions, which it may be waiting for there)
+    /// pass it. Whether it could be granted (it is
+    /// *ready*) is reported through [`LockTable::take_gate_changes`] each
+    /// time it changes, starting with its state now. Answers `Waiting`,
+    /// or `Abort` under wait-die. The transaction must not be protected
+    /// ([`LockTable::protect`]) while the request is gated; a protected
+    /// transaction's request is acquired as by [`LockTable::acquire`].
+    pub fn acquire_gated(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        mode: Mode,
+        now: Instant,
+        wakeups: &mut Vec<Wakeup>,
+    ) -> Result<Acquire, Error> {
+        self.acquire_as(txn, target, mode, now, true, wakeups)
+    }
+
+    fn acquire_as(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        mode: Mode,
+        now: Instant,
+        gated: bool,
+        wakeups: &mut Vec<Wakeup>,
+    ) -> Result<Acquire, Error> {
         self.stats.acquires += 1;
         if self.txns.get(&txn).is_some_and(|s| s.releasing) {
             return Err(Error::TxnState(format!(
@@ -656,33 +789,51 @@ impl LockTable {
                 describe(target)
             )));
         }
+        // A protected transaction's request is never gated (it passes them).
+        let gated = gated && !is_protected(&self.txns, txn);
+        let kind = Kind::of(&self.txns, txn, gated, false);
         let (sk, local) = split(target);
         let space = self.spaces.entry(sk).or_default();
         if matches!(local, Local::Range(..)) {
             space.ensure_ordered();
         }
         // One pass over the overlapping entries: is it covered, is it an
-        // upgrade, which holders conflict, which queued requests conflict.
-        let compat = &*self.compat;
+        // upgrade, which holders and queued requests make it wait, is
+        // there a gate.
+        let v = View {
+            compat: &*self.compat,
+            txns: &self.txns,
+        };
         let mut covered = false;
         let mut upgrade = false;
+        let mut gate = false;
         let mut blockers: SmallVec<[TxnId; 4]> = SmallVec::new();
         let mut queued: SmallVec<[(Order, TxnId); 4]> = SmallVec::new();
+        let me = Request {
+            txn,
+            t: local,
+            mode,
+            before: GATED_ONLY,
+            kind,
+        };
         space.for_each_overlapping_exact(local, |e, exact| {
             for h in &e.holders {
                 if h.txn == txn {
                     upgrade = true;
                     covered |= exact && h.mode.covers(mode);
-                } else if !compat.compatible(h.mode, mode) && !blockers.contains(&h.txn) {
+                } else if v.holder_blocks(&me, h) && !blockers.contains(&h.txn) {
                     blockers.push(h.txn);
                 }
             }
             for q in &e.queue {
-                if q.txn != txn && !compat.compatible(q.mode, mode) {
+                if v.queued_blocks(&me, q) {
                     queued.push((q.order(), q.txn));
                 }
+                gate |= q.gated && q.txn != txn;
             }
         });
+        // Upgrades queue ahead of every fresh request, gated ones too.
+        let behind_gate = gate && kind == Kind::Plain && !upgrade;
         if covered {
             self.stats.already_held += 1;
             return Ok(Acquire::Granted { newly: false });
@@ -695,11 +846,12 @@ impl LockTable {
             }
         }
 
-        if blockers.is_empty() {
+        if blockers.is_empty() && !gated {
             self.add_holder(txn, target, mode);
             self.stats.granted_immediately += 1;
-            if upgrade && self.config.policy == DeadlockPolicy::WaitDie {
-                self.kill_younger_bypassed(txn, target, mode, ord, wakeups);
+            if (upgrade || self.gated > 0) && self.config.policy == DeadlockPolicy::WaitDie {
+                let past = if upgrade { ord } else { GATED_ONLY };
+                self.kill_younger_bypassed(txn, target, mode, (past, true), wakeups);
             }
             return Ok(Acquire::Granted { newly: true });
         }
@@ -726,6 +878,7 @@ impl LockTable {
             .iter()
             .position(|q| q.order() > ord)
             .unwrap_or(entry.queue.len());
+        let ready = gated && blockers.is_empty();
         entry.queue.insert(
             pos,
             Queued {
@@ -733,6 +886,10 @@ impl LockTable {
                 txn,
                 mode,
                 upgrade,
+                gated,
+                ready,
+                opened: false,
+                behind_gate,
             },
         );
         self.waits.insert(
@@ -742,16 +899,30 @@ impl LockTable {
                 target: target.clone(),
                 mode,
                 upgrade,
+                gated,
+                opened: false,
                 since: now,
             },
         );
         self.txns.entry(txn).or_default().waiting.push(ticket);
         self.stats.waits += 1;
+        if gated {
+            self.gated += 1;
+            self.stats.gated += 1;
+            if ready {
+                self.gated_ready += 1;
+            }
+            self.gate_changes.push((txn, ticket, ready));
+        } else if upgrade {
+            // Queued ahead of fresh requests: a ready gated one behind it
+            // may now have to wait for it.
+            self.unready_behind(txn, target, mode, Some(ord));
+        }
 
         match self.config.policy {
             DeadlockPolicy::WaitDie => {
                 if upgrade {
-                    self.kill_younger_bypassed(txn, target, mode, ord, wakeups);
+                    self.kill_younger_bypassed(txn, target, mode, (ord, false), wakeups);
                 }
                 Ok(Acquire::Waiting(ticket))
             }
@@ -802,7 +973,7 @@ impl LockTable {
         st.pending.clear();
         let waiting = std::mem::take(&mut st.waiting);
         for ticket in waiting {
-            if let Some(w) = self.remove_wait(ticket) {
+            if let Some(w) = self.remove_wait(ticket, wakeups) {
                 self.regrant(&w.target, wakeups);
             }
         }
@@ -1131,8 +1302,9 @@ impl LockTable {
 
     /// Whether the waiting request `ticket` conflicts with no holder (it
     /// waits only because FIFO queued it behind a conflicting request).
+    /// Never for a gated request, which waits for `ungate` too.
     fn blocked_only_by_queue(&self, ticket: Ticket) -> bool {
-        let Some(w) = self.waits.get(&ticket) else {
+        let Some(w) = self.waits.get(&ticket).filter(|w| !w.gated) else {
             return false;
         };
         let (sk, local) = split(&w.target);
@@ -1167,8 +1339,9 @@ impl LockTable {
     /// committed): it ranks above every unprotected transaction, so a
     /// victim is never chosen from it when another member of a cycle can
     /// go, and under wait-die it never dies while whoever would wait for
-    /// it does. Requests already waiting here for its locks were older
-    /// than it and may wait no longer: under wait-die they abort now (else
+    /// it does. Requests already waiting here for its locks (or queued
+    /// behind a request of its own) were older than it and may wait no
+    /// longer: under wait-die they abort now (else
     /// the protected transaction, waiting for one of them elsewhere, would
     /// close a cycle no one breaks). A second call is a no-op. The
     /// protection lasts until the transaction's
@@ -1178,10 +1351,32 @@ impl LockTable {
         if st.protected {
             return;
         }
+        debug_assert!(
+            !st.waiting
+                .iter()
+                .any(|t| self.waits.get(t).is_some_and(|w| w.gated)),
+            "{txn} protected while a request of its own is gated"
+        );
         st.protected = true;
+        if self.gated > 0 {
+            // Its waiting requests now pass gated ones, and its locks no
+            // longer keep gated ones from being ready.
+            let targets: SmallVec<[LockTarget; 2]> = st
+                .waiting
+                .iter()
+                .filter_map(|t| self.waits.get(t).map(|w| w.target.clone()))
+                .chain(st.held.iter().cloned())
+                .collect();
+            for t in &targets {
+                self.regrant(t, wakeups);
+            }
+        }
         if self.config.policy != DeadlockPolicy::WaitDie {
             return;
         }
+        let Some(st) = self.txns.get(&txn) else {
+            return;
+        };
         let compat = &*self.compat;
         let mut victims: SmallVec<[Ticket; 4]> = SmallVec::new();
         for target in &st.held {
@@ -1189,13 +1384,21 @@ impl LockTable {
             let Some(space) = self.spaces.get(&sk) else {
                 continue;
             };
+            // Its modes on exactly `target`, against the requests queued
+            // on every overlapping target (a range waiter too).
+            let Some(held) = space.entry(local) else {
+                continue;
+            };
+            let mine: SmallVec<[Mode; 2]> = held
+                .holders
+                .iter()
+                .filter(|h| h.txn == txn)
+                .map(|h| h.mode)
+                .collect();
             space.for_each_overlapping(local, |e| {
-                let mine = e.holders.iter().filter(|h| h.txn == txn);
-                for h in mine {
-                    for q in &e.queue {
-                        if q.txn != txn && !compat.compatible(h.mode, q.mode) {
-                            victims.push(q.ticket);
-                        }
+                for q in &e.queue {
+                    if q.txn != txn && mine.iter().any(|&m| !compat.compatible(m, q.mode)) {
+                        victims.push(q.ticket);
                     }
                 }
             });
@@ -1207,9 +1410,23 @@ impl LockTable {
                 .get(t)
                 .is_some_and(|w| outranks(&self.txns, txn, w.txn))
         });
+        let queued: SmallVec<[(Ticket, LockTarget, Mode, Order); 1]> = st
+            .waiting
+            .iter()
+            .filter_map(|t| {
+                let w = self.waits.get(t)?;
+                Some((*t, w.target.clone(), w.mode, order(w.upgrade, *t)))
+            })
+            .collect();
         for ticket in victims {
             self.stats.count_abort(AbortCause::WaitDie);
             self.abort_wait(ticket, AbortCause::WaitDie, wakeups);
+        }
+        // So do those queued behind a request of its own.
+        for (ticket, target, mode, ord) in queued {
+            if self.waits.contains_key(&ticket) {
+                self.kill_younger_bypassed(txn, &target, mode, (ord, false), wakeups);
+            }
         }
     }
 
@@ -1226,11 +1443,190 @@ impl LockTable {
         };
         let waiting = std::mem::take(&mut st.waiting);
         for ticket in waiting {
-            if let Some(w) = self.remove_wait(ticket) {
+            if let Some(w) = self.remove_wait(ticket, wakeups) {
                 self.regrant(&w.target, wakeups);
             }
         }
         self.maybe_drop_txn(txn);
+    }
+
+    /// Lets the gated request `ticket` ([`LockTable::acquire_gated`]) be
+    /// granted: from now on it is an ordinary request in its place in the
+    /// queue, granted at once if nothing blocks it (a `Granted` wakeup).
+    /// Returns whether `ticket` was a gated request still waiting.
+    pub fn ungate(&mut self, ticket: Ticket, wakeups: &mut Vec<Wakeup>) -> bool {
+        let Some(w) = self.waits.get_mut(&ticket).filter(|w| w.gated) else {
+            return false;
+        };
+        w.gated = false;
+        w.opened = true;
+        let target = w.target.clone();
+        let (sk, local) = split(&target);
+        if let Some(q) = self
+            .spaces
+            .get_mut(&sk)
+            .and_then(|s| s.entry_mut(local))
+            .and_then(|e| e.queue.iter_mut().find(|q| q.ticket == ticket))
+        {
+            self.gated -= 1;
+            self.gated_ready -= usize::from(q.ready);
+            q.gated = false;
+            q.ready = false;
+            q.opened = true;
+        }
+        self.reopen_gate(&target, wakeups);
+        // It blocks differently now: the requests that passed it while
+        // gated no longer do (a ready gated one behind it, too), and
+        // those it held back in a mode it shares no longer wait for it.
+        // (Under wait-die, a request the opened gate let be seen again
+        // may have made it die.)
+        let Some((txn, mode, upgrade)) =
+            self.waits.get(&ticket).map(|w| (w.txn, w.mode, w.upgrade))
+        else {
+            self.regrant(&target, wakeups);
+            return true;
+        };
+        if self.gated_ready > 0 {
+            self.unready_behind(txn, &target, mode, Some(order(upgrade, ticket)));
+        }
+        let free = self.spaces.get(&sk).is_some_and(|space| {
+            let w = &self.waits[&ticket];
+            let r = Request {
+                txn: w.txn,
+                t: local,
+                mode: w.mode,
+                before: order(w.upgrade, ticket),
+                kind: Kind::Opened,
+            };
+            !is_blocked(space, self.view(), r)
+        });
+        if free {
+            self.grant_waiter(ticket, wakeups);
+        }
+        self.regrant(&target, wakeups);
+        true
+    }
+
+    /// Moves to `out` the readiness changes of gated requests since the
+    /// last call, in order: `(txn, ticket, ready)`.
+    pub fn take_gate_changes(&mut self, out: &mut Vec<(TxnId, Ticket, bool)>) {
+        out.append(&mut self.gate_changes);
+    }
+
+    /// A gated request on `target` opened (ungated or gone): the requests
+    /// queued behind it that no other gate holds back stop waiting for a
+    /// gate. The caller regrants `target`.
+    fn reopen_gate(&mut self, target: &LockTarget, wakeups: &mut Vec<Wakeup>) {
+        let (sk, local) = split(target);
+        let Some(space) = self.spaces.get(&sk) else {
+            return;
+        };
+        let mut behind: SmallVec<[(Ticket, Order, TxnId); 4]> = SmallVec::new();
+        space.for_each_overlapping(local, |e| {
+            behind.extend(
+                e.queue
+                    .iter()
+                    .filter(|q| q.behind_gate)
+                    .map(|q| (q.ticket, q.order(), q.txn)),
+            );
+        });
+        for (ticket, ord, txn) in behind {
+            let Some(w) = self.waits.get(&ticket) else {
+                continue;
+            };
+            let (wsk, wl) = split(&w.target);
+            let Some(space) = self.spaces.get_mut(&wsk) else {
+                continue;
+            };
+            let mut gate = false;
+            space.for_each_overlapping(wl, |e| {
+                gate |= e
+                    .queue
+                    .iter()
+                    .any(|q| q.gated && q.txn != txn && q.order() < ord);
+            });
+            if gate {
+                continue;
+            }
+            if let Some(q) = space
+                .entry_mut(wl)
+                .and_then(|e| e.queue.iter_mut().find(|q| q.ticket == ticket))
+            {
+                q.behind_gate = false;
+            }
+            // Seen again, it may make a ready gated request behind it wait,
+            // and under wait-die, younger ones behind it die.
+            let (target, mode) = (w.target.clone(), w.mode);
+            if self.gated_ready > 0 {
+                self.unready_behind(txn, &target, mode, Some(ord));
+            }
+            if self.config.policy == DeadlockPolicy::WaitDie {
+                self.kill_younger_bypassed(txn, &target, mode, (ord, false), wakeups);
+            }
+        }
+    }
+
+    /// Records whether the gated request `ticket` is ready, reporting a
+    /// change.
+    fn set_ready(&mut self, ticket: Ticket, ready: bool) {
+        let Some(w) = self.waits.get(&ticket) else {
+            return;
+        };
+        let (sk, local) = split(&w.target);
+        let Some(q) = self
+            .spaces
+            .get_mut(&sk)
+            .and_then(|s| s.entry_mut(local))
+            .and_then(|e| e.queue.iter_mut().find(|q| q.ticket == ticket))
+        else {
+            return;
+        };
+        if q.gated && q.ready != ready {
+            q.ready = ready;
+            if ready {
+                self.gated_ready += 1;
+            } else {
+                self.gated_ready -= 1;
+            }
+            self.gate_changes.push((q.txn, ticket, ready));
+        }
+    }
+
+    /// A lock of `mode` on `target` was just granted to `txn` (`ahead:
+    /// None`), or queued at `ahead`: the ready gated requests it now
+    /// blocks (overlapping, conflicting, and queued behind it) are ready
+    /// no more.
+    fn unready_behind(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        mode: Mode,
+        ahead: Option<Order>,
+    ) {
+        let (sk, local) = split(target);
+        let Some(space) = self.spaces.get(&sk) else {
+            return;
+        };
+        let compat = &*self.compat;
+        // A holder the gated request does not share with: conflicting, or
+        // unprotected (it may upgrade).
+        let unshared = ahead.is_none() && !is_protected(&self.txns, txn);
+        let mut blocked: SmallVec<[Ticket; 2]> = SmallVec::new();
+        space.for_each_overlapping(local, |e| {
+            for q in &e.queue {
+                if q.gated
+                    && q.ready
+                    && q.txn != txn
+                    && ahead.is_none_or(|o| o < q.order())
+                    && (unshared || !compat.compatible(mode, q.mode))
+                {
+                    blocked.push(q.ticket);
+                }
+            }
+        });
+        for ticket in blocked {
+            self.set_ready(ticket, false);
+        }
     }
 
     /// Aborts (`LockTimeout`) every request that has waited longer than
@@ -1251,7 +1647,7 @@ impl LockTable {
         expired.sort_unstable();
         let mut targets = Vec::with_capacity(expired.len());
         for ticket in expired {
-            if let Some(w) = self.remove_wait(ticket) {
+            if let Some(w) = self.remove_wait(ticket, wakeups) {
                 self.stats.count_abort(AbortCause::LockTimeout);
                 wakeups.push(Wakeup::Aborted {
                     txn: w.txn,
@@ -1367,6 +1763,7 @@ impl LockTable {
     pub fn check_invariants(&self) -> Result<(), String> {
         let compat = &*self.compat;
         let mut queued = 0usize;
+        let (mut gated, mut ready) = (0usize, 0usize);
         for (sk, space) in &self.spaces {
             let mut check_entry = |t: Local<'_>, e: &Entry, what: String| -> Result<(), String> {
                 for w in e.queue.windows(2) {
@@ -1411,10 +1808,35 @@ impl LockTable {
                         t,
                         mode: q.mode,
                         before: q.order(),
+                        kind: Kind::of(&self.txns, q.txn, q.gated, q.opened),
                     };
                     let mut blockers = SmallVec::new();
-                    collect_blockers(space, compat, r, &mut blockers);
-                    if blockers.is_empty() {
+                    collect_blockers(space, self.view(), r, &mut blockers);
+                    if q.behind_gate {
+                        let mut gate = false;
+                        space.for_each_overlapping(t, |o| {
+                            gate |= o
+                                .queue
+                                .iter()
+                                .any(|g| g.gated && g.txn != q.txn && g.order() < q.order());
+                        });
+                        if !gate {
+                            return Err(format!(
+                                "{what}: {} {} behind a gate that is gone",
+                                q.ticket, q.txn
+                            ));
+                        }
+                    }
+                    if q.gated {
+                        ready += usize::from(q.ready);
+                        if q.ready != blockers.is_empty() {
+                            return Err(format!(
+                                "{what}: gated {} {} marked ready={} but blockers {blockers:?}",
+                                q.ticket, q.txn, q.ready
+                            ));
+                        }
+                        gated += 1;
+                    } else if blockers.is_empty() {
                         return Err(format!(
                             "{what}: {} {} waits for nothing (lost wakeup)",
                             q.ticket, q.txn
@@ -1459,6 +1881,12 @@ impl LockTable {
             return Err(format!(
                 "{queued} queued requests but {} in the wait index",
                 self.waits.len()
+            ));
+        }
+        if (gated, ready) != (self.gated, self.gated_ready) {
+            return Err(format!(
+                "{gated} gated requests ({ready} ready) queued, counted {} ({})",
+                self.gated, self.gated_ready
             ));
         }
         for (txn, st) in &self.txns {
@@ -1510,6 +1938,9 @@ impl LockTable {
         if new_mode {
             e.holders.push(Holder { txn, mode });
         }
+        if new_mode && self.gated_ready > 0 {
+            self.unready_behind(txn, target, mode, None);
+        }
         if !had || (new_mode && mode.class == LockClass::Alkaline) {
             let st = self.txns.entry(txn).or_default();
             if !had {
@@ -1522,14 +1953,17 @@ impl LockTable {
     }
 
     /// Under wait-die, a waiter must only ever wait for younger transactions.
-    /// An upgrade that jumps ahead of fresh waiters would make younger ones
-    /// wait for it; those die instead.
+    /// An upgrade that jumps ahead of fresh waiters (queued after `ord`)
+    /// would make younger ones wait for it; so would any grant (`granted`)
+    /// that passed gated requests or requests behind a gate, and a request
+    /// behind a gate that opened, for those queued after it; those die
+    /// instead. `ord` = [`GATED_ONLY`]: none but the passed ones.
     fn kill_younger_bypassed(
         &mut self,
         txn: TxnId,
         target: &LockTarget,
         mode: Mode,
-        ord: Order,
+        (ord, granted): (Order, bool),
         wakeups: &mut Vec<Wakeup>,
     ) {
         let (sk, local) = split(target);
@@ -1537,12 +1971,14 @@ impl LockTable {
             return;
         };
         let mut victims: SmallVec<[Ticket; 4]> = SmallVec::new();
+        let unprotected = !is_protected(&self.txns, txn);
         space.for_each_overlapping(local, |e| {
             for q in &e.queue {
-                if q.order() > ord
+                let blocked = !self.compat.compatible(mode, q.mode) || (q.gated && unprotected);
+                if (q.order() > ord || (granted && (q.gated || q.behind_gate)))
                     && q.txn != txn
                     && outranks(&self.txns, txn, q.txn)
-                    && !self.compat.compatible(mode, q.mode)
+                    && blocked
                 {
                     victims.push(q.ticket);
                 }
@@ -1559,7 +1995,7 @@ impl LockTable {
     /// Removes a waiting request and tells its transaction to abort. The
     /// caller counts the victim (once per transaction, not per request).
     fn abort_wait(&mut self, ticket: Ticket, cause: AbortCause, wakeups: &mut Vec<Wakeup>) {
-        if let Some(w) = self.remove_wait(ticket) {
+        if let Some(w) = self.remove_wait(ticket, wakeups) {
             wakeups.push(Wakeup::Aborted {
                 txn: w.txn,
                 ticket,
@@ -1598,7 +2034,7 @@ impl LockTable {
                 return Acquire::Waiting(ticket);
             };
             if victim == txn {
-                if let Some(w) = self.remove_wait(ticket) {
+                if let Some(w) = self.remove_wait(ticket, wakeups) {
                     self.stats.count_abort(AbortCause::Deadlock);
                     self.maybe_drop_txn(txn);
                     self.regrant(&w.target, wakeups);
@@ -1730,8 +2166,9 @@ impl LockTable {
                     t: local,
                     mode: w.mode,
                     before: order(w.upgrade, *ticket),
+                    kind: Kind::of(&self.txns, txn, w.gated, w.opened),
                 };
-                collect_blockers(space, &*self.compat, r, &mut out);
+                collect_blockers(space, self.view(), r, &mut out);
             }
         }
         out
@@ -1791,14 +2228,23 @@ impl LockTable {
 
     /// Removes a waiting request from its queue and the indexes. The caller
     /// regrants its target (a removed waiter may have blocked others).
-    fn remove_wait(&mut self, ticket: Ticket) -> Option<Wait> {
+    fn remove_wait(&mut self, ticket: Ticket, wakeups: &mut Vec<Wakeup>) -> Option<Wait> {
         let w = self.waits.remove(&ticket)?;
         let (sk, local) = split(&w.target);
         if let Some(space) = self.spaces.get_mut(&sk) {
             if let Some(e) = space.entry_mut(local) {
-                e.queue.retain(|q| q.ticket != ticket);
+                if let Some(pos) = e.queue.iter().position(|q| q.ticket == ticket) {
+                    let q = e.queue.remove(pos);
+                    if q.gated {
+                        self.gated -= 1;
+                        self.gated_ready -= usize::from(q.ready);
+                        self.reopen_gate(&w.target, wakeups);
+                    }
+                }
             }
-            space.prune(local);
+            if let Some(space) = self.spaces.get_mut(&sk) {
+                space.prune(local);
+            }
         }
         if let Some(st) = self.txns.get_mut(&w.txn) {
             st.waiting.retain(|t| *t != ticket);
@@ -1825,7 +2271,7 @@ impl LockTable {
         candidates.sort_unstable();
         candidates.dedup();
         for (ord, ticket) in candidates {
-            let free = {
+            let (free, gated) = {
                 let Some(w) = self.waits.get(&ticket) else {
                     continue;
                 };
@@ -1838,10 +2284,13 @@ impl LockTable {
                     t: wl,
                     mode: w.mode,
                     before: ord,
+                    kind: Kind::of(&self.txns, w.txn, w.gated, w.opened),
                 };
-                !is_blocked(space, &*self.compat, r)
+                (!is_blocked(space, self.view(), r), w.gated)
             };
-            if free {
+            if gated {
+                self.set_ready(ticket, free);
+            } else if free {
                 self.grant_waiter(ticket, wakeups);
             }
         }
@@ -1861,6 +2310,9 @@ impl LockTable {
         }
         self.stats.granted_after_wait += 1;
         wakeups.push(Wakeup::Granted { txn: w.txn, ticket });
+        if self.gated > 0 && self.config.policy == DeadlockPolicy::WaitDie {
+            self.kill_younger_bypassed(w.txn, &w.target, w.mode, (GATED_ONLY, true), wakeups);
+        }
     }
 
     /// Removes `txn`'s holders on exactly `target` whose access matches
@@ -2093,7 +2545,11 @@ impl LockTable {
 /// Where `txn` stands in wait-die's order (smaller goes first): protected
 /// transactions ahead of all others, then by age.
 fn rank(txns: &Map<TxnId, TxnState>, txn: TxnId) -> (bool, TxnId) {
-    (!txns.get(&txn).is_some_and(|s| s.protected), txn)
+    (!is_protected(txns, txn), txn)
+}
+
+fn is_protected(txns: &Map<TxnId, TxnState>, txn: TxnId) -> bool {
+    txns.get(&txn).is_some_and(|s| s.protected)
 }
 
 /// Whether `a` ranks above `b`: under wait-die, `b` dies rather than wait
@@ -2182,7 +2638,13 @@ fn fmt_entry(f: &mut fmt::Formatter<'_>, name: &str, e: &Entry) -> fmt::Result {
             if e.holders.is_empty() { " " } else { " | " }
         )?;
         for (i, q) in e.queue.iter().enumerate() {
-            let up = if q.upgrade { " (upgrade)" } else { "" };
+            let up = match (q.upgrade, q.gated, q.ready) {
+                (true, _, _) => " (upgrade)",
+                (_, true, true) => " (gated, ready)",
+                (_, true, false) => " (gated)",
+                _ if q.behind_gate => " (behind gate)",
+                _ => "",
+            };
             write!(
                 f,
                 "{} {} {} {}{up}",

@@ -1,8 +1,9 @@
 //! Seeded random histories against the table's own invariant checker: no
 //! conflicting grants, no lost wakeups (every waiter waits for someone), the
-//! wait-die age rule, consistent indexes. Each run ends by releasing every
-//! transaction, after which the table must be empty. A failure prints the
-//! seed; rerun it to reproduce.
+//! wait-die age rule, consistent indexes, gated requests never granted
+//! before they are ungated. Each run ends by releasing every transaction,
+//! after which the table must be empty. A failure prints the seed; rerun
+//! it to reproduce.
 
 use brine_core::{Access, IndexId, Key, LockTarget, TableId, TxnId, Value};
 use brine_lock::{
@@ -85,6 +86,8 @@ struct Model {
     live: Vec<TxnId>,
     asked: HashMap<TxnId, Vec<(LockTarget, Access)>>,
     waiting: HashMap<Ticket, TxnId>,
+    /// Gated requests not yet ungated.
+    gated: HashSet<Ticket>,
     deferred: HashSet<TxnId>,
     next_id: u64,
 }
@@ -94,6 +97,12 @@ impl Model {
         for w in wakeups {
             match *w {
                 Wakeup::Granted { txn, ticket } | Wakeup::Aborted { txn, ticket, .. } => {
+                    let granted = matches!(w, Wakeup::Granted { .. });
+                    assert!(
+                        !(granted && self.gated.contains(&ticket)),
+                        "seed {seed}: gated request {ticket:?} granted before it was ungated"
+                    );
+                    self.gated.remove(&ticket);
                     assert_eq!(
                         self.waiting.remove(&ticket),
                         Some(txn),
@@ -130,6 +139,7 @@ fn run(seed: u64, policy: DeadlockPolicy, steps: usize) -> brine_lock::LockStats
         live: Vec::new(),
         asked: HashMap::new(),
         waiting: HashMap::new(),
+        gated: HashSet::new(),
         deferred: HashSet::new(),
         next_id: 1,
     };
@@ -147,7 +157,8 @@ fn run(seed: u64, policy: DeadlockPolicy, steps: usize) -> brine_lock::LockStats
         } else {
             String::new()
         };
-        let op = rng.below(20);
+        let gated_before = m.gated.clone();
+        let op = rng.below(23);
         match op {
             0..=9 if !m.is_waiting(txn) => {
                 let target = random_target(&mut rng);
@@ -188,14 +199,74 @@ fn run(seed: u64, policy: DeadlockPolicy, steps: usize) -> brine_lock::LockStats
                     let _ = table.add_release_dependency(txn, t.as_ref(), on, ot.as_ref());
                 }
             }
-            14 => table.cancel_waits(txn, &mut wakeups),
+            14 => {
+                table.cancel_waits(txn, &mut wakeups);
+                let theirs: Vec<Ticket> = m
+                    .waiting
+                    .iter()
+                    .filter(|(_, t)| **t == txn)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for t in theirs {
+                    m.waiting.remove(&t);
+                    m.gated.remove(&t);
+                }
+            }
             15 => {
                 clock_ms += rng.below(40);
                 table.expire(base + Duration::from_millis(clock_ms), &mut wakeups);
             }
+            16 if !m.is_waiting(txn) && !m.asked.contains_key(&txn) => {
+                let target = random_target(&mut rng);
+                let mode = random_mode(&mut rng, &target);
+                let protected = table.is_protected(txn);
+                match table.acquire_gated(txn, &target, mode, now, &mut wakeups) {
+                    Ok(Acquire::Waiting(t)) => {
+                        m.waiting.insert(t, txn);
+                        if !protected {
+                            m.gated.insert(t);
+                        }
+                    }
+                    Ok(Acquire::Granted { .. }) => assert!(
+                        table.is_protected(txn),
+                        "seed {seed}: a gated request granted"
+                    ),
+                    Ok(Acquire::Abort(_)) | Err(_) => {}
+                }
+                m.asked.entry(txn).or_default().push((target, mode.access));
+            }
+            17 => {
+                let mut tickets: Vec<Ticket> = m.gated.iter().copied().collect();
+                tickets.sort_unstable();
+                if !tickets.is_empty() {
+                    let t = tickets[rng.below(tickets.len() as u64) as usize];
+                    assert!(
+                        table.ungate(t, &mut wakeups),
+                        "seed {seed}: {t:?} was gated"
+                    );
+                    m.gated.remove(&t);
+                }
+            }
+            // A transaction with a gated request is never protected.
+            18 if !m
+                .waiting
+                .iter()
+                .any(|(t, w)| *w == txn && m.gated.contains(t)) =>
+            {
+                table.protect(txn, &mut wakeups)
+            }
             _ => {
                 // End the transaction; a fresh one (same age rule: new ts) takes its place.
                 let out = table.release_all(txn, &mut wakeups);
+                let theirs: Vec<Ticket> = m
+                    .waiting
+                    .iter()
+                    .filter(|(_, t)| **t == txn)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for t in theirs {
+                    m.gated.remove(&t);
+                }
                 m.waiting.retain(|_, t| *t != txn);
                 if out == ReleaseOutcome::Deferred {
                     m.deferred.insert(txn);
@@ -211,6 +282,14 @@ fn run(seed: u64, policy: DeadlockPolicy, steps: usize) -> brine_lock::LockStats
             eprintln!("step {step} txn {txn} op {op} wakeups {wakeups:?}\nbefore:\n{before}after:\n{table}");
         }
         m.apply(&wakeups, seed);
+        let mut changes = Vec::new();
+        table.take_gate_changes(&mut changes);
+        for (_, t, _) in changes {
+            assert!(
+                gated_before.contains(&t) || m.gated.contains(&t) || m.waiting.contains_key(&t),
+                "seed {seed}: readiness reported for {t:?}, not a gated request"
+            );
+        }
         if let Err(e) = table.check_invariants() {
             panic!("seed {seed} policy {policy:?} step {step}: {e}\n{table}");
         }

@@ -8,7 +8,9 @@
 //! ts = the number):
 //!
 //! - `new [policy=wait-die|detect|timeout] [timeout-ms=N] [max-waiters=N] [max-deps=N]`
-//! - `acquire txn= key= class=acid|alkaline|saline|nexusG access=read|write [now=ms]`
+//! - `acquire txn= key= class=acid|alkaline|saline|nexusG access=read|write [now=ms] [gated]`
+//!   (`gated`: `acquire_gated`; readiness changes print as `gate: ...`)
+//! - `ungate ticket=N`
 //! - `range txn= [lo=|lo-ex=] [hi=|hi-ex=] class= [access=range-read|write]`
 //! - `release txn= key=|lo,hi access=`, `release-all txn=`, `cancel txn=`,
 //!   `staged txn=` (Salt: the txn begins releasing its locks in stages)
@@ -20,7 +22,7 @@
 
 use brine_core::{Access, IndexId, Key, LockTarget, TableId, TxnId, Value};
 use brine_lock::{
-    Acquire, DeadlockPolicy, LockClass, LockConfig, LockTable, Mode, StandardCompat, Wakeup,
+    Acquire, DeadlockPolicy, LockClass, LockConfig, LockTable, Mode, StandardCompat, Ticket, Wakeup,
 };
 use datadriven::TestCase;
 use std::collections::HashMap;
@@ -203,9 +205,13 @@ impl Harness {
                         .unwrap_or_else(|| default_access.to_string()),
                 );
                 let now = self.now(tc);
-                let res =
+                let mode = Mode::new(class, access);
+                let res = if tc.take_flag("gated").expect("gated") {
                     self.table
-                        .acquire(txn, &target, Mode::new(class, access), now, &mut wakeups);
+                        .acquire_gated(txn, &target, mode, now, &mut wakeups)
+                } else {
+                    self.table.acquire(txn, &target, mode, now, &mut wakeups)
+                };
                 let line = match res {
                     Ok(Acquire::Granted { newly: true }) => "granted".to_string(),
                     Ok(Acquire::Granted { newly: false }) => "granted (already held)".to_string(),
@@ -214,6 +220,11 @@ impl Harness {
                     Err(e) => format!("error: {e}"),
                 };
                 out.push_str(&format!("{line}\n"));
+            }
+            "ungate" => {
+                let ticket = Ticket(tc.take_arg("ticket").expect("ticket"));
+                let was = self.table.ungate(ticket, &mut wakeups);
+                out.push_str(&format!("was gated: {was}\n"));
             }
             "release" => {
                 let txn = self.txn(tc, "txn", None);
@@ -295,6 +306,12 @@ impl Harness {
             };
             out.push_str(&line);
             out.push('\n');
+        }
+        let mut changes = Vec::new();
+        self.table.take_gate_changes(&mut changes);
+        for (txn, ticket, ready) in changes {
+            let state = if ready { "ready" } else { "not ready" };
+            out.push_str(&format!("gate: {txn} {ticket} {state}\n"));
         }
         if let Err(e) = self.table.check_invariants() {
             panic!(
