@@ -36,7 +36,7 @@ use tokio::sync::mpsc;
 
 use crate::history::{HistorySink, TxnRecording};
 use crate::link::Link;
-use crate::message::{Executed, Gate, LockSpec, PartitionMsg, Reply, Vote};
+use crate::message::{Executed, Gate, GateNotice, LockSpec, PartitionMsg, Reply, Vote};
 use crate::procedure::PreparedProc;
 use crate::protocol::{Isolation, Mutation, Protocol};
 use crate::stats::ClusterCounters;
@@ -368,14 +368,20 @@ impl ProcCtx {
     }
 
     /// Salt: whether a statement of this ACID transaction that spans
-    /// partitions waits gated at each (`LockTable::acquire_gated`): only
-    /// its first statement, which holds nothing anywhere yet, and not
-    /// under the `NoGate` mutation.
-    fn gated(&self, lock: &LockSpec, first: bool) -> bool {
-        first
+    /// partitions waits gated at each (`LockTable::acquire_gated`), and
+    /// who ungates it. Only its first statement, which holds nothing
+    /// anywhere yet, and not under the `NoGate` mutation. A statement
+    /// whose locks outlive it is ungated by the coordinator, at every
+    /// partition at once (`Some(true)`); a read under read committed lets
+    /// each partition's locks go as soon as it ran there, so it never
+    /// holds one while it waits at another, and each partition ungates
+    /// it as soon as it can grant it (`Some(false)`).
+    fn gating(&self, plan: &Plan, lock: &LockSpec, first: bool) -> Option<bool> {
+        let gated = first
             && lock.class == LockClass::Acid
             && self.shared.protocol.salt().is_some()
-            && self.shared.mutation != Some(Mutation::NoGate)
+            && self.shared.mutation != Some(Mutation::NoGate);
+        gated.then_some(!(lock.short_reads && plan.kind() == brine_sql::StatementKind::Select))
     }
 
     /// Runs a gated statement at `targets`: each part waits gated at its
@@ -383,8 +389,12 @@ impl ProcCtx {
     /// once; then all are ungated together, so the statement never holds
     /// one partition while it waits for another (where the holder it waits
     /// for may need the first: an accepted BASE transaction, which never
-    /// yields). A part that answers first (an error, or nothing to lock)
-    /// ungates the others too. The answers come in `targets` order.
+    /// yields). A partition that is no longer ready when the ungate
+    /// arrives (a protected transaction passed it meanwhile) opens it all
+    /// the same: kept gated, it would let more of them pass while it holds
+    /// the other partitions. A part that answers first (an error, or
+    /// nothing to lock) ungates the others too. The answers come in
+    /// `targets` order.
     async fn execute_gated(
         &self,
         targets: &[usize],
@@ -400,7 +410,8 @@ impl ProcCtx {
             .enumerate()
             .map(|(i, &p)| {
                 let node = self.shared.partitions[p].node;
-                let gate = Gate::new(&self.shared.link, node, self.node, i, tx.clone());
+                let notice = GateNotice::new(&self.shared.link, node, self.node, i, tx.clone());
+                let gate = Gate::Coordinated(notice);
                 let part = self.send_execute(
                     p,
                     txn,
@@ -498,11 +509,18 @@ impl ProcCtx {
             self.record_ops(e.ops);
             return Ok(e.result);
         }
-        let answers = if base.is_none() && self.gated(&lock, first) {
+        let gating = if base.is_none() {
+            self.gating(plan, &lock, first)
+        } else {
+            None
+        };
+        let answers = if gating == Some(true) {
             self.execute_gated(targets, txn, plan, params, lock).await
         } else {
             let futs = targets.iter().map(|&p| {
-                self.execute_at(p, txn, plan.clone(), params.clone(), lock, salt.clone())
+                let gate = gating.map(|_| Gate::Local);
+                let salt = salt.clone().map_or((None, None), |(b, i)| (Some(b), i));
+                self.send_execute(p, txn, plan.clone(), params.clone(), lock, salt, gate)
             });
             futures::future::join_all(futs).await
         };

@@ -144,14 +144,14 @@ pub enum PartitionMsg {
         /// subtransaction (durable acceptance).
         intro: Intro,
         /// Salt: the statement spans partitions and is its ACID
-        /// transaction's first; it waits gated here (holding nothing,
-        /// see `LockTable::acquire_gated`) until `Ungate`, and says
-        /// through this whether it could be granted now.
+        /// transaction's first; it waits gated here (holding nothing, see
+        /// `LockTable::acquire_gated`) until it is ungated.
         gate: Option<Gate>,
         reply: Reply<Result<Executed>>,
     },
-    /// The gated statement of `txn` was ready at every partition it spans:
-    /// from now on it waits and runs as any other statement.
+    /// The gated statement of `txn` was ready at every partition it spans
+    /// (or failed at one): from now on it waits and runs as any other
+    /// statement.
     Ungate {
         txn: TxnId,
     },
@@ -241,10 +241,22 @@ pub enum PartitionMsg {
     },
 }
 
+/// Who ungates a gated statement at a partition.
+pub enum Gate {
+    /// The partition, as soon as it could grant it: for a statement whose
+    /// locks end with it (a read under read committed), which never holds
+    /// one partition while it waits at another, but whose waiting request
+    /// must not hold up the accepted BASE transactions it waits for.
+    Local,
+    /// Its coordinator (`Ungate`), once every partition could grant it at
+    /// once; the partition tells it through this.
+    Coordinated(GateNotice),
+}
+
 /// Where a partition tells a gated statement's coordinator, as often as it
 /// changes, whether the statement could be granted there now (`index`:
 /// which of the statement's partitions this is).
-pub struct Gate {
+pub struct GateNotice {
     pub index: usize,
     tx: tokio::sync::mpsc::UnboundedSender<(usize, bool)>,
     from: NodeId,
@@ -252,8 +264,8 @@ pub struct Gate {
     link: Link,
 }
 
-impl Gate {
-    /// A gate from node `from` (the partition's) to node `to` (the
+impl GateNotice {
+    /// A notice from node `from` (the partition's) to node `to` (the
     /// coordinator's), reporting into `tx`.
     pub fn new(
         link: &Link,
@@ -261,8 +273,8 @@ impl Gate {
         to: NodeId,
         index: usize,
         tx: tokio::sync::mpsc::UnboundedSender<(usize, bool)>,
-    ) -> Gate {
-        Gate {
+    ) -> GateNotice {
+        GateNotice {
             index,
             tx,
             from,

@@ -112,7 +112,7 @@ struct Stmt {
     short: Vec<LockNeed>,
     /// What it read and wrote, when the run records a history.
     ops: Vec<Op>,
-    /// Salt: gated until its coordinator ungates it (`PartitionMsg::Execute`).
+    /// Salt: gated until ungated (`PartitionMsg::Execute`).
     gate: Option<Gate>,
 }
 
@@ -1012,9 +1012,9 @@ impl Partition {
             return;
         }
         self.needs = needs;
-        if let Some(gate) = stmt.gate.take() {
+        if let Some(Gate::Coordinated(notice)) = stmt.gate.take() {
             // Never gated here (nothing to lock): ready for good.
-            gate.send(true);
+            notice.send(true);
         }
         let result =
             self.store
@@ -1208,15 +1208,27 @@ impl Partition {
             }
         }
         self.locks.take_gate_changes(&mut self.gate_changes);
-        for (txn, ticket, ready) in self.gate_changes.drain(..) {
-            if let Some(gate) = self
-                .parked
-                .get(&txn)
-                .filter(|p| p.ticket == ticket)
-                .and_then(|p| p.stmt.gate.as_ref())
-            {
-                gate.send(ready);
+        let mut changes = std::mem::take(&mut self.gate_changes);
+        let mut ungated = false;
+        for (txn, ticket, ready) in changes.drain(..) {
+            let Some(p) = self.parked.get_mut(&txn).filter(|p| p.ticket == ticket) else {
+                continue;
+            };
+            match &p.stmt.gate {
+                Some(Gate::Coordinated(notice)) => notice.send(ready),
+                Some(Gate::Local) if ready && self.locks.is_ready(ticket) => {
+                    p.stmt.gate = None;
+                    self.locks.ungate(ticket, &mut self.wakeups);
+                    ungated = true;
+                }
+                _ => {}
             }
+        }
+        self.gate_changes = changes;
+        if ungated {
+            // The grants it made.
+            self.process_wakeups();
+            return;
         }
         let mut progressed = std::mem::take(&mut self.progressed);
         self.locks.take_released_held_back(&mut progressed);

@@ -42,7 +42,9 @@ use crate::cluster::{Cluster, Txn};
 use crate::decision::DecisionBook;
 pub use crate::decision::Inquiry;
 use crate::link::{Link, LinkConfig};
-use crate::message::{BaseStmt, Executed, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote};
+use crate::message::{
+    BaseStmt, Executed, Gate, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote,
+};
 
 /// The client of one peer node.
 pub type PeerClient = brine_net::Client<WireRequest, WireResponse>;
@@ -236,8 +238,8 @@ async fn forward(
         } => {
             // Gating is for partitions in this process: a remote one runs
             // the statement as any other, so it counts as ready now.
-            if let Some(g) = gate {
-                g.send(true);
+            if let Some(Gate::Coordinated(notice)) = gate {
+                notice.send(true);
             }
             let msg = WireMsg::Execute {
                 txn,

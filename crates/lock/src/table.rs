@@ -500,9 +500,10 @@ enum Kind {
     /// the gated request's transaction may be waiting for at another
     /// partition.
     Protected,
-    /// A gated request: it also waits for every unprotected holder (one
-    /// granted a shared mode beside it may upgrade ahead of it later),
-    /// and waits behind another gated request only on a conflict.
+    /// A gated request: it also waits for every holder that may upgrade
+    /// (one granted a shared mode beside it may upgrade ahead of it later:
+    /// neither protected nor granted through a gate), and waits behind
+    /// another gated request only on a conflict.
     Gated,
     /// A gated request since ungated: waits behind gated requests only on
     /// a conflict still (else two statements gated at the same partitions
@@ -536,7 +537,7 @@ impl View<'_> {
     fn holder_blocks(&self, r: &Request<'_>, h: &Holder) -> bool {
         h.txn != r.txn
             && (!self.compat.compatible(h.mode, r.mode)
-                || (r.kind == Kind::Gated && !is_protected(self.txns, h.txn)))
+                || (r.kind == Kind::Gated && may_upgrade(self.txns, h.txn)))
     }
 
     /// Whether the queued request `q` makes `r` wait: it is ahead and
@@ -649,6 +650,10 @@ struct TxnState {
     /// went, so each of its locks waits, through its stages, for every
     /// release-order dependency it carries.
     staged: bool,
+    /// It holds a lock granted through a gate (an ACID statement across
+    /// partitions): a gated request does not wait for its shared locks
+    /// as for those of a reader that may upgrade.
+    gate_granted: bool,
 }
 
 impl TxnState {
@@ -1507,6 +1512,20 @@ impl LockTable {
         true
     }
 
+    /// Whether the gated request `ticket` could be granted now (it is
+    /// ready); false for any other ticket.
+    pub fn is_ready(&self, ticket: Ticket) -> bool {
+        let Some(w) = self.waits.get(&ticket).filter(|w| w.gated) else {
+            return false;
+        };
+        let (sk, local) = split(&w.target);
+        self.spaces
+            .get(&sk)
+            .and_then(|s| s.entry(local))
+            .and_then(|e| e.queue.iter().find(|q| q.ticket == ticket))
+            .is_some_and(|q| q.ready)
+    }
+
     /// Moves to `out` the readiness changes of gated requests since the
     /// last call, in order: `(txn, ticket, ready)`.
     pub fn take_gate_changes(&mut self, out: &mut Vec<(TxnId, Ticket, bool)>) {
@@ -1610,7 +1629,7 @@ impl LockTable {
         let compat = &*self.compat;
         // A holder the gated request does not share with: conflicting, or
         // unprotected (it may upgrade).
-        let unshared = ahead.is_none() && !is_protected(&self.txns, txn);
+        let unshared = ahead.is_none() && may_upgrade(&self.txns, txn);
         let mut blocked: SmallVec<[Ticket; 2]> = SmallVec::new();
         space.for_each_overlapping(local, |e| {
             for q in &e.queue {
@@ -2304,6 +2323,9 @@ impl LockTable {
         if let Some(e) = self.spaces.get_mut(&sk).and_then(|s| s.entry_mut(local)) {
             e.queue.retain(|q| q.ticket != ticket);
         }
+        if w.opened {
+            self.txns.entry(w.txn).or_default().gate_granted = true;
+        }
         self.add_holder(w.txn, &w.target, w.mode);
         if let Some(st) = self.txns.get_mut(&w.txn) {
             st.waiting.retain(|t| *t != ticket);
@@ -2550,6 +2572,14 @@ fn rank(txns: &Map<TxnId, TxnState>, txn: TxnId) -> (bool, TxnId) {
 
 fn is_protected(txns: &Map<TxnId, TxnState>, txn: TxnId) -> bool {
     txns.get(&txn).is_some_and(|s| s.protected)
+}
+
+/// Whether a holder's shared lock keeps a gated request from being ready:
+/// neither protected nor granted through a gate, it may be a reader that
+/// upgrades ahead of the gated request later.
+fn may_upgrade(txns: &Map<TxnId, TxnState>, txn: TxnId) -> bool {
+    txns.get(&txn)
+        .is_none_or(|s| !s.protected && !s.gate_granted)
 }
 
 /// Whether `a` ranks above `b`: under wait-die, `b` dies rather than wait
