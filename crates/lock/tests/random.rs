@@ -119,6 +119,17 @@ impl Model {
         }
     }
 
+    /// The table dropped every wait of `txn` without a wakeup.
+    fn forget_waits(&mut self, txn: TxnId) {
+        let gated = &mut self.gated;
+        self.waiting.retain(|t, w| {
+            if *w == txn {
+                gated.remove(t);
+            }
+            *w != txn
+        });
+    }
+
     fn is_waiting(&self, txn: TxnId) -> bool {
         self.waiting.values().any(|t| *t == txn)
     }
@@ -201,16 +212,7 @@ fn run(seed: u64, policy: DeadlockPolicy, steps: usize) -> brine_lock::LockStats
             }
             14 => {
                 table.cancel_waits(txn, &mut wakeups);
-                let theirs: Vec<Ticket> = m
-                    .waiting
-                    .iter()
-                    .filter(|(_, t)| **t == txn)
-                    .map(|(k, _)| *k)
-                    .collect();
-                for t in theirs {
-                    m.waiting.remove(&t);
-                    m.gated.remove(&t);
-                }
+                m.forget_waits(txn);
             }
             15 => {
                 clock_ms += rng.below(40);
@@ -258,16 +260,7 @@ fn run(seed: u64, policy: DeadlockPolicy, steps: usize) -> brine_lock::LockStats
             _ => {
                 // End the transaction; a fresh one (same age rule: new ts) takes its place.
                 let out = table.release_all(txn, &mut wakeups);
-                let theirs: Vec<Ticket> = m
-                    .waiting
-                    .iter()
-                    .filter(|(_, t)| **t == txn)
-                    .map(|(k, _)| *k)
-                    .collect();
-                for t in theirs {
-                    m.gated.remove(&t);
-                }
-                m.waiting.retain(|_, t| *t != txn);
+                m.forget_waits(txn);
                 if out == ReleaseOutcome::Deferred {
                     m.deferred.insert(txn);
                 }
