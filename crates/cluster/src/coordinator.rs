@@ -43,6 +43,13 @@ use crate::stats::ClusterCounters;
 use brine_check::{Op, Outcome};
 use futures::stream::{FuturesUnordered, StreamExt};
 
+/// Who ungates a gated statement ([`ProcCtx::execute_on`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ungater {
+    Coordinator,
+    Partition,
+}
+
 /// What every coordinator shares: the topology and the way to each partition.
 pub struct Shared {
     pub catalog: Arc<Catalog>,
@@ -333,14 +340,11 @@ impl ProcCtx {
         lock: LockSpec,
         salt: Option<(crate::message::BaseStmt, crate::message::Intro)>,
     ) -> Result<Executed> {
-        let (base, intro) = match salt {
-            Some((b, i)) => (Some(b), i),
-            None => (None, None),
-        };
-        self.send_execute(p, txn, plan, params, lock, (base, intro), None)
+        self.send_execute(p, txn, plan, params, lock, salt, None)
             .await
     }
 
+    /// [`ProcCtx::execute_at`], gated by `gate`, sent now.
     #[allow(clippy::too_many_arguments)]
     fn send_execute(
         &self,
@@ -349,9 +353,13 @@ impl ProcCtx {
         plan: Arc<Plan>,
         params: Vec<Value>,
         lock: LockSpec,
-        (base, intro): (Option<crate::message::BaseStmt>, crate::message::Intro),
+        salt: Option<(crate::message::BaseStmt, crate::message::Intro)>,
         gate: Option<Gate>,
     ) -> impl Future<Output = Result<Executed>> + Send + 'static {
+        let (base, intro) = match salt {
+            Some((b, i)) => (Some(b), i),
+            None => (None, None),
+        };
         let answer = self
             .shared
             .request_now(self.node, p, move |reply| PartitionMsg::Execute {
@@ -372,16 +380,21 @@ impl ProcCtx {
     /// who ungates it. Only its first statement, which holds nothing
     /// anywhere yet, and not under the `NoGate` mutation. A statement
     /// whose locks outlive it is ungated by the coordinator, at every
-    /// partition at once (`Some(true)`); a read under read committed lets
+    /// partition at once; a read under read committed lets
     /// each partition's locks go as soon as it ran there, so it never
     /// holds one while it waits at another, and each partition ungates
-    /// it as soon as it can grant it (`Some(false)`).
-    fn gating(&self, plan: &Plan, lock: &LockSpec, first: bool) -> Option<bool> {
+    /// it as soon as it can grant it.
+    fn gating(&self, plan: &Plan, lock: &LockSpec, first: bool) -> Option<Ungater> {
         let gated = first
             && lock.class == LockClass::Acid
             && self.shared.protocol.salt().is_some()
             && self.shared.mutation != Some(Mutation::NoGate);
-        gated.then_some(!(lock.short_reads && plan.kind() == brine_sql::StatementKind::Select))
+        let short = lock.short_reads && plan.kind() == brine_sql::StatementKind::Select;
+        gated.then_some(if short {
+            Ungater::Partition
+        } else {
+            Ungater::Coordinator
+        })
     }
 
     /// Runs a gated statement at `targets`: each part waits gated at its
@@ -412,15 +425,8 @@ impl ProcCtx {
                 let node = self.shared.partitions[p].node;
                 let notice = GateNotice::new(&self.shared.link, node, self.node, i, tx.clone());
                 let gate = Gate::Coordinated(notice);
-                let part = self.send_execute(
-                    p,
-                    txn,
-                    plan.clone(),
-                    params.clone(),
-                    lock,
-                    (None, None),
-                    Some(gate),
-                );
+                let part =
+                    self.send_execute(p, txn, plan.clone(), params.clone(), lock, None, Some(gate));
                 async move { (i, part.await) }
             })
             .collect();
@@ -514,13 +520,20 @@ impl ProcCtx {
         } else {
             None
         };
-        let answers = if gating == Some(true) {
+        let answers = if gating == Some(Ungater::Coordinator) {
             self.execute_gated(targets, txn, plan, params, lock).await
         } else {
             let futs = targets.iter().map(|&p| {
                 let gate = gating.map(|_| Gate::Local);
-                let salt = salt.clone().map_or((None, None), |(b, i)| (Some(b), i));
-                self.send_execute(p, txn, plan.clone(), params.clone(), lock, salt, gate)
+                self.send_execute(
+                    p,
+                    txn,
+                    plan.clone(),
+                    params.clone(),
+                    lock,
+                    salt.clone(),
+                    gate,
+                )
             });
             futures::future::join_all(futs).await
         };

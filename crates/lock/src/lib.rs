@@ -34,6 +34,11 @@
 //!   committed) is marked with [`LockTable::protect`]: every policy then
 //!   ranks it above the others, so it is never the victim while a
 //!   transaction that can roll back stands in the way.
+//!   A *gated* request ([`LockTable::acquire_gated`], Salt's ACID statements
+//!   across partitions) keeps its place in the queue but is granted only
+//!   after [`LockTable::ungate`]; protected transactions pass it, fresh
+//!   requests wait behind it, and its readiness is reported through
+//!   [`LockTable::take_gate_changes`] (rules and reasons: `docs/salt.md`).
 //!   Deadlocks are resolved by the configured [`DeadlockPolicy`] (wait-die,
 //!   or a wait-for-graph detector that breaks a cycle by a queue bypass
 //!   where one exists, else aborts the youngest waiting transaction of the

@@ -124,8 +124,6 @@ pub struct LockStats {
     /// [`LockTable::detect_from_waiters`]); a cycle they missed is left to
     /// the cluster's periodic detector and the wait timeout.
     pub searches_cut: u64,
-    /// Gated requests queued ([`LockTable::acquire_gated`]).
-    pub gated: u64,
 }
 
 impl LockStats {
@@ -594,6 +592,28 @@ fn is_blocked(space: &Space, v: View<'_>, r: Request<'_>) -> bool {
     blocked
 }
 
+/// The queue entry of the waiting request `ticket` on `target`.
+fn queued<'s>(
+    spaces: &'s Map<SpaceKey, Space>,
+    target: &LockTarget,
+    ticket: Ticket,
+) -> Option<&'s Queued> {
+    let (sk, local) = split(target);
+    let e = spaces.get(&sk)?.entry(local)?;
+    e.queue.iter().find(|q| q.ticket == ticket)
+}
+
+/// [`queued`], to change it.
+fn queued_mut<'s>(
+    spaces: &'s mut Map<SpaceKey, Space>,
+    target: &LockTarget,
+    ticket: Ticket,
+) -> Option<&'s mut Queued> {
+    let (sk, local) = split(target);
+    let e = spaces.get_mut(&sk)?.entry_mut(local)?;
+    e.queue.iter_mut().find(|q| q.ticket == ticket)
+}
+
 /// What `remove_holders` did.
 struct Removed {
     any: bool,
@@ -913,7 +933,6 @@ impl LockTable {
         self.stats.waits += 1;
         if gated {
             self.gated += 1;
-            self.stats.gated += 1;
             if ready {
                 self.gated_ready += 1;
             }
@@ -1467,12 +1486,7 @@ impl LockTable {
         w.opened = true;
         let target = w.target.clone();
         let (sk, local) = split(&target);
-        if let Some(q) = self
-            .spaces
-            .get_mut(&sk)
-            .and_then(|s| s.entry_mut(local))
-            .and_then(|e| e.queue.iter_mut().find(|q| q.ticket == ticket))
-        {
+        if let Some(q) = queued_mut(&mut self.spaces, &target, ticket) {
             self.gated -= 1;
             self.gated_ready -= usize::from(q.ready);
             q.gated = false;
@@ -1518,12 +1532,7 @@ impl LockTable {
         let Some(w) = self.waits.get(&ticket).filter(|w| w.gated) else {
             return false;
         };
-        let (sk, local) = split(&w.target);
-        self.spaces
-            .get(&sk)
-            .and_then(|s| s.entry(local))
-            .and_then(|e| e.queue.iter().find(|q| q.ticket == ticket))
-            .is_some_and(|q| q.ready)
+        queued(&self.spaces, &w.target, ticket).is_some_and(|q| q.ready)
     }
 
     /// Moves to `out` the readiness changes of gated requests since the
@@ -1554,7 +1563,7 @@ impl LockTable {
                 continue;
             };
             let (wsk, wl) = split(&w.target);
-            let Some(space) = self.spaces.get_mut(&wsk) else {
+            let Some(space) = self.spaces.get(&wsk) else {
                 continue;
             };
             let mut gate = false;
@@ -1567,10 +1576,7 @@ impl LockTable {
             if gate {
                 continue;
             }
-            if let Some(q) = space
-                .entry_mut(wl)
-                .and_then(|e| e.queue.iter_mut().find(|q| q.ticket == ticket))
-            {
+            if let Some(q) = queued_mut(&mut self.spaces, &w.target, ticket) {
                 q.behind_gate = false;
             }
             // Seen again, it may make a ready gated request behind it wait,
@@ -1591,13 +1597,7 @@ impl LockTable {
         let Some(w) = self.waits.get(&ticket) else {
             return;
         };
-        let (sk, local) = split(&w.target);
-        let Some(q) = self
-            .spaces
-            .get_mut(&sk)
-            .and_then(|s| s.entry_mut(local))
-            .and_then(|e| e.queue.iter_mut().find(|q| q.ticket == ticket))
-        else {
+        let Some(q) = queued_mut(&mut self.spaces, &w.target, ticket) else {
             return;
         };
         if q.gated && q.ready != ready {
