@@ -30,6 +30,7 @@ pub mod classic;
 pub mod conflict;
 pub mod error;
 pub mod graph;
+pub mod order;
 pub mod report;
 pub mod rp;
 pub mod safe;
@@ -38,6 +39,7 @@ pub mod workloads;
 
 pub use conflict::{OpRef, Refinements};
 pub use error::{AnalysisError, Result};
+pub use order::{choose_orderings, Choice};
 pub use rp::{check_chopping, runtime_pipelining, Piece, ProcChopping, RpAnalysis};
 pub use spec::{specs_from_sources, Access, Op, ProcNotes, ProcSource, ProcSpec};
 

@@ -40,6 +40,10 @@ pub const MAX_OPS_PER_PROC: usize = 256;
 pub struct ProcSource {
     pub name: String,
     pub statements: Vec<(String, String)>,
+    /// `(name, order)` of each reordering the procedure offers: another
+    /// body that runs every statement once, in `order`
+    /// (`brine_cluster::Reordering`, [`crate::order`]).
+    pub reorderings: Vec<(String, Vec<String>)>,
 }
 
 /// What one operation touches, read off its access descriptor.
@@ -179,6 +183,19 @@ impl ProcNotes {
     pub fn unique_key(mut self, statement: &str, counter: &str) -> Self {
         self.unique_keys.push((statement.into(), counter.into()));
         self
+    }
+
+    /// These notes (which describe the procedure's own body) for a
+    /// reordering that runs the statements in `order`: the same loops,
+    /// rollbacks and counters, and the independences that still name an
+    /// earlier read (a read that now runs later cannot steer the
+    /// statement).
+    pub fn for_order(&self, order: &[String]) -> ProcNotes {
+        let at = |name: &str| order.iter().position(|o| o == name);
+        let mut notes = self.clone();
+        notes.independent.retain(|(stmt, read)| at(read) < at(stmt));
+        notes.order = Some(order.to_vec());
+        notes
     }
 }
 
@@ -392,6 +409,32 @@ impl ProcSpec {
             loops.push(idx);
         }
         ProcSpec::new(src.name.clone(), ops, &independent, loops)
+    }
+
+    /// The procedure's own body as a spec, then one per reordering it
+    /// offers: the candidates [`crate::order::choose_orderings`] chooses
+    /// among.
+    pub fn candidates(
+        catalog: &Catalog,
+        src: &ProcSource,
+        notes: &ProcNotes,
+    ) -> Result<Vec<ProcSpec>> {
+        let mut out = vec![ProcSpec::from_source(catalog, src, notes)?];
+        for (name, order) in &src.reorderings {
+            out.push(
+                ProcSpec::from_source(catalog, src, &notes.for_order(order)).map_err(|e| {
+                    let msg = match e {
+                        AnalysisError::Notes { msg, .. } => msg,
+                        other => other.to_string(),
+                    };
+                    AnalysisError::Notes {
+                        procedure: src.name.clone(),
+                        msg: format!("reordering `{name}`: {msg}"),
+                    }
+                })?,
+            );
+        }
+        Ok(out)
     }
 
     /// The operations op `j` depends on (transitively).

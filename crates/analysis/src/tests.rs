@@ -9,8 +9,8 @@ use crate::report::compact;
 use crate::safe::{is_rollback_safe, rollback_safe};
 use crate::workloads::{self, rollback_micro};
 use crate::{
-    analyze_group, runtime_pipelining, select, specs_from_sources, AnalysisError, OpRef, ProcNotes,
-    ProcSource, ProcSpec, Refinements,
+    analyze_group, choose_orderings, runtime_pipelining, select, specs_from_sources, AnalysisError,
+    OpRef, ProcNotes, ProcSource, ProcSpec, Refinements,
 };
 
 const ABCD: &str = "
@@ -45,6 +45,7 @@ fn proc(name: &str, ops: &[&str]) -> ProcSource {
                 (format!("{i}_{o}"), sql)
             })
             .collect(),
+        reorderings: Vec::new(),
     }
 }
 
@@ -153,6 +154,7 @@ fn tpcc_specs() -> Vec<ProcSpec> {
         .map(|p| ProcSource {
             name: p.name.clone(),
             statements: p.statements.clone(),
+            reorderings: Vec::new(),
         })
         .collect();
     let notes: Vec<(String, Option<ProcNotes>)> = procs
@@ -356,6 +358,7 @@ fn commutative_increments_need_no_rank() {
                 "INSERT INTO h (id, v) VALUES ($i, $v)".into(),
             ),
         ],
+        reorderings: Vec::new(),
     };
     let sp = specs(ddl, &[p]);
     let g: Vec<&ProcSpec> = sp.iter().collect();
@@ -460,4 +463,239 @@ fn a_group_whose_ranks_contradict_a_body_is_chopped_in_body_order() {
         "{:?}",
         b.rp.choppings[1]
     );
+}
+
+/// Seed 002 section 6.1, larger pieces first: `t` writes A, then B in a
+/// loop; its reordering writes B first. Both chop into two pieces in body
+/// order; the looped piece is the larger, so the reordering is chosen.
+/// Without the loop the two tie and the procedure's own body stays.
+#[test]
+fn the_order_that_runs_the_larger_piece_first_is_chosen() {
+    let mut src = proc("t", &["W(A)", "W(B)"]);
+    src.reorderings = vec![("b-first".into(), vec!["1_W(B)".into(), "0_W(A)".into()])];
+    let catalog = brine_sql::parse_schema(ABCD).expect("schema");
+    let r = Refinements {
+        larger_first: false,
+        ..Refinements::ALL
+    };
+    for (looped, expect) in [(true, 1), (false, 0)] {
+        let notes = if looped {
+            ProcNotes::new().looped(&["1_W(B)"])
+        } else {
+            ProcNotes::new()
+        };
+        let cands = vec![ProcSpec::candidates(&catalog, &src, &notes).expect("candidates")];
+        assert_eq!(cands[0].len(), 2);
+        let choice = choose_orderings(&cands, &[], r)
+            .expect("analysis")
+            .expect("both orders run in body order");
+        assert_eq!(choice.picks, vec![expect], "looped: {looped}");
+        let chosen = &cands[0][expect];
+        let c = &choice.result.rp.choppings[0];
+        assert!(c.runs_in_body_order(), "{c:?}");
+        let first: Vec<&str> = c.pieces[0]
+            .ops
+            .iter()
+            .map(|&o| chosen.ops[o].name.as_str())
+            .collect();
+        assert_eq!(first, [if looped { "1_W(B)" } else { "0_W(A)" }]);
+    }
+}
+
+/// A reordering is a program of its own: its notes keep the loops and
+/// drop independences whose read now runs later; an order that leaves out
+/// a statement is refused, naming the reordering.
+#[test]
+fn a_reordering_must_name_every_statement_once() {
+    let catalog = brine_sql::parse_schema(ABCD).expect("schema");
+    let mut src = proc("t", &["R(A)", "W(B)"]);
+    let notes = ProcNotes::new().independent("1_W(B)", "0_R(A)");
+    src.reorderings = vec![("b-first".into(), vec!["1_W(B)".into(), "0_R(A)".into()])];
+    let cands = ProcSpec::candidates(&catalog, &src, &notes).expect("candidates");
+    assert_eq!(cands[1].ops[0].name, "1_W(B)");
+    assert!(cands[1].deps_of(1).is_empty(), "{:?}", cands[1].deps_of(1));
+
+    src.reorderings = vec![("short".into(), vec!["1_W(B)".into()])];
+    let err = ProcSpec::candidates(&catalog, &src, &notes)
+        .expect_err("an order without 0_R(A)")
+        .to_string();
+    assert!(
+        err.contains("reordering `short`") && err.contains("0_R(A)"),
+        "{err}"
+    );
+}
+
+/// Stock-level and new-order as written have no chopping in body order
+/// (`a_group_whose_ranks_contradict_a_body_is_chopped_in_body_order`):
+/// with nothing else offered
+/// there is no choice, and the runtime falls back to chopping in body
+/// order.
+#[test]
+fn no_choice_when_no_order_runs_its_chopping_in_order() {
+    let sp = tpcc_specs();
+    let g = select(&sp, &["stock_level", "new_order"]).expect("group");
+    let cands: Vec<Vec<ProcSpec>> = g.iter().map(|s| vec![(*s).clone()]).collect();
+    let r = Refinements {
+        larger_first: false,
+        ..Refinements::ALL
+    };
+    assert!(choose_orderings(&cands, &[], r)
+        .expect("analysis")
+        .is_none());
+}
+
+#[test]
+fn too_many_combinations_of_orders_is_an_error() {
+    let sp = tpcc_specs();
+    let two = |s: &ProcSpec| vec![s.clone(), s.clone()];
+    let cands: Vec<Vec<ProcSpec>> = (0..9).map(|i| two(&sp[i % sp.len()])).collect();
+    let err = choose_orderings(&cands, &[], Refinements::ALL)
+        .expect_err("512 combinations")
+        .to_string();
+    assert!(err.contains("more than 256"), "{err}");
+}
+
+/// TPC-C's new-order offers its other statement order. Clause 2's body
+/// takes the district counter (rank 0) before the stock loop (rank 1), so
+/// a new-order that depends on another at the counter waits for that
+/// one's whole stock loop; the analysis chooses the reordering that runs
+/// the stock loop first, as the sources' tool reorders the code. The tuned
+/// body already runs it first and stays.
+#[test]
+fn tpcc_new_order_runs_the_stock_loop_first() {
+    use tpcc::procedures::StatementOrder;
+    for (order, group, expect) in [
+        (
+            StatementOrder::Spec,
+            &["new_order", "payment"][..],
+            Some("hot-last"),
+        ),
+        (StatementOrder::HotLast, &["new_order", "payment"][..], None),
+        // Payment outside the group writes the warehouse, then the
+        // district: the reordering, which takes the district before it
+        // reads the warehouse, would deadlock with it.
+        (StatementOrder::Spec, &["new_order"][..], None),
+        (StatementOrder::HotLast, &["new_order"][..], None),
+    ] {
+        let w = tpcc::Tpcc::new(
+            1,
+            tpcc::Scale::by_name("standard").expect("scale"),
+            tpcc::Mix::by_name("standard").expect("mix"),
+        )
+        .expect("tpcc")
+        .with_order(order);
+        let app = w.application();
+        let catalog = brine_sql::parse_schema(&app.ddl).expect("schema");
+        let mut names = Vec::new();
+        let mut cands = Vec::new();
+        for p in app
+            .procedures
+            .iter()
+            .filter(|p| group.contains(&p.name.as_str()))
+        {
+            let src = ProcSource {
+                name: p.name.clone(),
+                statements: p.statements.clone(),
+                reorderings: p
+                    .reorderings
+                    .iter()
+                    .map(|r| (r.name.clone(), r.order.clone()))
+                    .collect(),
+            };
+            let notes = workloads::notes("tpcc", &p.name).unwrap_or_default();
+            cands.push(ProcSpec::candidates(&catalog, &src, &notes).expect("candidates"));
+            names.push(src.reorderings.clone());
+        }
+        let all: Vec<ProcSource> = app
+            .procedures
+            .iter()
+            .map(|p| ProcSource {
+                name: p.name.clone(),
+                statements: p.statements.clone(),
+                reorderings: Vec::new(),
+            })
+            .collect();
+        let all_notes: Vec<(String, Option<ProcNotes>)> = all
+            .iter()
+            .map(|p| (p.name.clone(), workloads::notes("tpcc", &p.name)))
+            .collect();
+        let (_, all) = specs_from_sources(&app.ddl, &all, |n| {
+            all_notes
+                .iter()
+                .find(|(k, _)| k == n)
+                .and_then(|(_, x)| x.as_ref())
+        })
+        .expect("specs");
+        let outside: Vec<&ProcSpec> = all
+            .iter()
+            .filter(|s| !group.contains(&s.name.as_str()))
+            .collect();
+        let r = Refinements {
+            larger_first: false,
+            ..Refinements::ALL
+        };
+        let choice = choose_orderings(&cands, &outside, r)
+            .expect("analysis")
+            .expect("a choice");
+        let picked = choice.picks[0]
+            .checked_sub(1)
+            .map(|i| names[0][i].0.as_str());
+        assert_eq!(picked, expect, "{} {group:?}", order.name());
+        if let Some(payment) = choice.picks.get(1) {
+            assert_eq!(*payment, 0, "payment offers no reordering");
+        }
+        let new_order = &cands[0][choice.picks[0]];
+        let chopping = &choice.result.rp.choppings[0];
+        let piece_of = |name: &str| {
+            let op = new_order
+                .ops
+                .iter()
+                .position(|o| o.name == name)
+                .expect("statement");
+            chopping.locate(op).expect("placed").0
+        };
+        assert_eq!(
+            piece_of("stock") < piece_of("bump_district"),
+            order == StatementOrder::HotLast || expect.is_some(),
+            "{chopping:?}"
+        );
+    }
+}
+
+/// Between groups nexus locks are held as ACID locks are: a reordering
+/// that swaps two statements whose tables a procedure outside the group
+/// writes and touches could deadlock with it, so it is not admissible.
+#[test]
+fn a_reordering_keeps_its_lock_order_towards_other_groups() {
+    let catalog = brine_sql::parse_schema(ABCD).expect("schema");
+    let mut src = proc("t", &["W(A)", "W(B)"]);
+    src.reorderings = vec![("b-first".into(), vec!["1_W(B)".into(), "0_W(A)".into()])];
+    let notes = ProcNotes::new().looped(&["1_W(B)"]);
+    let cands = vec![ProcSpec::candidates(&catalog, &src, &notes).expect("candidates")];
+    let (_, others) = specs_from_sources(
+        ABCD,
+        &[
+            proc("writes_a_reads_b", &["W(A)", "R(B)"]),
+            proc("reads_both", &["R(A)", "R(B)"]),
+            proc("elsewhere", &["W(C)", "W(D)"]),
+        ],
+        |_| None,
+    )
+    .expect("specs");
+    let r = Refinements {
+        larger_first: false,
+        ..Refinements::ALL
+    };
+    for (outside, expect) in [(0, 0), (1, 1), (2, 1)] {
+        assert_eq!(
+            crate::order::keeps_lock_order(&cands[0][0], &cands[0][1], &[&others[outside]]),
+            expect == 1,
+            "{}",
+            others[outside].name
+        );
+        let choice = choose_orderings(&cands, &[&others[outside]], r)
+            .expect("analysis")
+            .expect("a choice");
+        assert_eq!(choice.picks, vec![expect], "{}", others[outside].name);
+    }
 }

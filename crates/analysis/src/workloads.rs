@@ -180,6 +180,7 @@ CREATE TABLE p5 (client INT PRIMARY KEY, val INT NOT NULL);
         ProcSource {
             name: PROC.into(),
             statements,
+            reorderings: Vec::new(),
         }
     }
 

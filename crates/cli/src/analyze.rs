@@ -13,7 +13,8 @@ use std::process::ExitCode;
 
 use brine_analysis::workloads::{self, rollback_micro};
 use brine_analysis::{
-    analyze_group, classic, report, select, specs_from_sources, ProcSource, ProcSpec, Refinements,
+    analyze_group, choose_orderings, classic, report, select, specs_from_sources, ProcSource,
+    ProcSpec, Refinements,
 };
 use brine_bench::workloads::{
     bank, checking, micro, micro2, micro3, ticket, tpcc, Bank, ListAppend, Micro, Micro2, Micro3,
@@ -106,6 +107,11 @@ fn application(
         .map(|p| ProcSource {
             name: p.name.clone(),
             statements: p.statements.clone(),
+            reorderings: p
+                .reorderings
+                .iter()
+                .map(|r| (r.name.clone(), r.order.clone()))
+                .collect(),
         })
         .collect();
     Ok((app.name, app.ddl, procs))
@@ -131,6 +137,73 @@ fn refinements(off: Option<&str>) -> Result<Refinements, String> {
     Ok(r)
 }
 
+/// What Callas runs for a group whose procedures offer reorderings: the
+/// order it chooses for each (`brine_analysis::order`; `all`, every
+/// procedure's own body, gives the procedures outside the group) and the
+/// pieces, by statement name.
+fn print_runtime_orderings(
+    catalog: &brine_core::Catalog,
+    procs: &[ProcSource],
+    notes: &[(String, Option<brine_analysis::ProcNotes>)],
+    members: &[&ProcSpec],
+    all: &[ProcSpec],
+    r: Refinements,
+) -> Result<(), String> {
+    let sources: Vec<&ProcSource> = members
+        .iter()
+        .filter_map(|m| procs.iter().find(|p| p.name == m.name))
+        .collect();
+    if sources.iter().all(|s| s.reorderings.is_empty()) {
+        return Ok(());
+    }
+    let mut candidates = Vec::new();
+    for src in &sources {
+        let own = notes
+            .iter()
+            .find(|(n, _)| *n == src.name)
+            .and_then(|(_, n)| n.clone())
+            .unwrap_or_default();
+        candidates.push(ProcSpec::candidates(catalog, src, &own).map_err(|e| e.to_string())?);
+    }
+    // The runtime cuts each body in its own order (no larger-first
+    // reordering inside a body) and chooses among the bodies.
+    let runtime = Refinements {
+        larger_first: false,
+        ..r
+    };
+    println!("  Callas runs (each body as written; the orders offered, larger pieces first):");
+    let outside: Vec<&ProcSpec> = all
+        .iter()
+        .filter(|s| !members.iter().any(|m| m.name == s.name))
+        .collect();
+    match choose_orderings(&candidates, &outside, runtime).map_err(|e| e.to_string())? {
+        None => println!(
+            "    no combination runs its chopping in body order: the own bodies, chopped in body order"
+        ),
+        Some(choice) => {
+            for (p, src) in sources.iter().enumerate() {
+                let pick = choice.picks[p];
+                let chosen = &candidates[p][pick];
+                let which = match pick.checked_sub(1) {
+                    None => "its own body".to_string(),
+                    Some(i) => format!("reordering `{}`", src.reorderings[i].0),
+                };
+                let pieces: String = choice.result.rp.choppings[p]
+                    .pieces
+                    .iter()
+                    .map(|piece| {
+                        let names: Vec<&str> =
+                            piece.ops.iter().map(|&o| chosen.ops[o].name.as_str()).collect();
+                        format!("<{}>", names.join(","))
+                    })
+                    .collect();
+                println!("    {:<12} {which}: {pieces}", src.name);
+            }
+        }
+    }
+    Ok(())
+}
+
 fn run_inner(args: &AnalyzeArgs) -> Result<(), String> {
     let r = refinements(args.off.as_deref())?;
     let (app, ddl, procs) = application(&args.workload, args.tpcc_order.as_deref())?;
@@ -138,7 +211,7 @@ fn run_inner(args: &AnalyzeArgs) -> Result<(), String> {
         .iter()
         .map(|p| (p.name.clone(), workloads::notes(&app, &p.name)))
         .collect();
-    let (_catalog, specs) = specs_from_sources(&ddl, &procs, |name| {
+    let (catalog, specs) = specs_from_sources(&ddl, &procs, |name| {
         notes
             .iter()
             .find(|(n, _)| n == name)
@@ -177,6 +250,7 @@ fn run_inner(args: &AnalyzeArgs) -> Result<(), String> {
         let members = select(&specs, &names).map_err(|e| e.to_string())?;
         let result = analyze_group(&members, r).map_err(|e| e.to_string())?;
         print!("{}", report::render_group(&members, &result));
+        print_runtime_orderings(&catalog, &procs, &notes, &members, &specs, r)?;
         println!();
         dot.push_str(&report::render_dot(
             &members,

@@ -194,6 +194,7 @@ fn group(name: &str, mechanism: Mechanism, procedures: &[String]) -> GroupDef {
         name: name.to_string(),
         mechanism,
         procedures: procedures.to_vec(),
+        as_written: false,
     }
 }
 

@@ -110,6 +110,11 @@ pub struct GroupDef {
     pub name: String,
     pub mechanism: Mechanism,
     pub procedures: Vec<String>,
+    /// Runtime Pipelining: run every procedure's own body, never one of
+    /// its reorderings (`rp/as-written`; the analysis's choice is the
+    /// default, `crate::Reordering`).
+    #[serde(default)]
+    pub as_written: bool,
 }
 
 /// Which procedures run in which group. Group ids are positions + 1 (the
@@ -121,7 +126,8 @@ pub struct Grouping {
 
 impl Grouping {
     /// Parses `name:mechanism=proc,proc;name:mechanism=proc`, e.g.
-    /// `orders:2pl=new_order,payment;rest:chop=delivery`.
+    /// `orders:2pl=new_order,payment;rest:chop=delivery`; `rp/as-written`
+    /// is Runtime Pipelining without reorderings.
     pub fn parse(spec: &str) -> Result<Grouping> {
         let mut groups = Vec::new();
         for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
@@ -141,10 +147,20 @@ impl Grouping {
             if name.trim().is_empty() || procedures.is_empty() {
                 return Err(bad());
             }
+            let (mechanism, as_written) = match mechanism.trim().split_once('/') {
+                None => (mechanism.trim(), false),
+                Some((m, "as-written")) if m.trim() == "rp" => (m.trim(), true),
+                Some((_, option)) => {
+                    return Err(Error::Config(format!(
+                        "bad group `{part}`: unknown option `/{option}` (only rp/as-written)"
+                    )))
+                }
+            };
             groups.push(GroupDef {
                 name: name.trim().to_string(),
-                mechanism: mechanism.trim().parse()?,
+                mechanism: mechanism.parse()?,
                 procedures,
+                as_written,
             });
         }
         if groups.is_empty() {
@@ -163,6 +179,7 @@ impl Grouping {
                 name: "all".into(),
                 mechanism: Mechanism::TwoPl,
                 procedures,
+                as_written: false,
             }],
         }
     }
@@ -210,7 +227,14 @@ impl fmt::Display for Grouping {
             if i > 0 {
                 f.write_str(";")?;
             }
-            write!(f, "{}:{}={}", g.name, g.mechanism, g.procedures.join(","))?;
+            let option = if g.as_written { "/as-written" } else { "" };
+            write!(
+                f,
+                "{}:{}{option}={}",
+                g.name,
+                g.mechanism,
+                g.procedures.join(",")
+            )?;
         }
         Ok(())
     }
@@ -276,6 +300,9 @@ pub struct ProcPieces {
     pub by_statement: HashMap<String, Placed>,
     pub safe_by_statement: HashMap<String, Placed>,
     pub mode: Option<Arc<SafeMode>>,
+    /// Runtime Pipelining: the reordering of the body the analysis chose
+    /// (`None`: the procedure's own body).
+    pub reordering: Option<crate::Reordering>,
 }
 
 /// Where a statement runs in a chopping.
@@ -517,6 +544,11 @@ pub fn plan_pieces(
             .map(|d| ProcSource {
                 name: d.name.clone(),
                 statements: d.statements.clone(),
+                reorderings: d
+                    .reorderings
+                    .iter()
+                    .map(|r| (r.name.clone(), r.order.clone()))
+                    .collect(),
             })
             .collect();
         let notes: Vec<(String, Option<brine_analysis::ProcNotes>)> = sources
@@ -548,8 +580,9 @@ pub fn plan_pieces(
         .map_err(fail)?;
         let refs: Vec<&brine_analysis::ProcSpec> = specs.iter().collect();
         // Larger pieces first is the sources' tool reordering the code;
-        // brine runs bodies as written, so where the order is free the
-        // pieces keep the body's order.
+        // brine runs each body as written, so within one body the pieces
+        // keep its order, and larger pieces first chooses among the
+        // bodies a procedure offers (`brine_analysis::order`).
         let refinements = Refinements {
             larger_first: false,
             ..Refinements::ALL
@@ -566,45 +599,106 @@ pub fn plan_pieces(
                         safe_by_statement: by_statement.clone(),
                         by_statement,
                         mode: None,
+                        reordering: None,
                     }),
                 );
             }
             continue;
         }
-        let mut analysed = analyze_group(&refs, refinements).map_err(fail)?;
-        let in_order = |a: &brine_analysis::GroupResult| {
-            a.rp.choppings
-                .iter()
-                .chain(&a.safe)
-                .all(|c| c.runs_in_body_order())
-        };
-        if !in_order(&analysed) {
-            // The ranks put some statement before one its body runs
-            // earlier: the sources' tool would reorder the code. brine
-            // runs bodies as written, so it chops the group again with
-            // every statement depending on the ones before it (coarser
-            // ranks and pieces, in body order).
-            let ordered: Vec<brine_analysis::ProcSpec> =
-                specs.iter().map(|s| s.in_body_order()).collect();
-            let ordered_refs: Vec<&brine_analysis::ProcSpec> = ordered.iter().collect();
-            analysed = analyze_group(&ordered_refs, refinements).map_err(fail)?;
-            tracing::info!(
-                group = %g.name,
-                "chopped in body order: the analysis's ranks would need the bodies reordered"
-            );
-            if !in_order(&analysed) {
-                return Err(Error::Internal(format!(
-                    "group `{}`: the chopping in body order does not run in body order",
-                    g.name
-                )));
+        // Each procedure's candidates: its own body, then its reorderings
+        // (unless the group runs the bodies as written).
+        let mut candidates: Vec<Vec<brine_analysis::ProcSpec>> = Vec::new();
+        for (src, (_, own)) in sources.iter().zip(&notes) {
+            let mut c = brine_analysis::ProcSpec::candidates(
+                &catalog,
+                src,
+                own.as_ref()
+                    .unwrap_or(&brine_analysis::ProcNotes::default()),
+            )
+            .map_err(fail)?;
+            if g.as_written {
+                c.truncate(1);
             }
+            candidates.push(c);
         }
+        let defs: Vec<&crate::ProcedureDef> = sources
+            .iter()
+            .filter_map(|src| procedures.iter().find(|d| d.name == src.name))
+            .collect();
+        // The procedures outside the group, whose lock order a reordering
+        // must keep (only needed when there is a reordering to check).
+        let outside = if candidates.iter().any(|c| c.len() > 1) {
+            let others: Vec<ProcSource> = procedures
+                .iter()
+                .filter(|d| !g.procedures.contains(&d.name))
+                .map(|d| ProcSource {
+                    name: d.name.clone(),
+                    statements: d.statements.clone(),
+                    reorderings: Vec::new(),
+                })
+                .collect();
+            let notes: Vec<Option<brine_analysis::ProcNotes>> = others
+                .iter()
+                .map(|p| brine_analysis::workloads::notes(app, &p.name))
+                .collect();
+            specs_from_sources(ddl, &others, |name| {
+                others
+                    .iter()
+                    .position(|p| p.name == name)
+                    .and_then(|i| notes[i].as_ref())
+            })
+            .map_err(fail)?
+            .1
+        } else {
+            Vec::new()
+        };
+        let outside_refs: Vec<&brine_analysis::ProcSpec> = outside.iter().collect();
+        let (picks, analysed, specs) = match brine_analysis::choose_orderings(
+            &candidates,
+            &outside_refs,
+            refinements,
+        )
+        .map_err(fail)?
+        {
+            Some(choice) => {
+                let chosen: Vec<brine_analysis::ProcSpec> = choice
+                    .picks
+                    .iter()
+                    .zip(&candidates)
+                    .map(|(&i, c)| c[i].clone())
+                    .collect();
+                (choice.picks, choice.result, chosen)
+            }
+            None => {
+                // No combination of the bodies runs its chopping in
+                // order: the ranks put some statement before one a body
+                // runs earlier. Chop the own bodies again with every
+                // statement depending on the ones before it (coarser
+                // ranks and pieces, in body order).
+                let ordered: Vec<brine_analysis::ProcSpec> =
+                    specs.iter().map(|s| s.in_body_order()).collect();
+                let ordered_refs: Vec<&brine_analysis::ProcSpec> = ordered.iter().collect();
+                let analysed = analyze_group(&ordered_refs, refinements).map_err(fail)?;
+                tracing::info!(
+                    group = %g.name,
+                    "chopped in body order: the analysis's ranks would need the bodies reordered"
+                );
+                if !brine_analysis::order::runs_in_body_order(&analysed) {
+                    return Err(Error::Internal(format!(
+                        "group `{}`: the chopping in body order does not run in body order",
+                        g.name
+                    )));
+                }
+                (vec![0; specs.len()], analysed, ordered)
+            }
+        };
         let mode = Arc::new(SafeMode::new(safe_mode));
-        for (((spec, chopping), safe), source) in specs
+        for ((((spec, chopping), safe), source), (def, pick)) in specs
             .iter()
             .zip(&analysed.rp.choppings)
             .zip(&analysed.safe)
             .zip(&sources)
+            .zip(defs.iter().zip(picks))
         {
             // Prepared once for both choppings; a statement that does not
             // prepare is refused when the procedure is, so it only loses
@@ -614,12 +708,22 @@ pub fn plan_pieces(
                 .iter()
                 .filter_map(|(n, sql)| Some((n.as_str(), brine_sql::prepare(&catalog, sql).ok()?)))
                 .collect();
+            let reordering = pick.checked_sub(1).map(|i| def.reorderings[i].clone());
+            if let Some(r) = &reordering {
+                tracing::info!(
+                    group = %g.name,
+                    procedure = %def.name,
+                    reordering = %r.name,
+                    "Runtime Pipelining runs a reordering of the body (its chopping runs better)"
+                );
+            }
             out.insert(
                 spec.name.clone(),
                 Arc::new(ProcPieces {
                     by_statement: place(spec, chopping, Some(&plans)),
                     safe_by_statement: place(spec, safe, Some(&plans)),
                     mode: Some(mode.clone()),
+                    reordering,
                 }),
             );
         }
@@ -1016,9 +1120,14 @@ pub(crate) async fn run_grouped(
             sc: (mechanism == Mechanism::Sc).then(Box::default),
         }));
         let state = Arc::new(Mutex::new(st));
+        // The body whose order the pieces were cut for.
+        let body = pieces
+            .as_ref()
+            .and_then(|p| p.reordering.as_ref())
+            .map_or(&proc.body, |r| &r.body);
         let body_result = loop {
             let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
-            let r = (proc.body)(ctx, args.clone()).await;
+            let r = body(ctx, args.clone()).await;
             if mechanism != Mechanism::Sc {
                 break r;
             }

@@ -40,7 +40,7 @@ pub use cluster::{Client, Cluster, ClusterConfig, Placement, Submitted, TableLoc
 pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
 pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};
 pub use link::LinkConfig;
-pub use procedure::{Application, ProcedureDef};
+pub use procedure::{Application, ProcBody, ProcedureDef, Reordering};
 pub use protocol::{Callas, Isolation, Mutation, Protocol, Salt, SaltOptions};
 pub use stats::StatsSnapshot;
 

@@ -42,6 +42,34 @@ pub struct ProcedureDef {
     /// with `ProcCtx::begin_alkaline` / `end_alkaline`. Under `acid` the
     /// marks are ignored and the whole body is one ACID transaction.
     pub base: bool,
+    /// Other bodies of the same procedure that run its statements in
+    /// another order (see [`ProcedureDef::reordered`]).
+    pub reorderings: Vec<Reordering>,
+}
+
+/// A body equivalent to a procedure's own (same arguments, results and
+/// effects) that runs the statements in another order. Callas' analysis
+/// (seed 002 section 6.1, "identifies better performing subtransaction
+/// orderings") chooses, per Runtime Pipelining group, the order whose
+/// chopping runs best; every other protocol runs the procedure's own body.
+/// The sources' tool rewrites the code; brine's bodies are Rust, so the
+/// author writes the orders the body can take and the analysis chooses.
+#[derive(Clone)]
+pub struct Reordering {
+    /// Shown where the choice is reported (`brine analyze`, the log).
+    pub name: String,
+    /// Every declared statement once, in the order this body runs them.
+    pub order: Vec<String>,
+    pub body: ProcBody,
+}
+
+impl std::fmt::Debug for Reordering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reordering")
+            .field("name", &self.name)
+            .field("order", &self.order)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ProcedureDef {
@@ -52,6 +80,7 @@ impl ProcedureDef {
             name,
             statements: Vec::new(),
             base: false,
+            reorderings: Vec::new(),
             body: Arc::new(move |_, _| {
                 let missing = missing.clone();
                 Box::pin(async move {
@@ -82,6 +111,43 @@ impl ProcedureDef {
         self.body = Arc::new(move |ctx, args| Box::pin(f(ctx, args)));
         self
     }
+
+    /// Offers `body`, which runs the declared statements in `order` and is
+    /// otherwise equivalent to this procedure's body, as a [`Reordering`]
+    /// named `name`. Checked when the procedure is prepared: `order` names
+    /// every declared statement exactly once.
+    pub fn reordered(mut self, name: impl Into<String>, order: &[&str], body: ProcBody) -> Self {
+        self.reorderings.push(Reordering {
+            name: name.into(),
+            order: order.iter().map(|s| s.to_string()).collect(),
+            body,
+        });
+        self
+    }
+
+    /// Checks every reordering's order against the declared statements.
+    fn check_reorderings(&self) -> Result<()> {
+        for r in &self.reorderings {
+            let bad = |msg: String| {
+                Err(Error::Schema(format!(
+                    "procedure `{}`, reordering `{}`: {msg}",
+                    self.name, r.name
+                )))
+            };
+            for (i, name) in r.order.iter().enumerate() {
+                if !self.statements.iter().any(|(n, _)| n == name) {
+                    return bad(format!("names undeclared statement `{name}`"));
+                }
+                if r.order[..i].contains(name) {
+                    return bad(format!("names statement `{name}` twice"));
+                }
+            }
+            if let Some((missing, _)) = self.statements.iter().find(|(n, _)| !r.order.contains(n)) {
+                return bad(format!("leaves out statement `{missing}`"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A procedure with its statements prepared against the catalog.
@@ -95,6 +161,7 @@ pub struct PreparedProc {
 
 impl PreparedProc {
     pub fn prepare(catalog: &Catalog, def: ProcedureDef) -> Result<PreparedProc> {
+        def.check_reorderings()?;
         let mut statements = HashMap::new();
         let mut statement_order = Vec::new();
         for (name, sql) in &def.statements {

@@ -19,6 +19,7 @@ const DDL: &str = "
 CREATE TABLE kv (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
 CREATE TABLE district (d INT NOT NULL, next INT NOT NULL, PRIMARY KEY (d)) PARTITION BY (d);
 CREATE TABLE orders (o INT NOT NULL, d INT NOT NULL, PRIMARY KEY (o)) PARTITION BY (o);
+CREATE TABLE stock (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
 ";
 
 const A: i64 = 1;
@@ -106,6 +107,7 @@ fn app(gates: Gates) -> Application {
                     ctx.exec("bump", vec![Value::Int(1)]).await?;
                     Ok(vec![])
                 }),
+            stocked(&gates_for_order),
             ProcedureDef::new("bump")
                 .statement("add", "UPDATE kv SET v = v + 1 WHERE k = $k")
                 .body(|mut ctx, args| async move {
@@ -149,6 +151,61 @@ fn app(gates: Gates) -> Application {
     }
 }
 
+/// A new-order in miniature with two bodies (seed 002 section 6.1). Its
+/// own takes district `d`'s counter, then writes stock rows k, k+1, k+2
+/// (the larger piece, like new-order's stock loop; no procedure outside
+/// its group writes stock, so the reordering keeps its lock order
+/// towards them); its reordering `rows-first`
+/// writes the rows first. Each waits at gate `<gate>` (if given) after its
+/// first piece. Arguments: d, k, gate. Returns the counter and which body
+/// ran (0: its own, 1: the reordering).
+fn stocked(gates: &Gates) -> ProcedureDef {
+    let body = |rows_first: bool| {
+        let gates = gates.clone();
+        ProcedureDef::new("body")
+            .body(move |mut ctx, args| {
+                let gates = gates.clone();
+                async move {
+                    let (d, k) = (args[0].clone(), int(&args[1]));
+                    let mut steps = [false, true];
+                    if rows_first {
+                        steps.reverse();
+                    }
+                    let mut next = 0;
+                    for (i, rows) in steps.into_iter().enumerate() {
+                        if rows {
+                            for (j, stmt) in ["set1", "set2", "set3"].into_iter().enumerate() {
+                                let row = Value::Int(k + j as i64);
+                                ctx.exec(stmt, vec![Value::Int(7), row]).await?;
+                            }
+                        } else {
+                            ctx.exec("bump", vec![d.clone()]).await?;
+                            next = int(&ctx.exec("get", vec![d.clone()]).await?.rows[0][0]);
+                        }
+                        if let (0, Some(g)) = (i, args.get(2).and_then(Value::as_str)) {
+                            gates.wait(g).await;
+                        }
+                    }
+                    Ok(vec![Value::Int(next), Value::Int(i64::from(rows_first))])
+                }
+            })
+            .body
+    };
+    let set = "UPDATE stock SET v = $v WHERE k = $k";
+    let mut def = ProcedureDef::new("stocked")
+        .statement("bump", "UPDATE district SET next = next + 1 WHERE d = $d")
+        .statement("get", "SELECT next FROM district WHERE d = $d")
+        .statement("set1", set)
+        .statement("set2", set)
+        .statement("set3", set);
+    def.body = body(false);
+    def.reordered(
+        "rows-first",
+        &["set1", "set2", "set3", "bump", "get"],
+        body(true),
+    )
+}
+
 fn config(
     grouping: &str,
     mutation: Option<Mutation>,
@@ -177,6 +234,8 @@ async fn start(cfg: ClusterConfig, gates: Gates) -> Cluster {
     let c = Cluster::start(cfg, app(gates)).expect("start");
     let rows = (0..8).map(|k| vec![Value::Int(k), Value::Int(0)]).collect();
     c.load("kv", rows).await.expect("load");
+    let rows = (0..8).map(|k| vec![Value::Int(k), Value::Int(0)]).collect();
+    c.load("stock", rows).await.expect("load");
     let districts = (1..=2)
         .map(|d| vec![Value::Int(d), Value::Int(0)])
         .collect();
@@ -566,4 +625,96 @@ async fn an_older_transaction_dies_rather_than_wait_for_a_committed_piece() {
     c.locks_released(Duration::from_secs(2))
         .await
         .expect("no lock state outlives its transaction");
+}
+
+/// Seed 002 section 6.1: the analysis runs the body that takes the larger
+/// piece first. T1 pauses after its first piece; T2 runs on the same
+/// district and other rows. Reordered (rows first), T2 writes its rows
+/// without meeting T1, takes the counter T1 has not reached yet, and
+/// finishes while T1 is paused. As written (`rp/as-written`: the counter
+/// first), T2 reads T1's uncommitted counter and its rows wait until T1
+/// has run its own: T2 is held until T1 goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reordered_body_runs_its_larger_piece_before_the_counter() {
+    for (grouping, reordered) in [
+        ("stock:rp=stocked", true),
+        ("stock:rp/as-written=stocked", false),
+    ] {
+        let gates = Gates::default();
+        let c = start(config(grouping, None, None), gates.clone()).await;
+        let t1 = call(
+            &c,
+            "stocked",
+            vec![Value::Int(1), Value::Int(1), Value::str("t1")],
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let client = c.client();
+        let mut t2 = tokio::spawn(async move {
+            client
+                .call("stocked", vec![Value::Int(1), Value::Int(4)])
+                .await
+        });
+        let early = within(&mut t2).await;
+        assert_eq!(
+            early.is_some(),
+            reordered,
+            "{grouping}: T2 done while T1 paused"
+        );
+        gates.open("t1");
+        let t1 = t1.await.unwrap().expect("T1 commits");
+        let t2 = match early {
+            Some(r) => r,
+            None => t2.await.unwrap(),
+        }
+        .expect("T2 commits")
+        .values;
+        let body = Value::Int(i64::from(reordered));
+        let (first, second) = if reordered { (2, 1) } else { (1, 2) };
+        assert_eq!(t1, vec![Value::Int(first), body.clone()], "{grouping}: T1");
+        assert_eq!(t2, vec![Value::Int(second), body], "{grouping}: T2");
+        let next = "SELECT next FROM district WHERE d = $d";
+        assert_eq!(acid_read(&c, next, 1).await, Some(2), "{grouping}");
+        for k in 1..=6 {
+            let v = acid_read(&c, "SELECT v FROM stock WHERE k = $k", k).await;
+            assert_eq!(v, Some(7), "{grouping}: row {k}");
+        }
+    }
+    // Every other protocol runs the procedure's own body.
+    let mut cfg = config("stock:rp=stocked", None, None);
+    cfg.protocol = "acid".into();
+    cfg.grouping = None;
+    let c = start(cfg, Gates::default()).await;
+    let r = call(&c, "stocked", vec![Value::Int(2), Value::Int(1)])
+        .await
+        .unwrap()
+        .expect("commits");
+    assert_eq!(r, vec![Value::Int(1), Value::Int(0)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reordering_that_leaves_out_a_statement_is_refused() {
+    let body = ProcedureDef::new("b")
+        .body(|_, _| async { Ok(vec![]) })
+        .body;
+    let app = Application {
+        name: "bad-reordering".into(),
+        ddl: DDL.into(),
+        procedures: vec![ProcedureDef::new("p")
+            .statement("bump", "UPDATE district SET next = next + 1 WHERE d = $d")
+            .statement("get", "SELECT next FROM district WHERE d = $d")
+            .body(|_, _| async { Ok(vec![]) })
+            .reordered("get-first", &["get"], body)],
+    };
+    let cfg = ClusterConfig {
+        link: LinkConfig {
+            delay_us: 0,
+            jitter_us: 0,
+        },
+        ..ClusterConfig::default()
+    };
+    let e = Cluster::start(cfg, app).err().expect("refused").to_string();
+    assert!(
+        e.contains("reordering `get-first`") && e.contains("leaves out statement `bump`"),
+        "{e}"
+    );
 }
