@@ -259,13 +259,15 @@ struct BenchArgs {
     /// The concurrency-control protocol: acid; salt or salt-nolocal (Salt, with or without
     /// the local-transaction optimization); callas (transaction groups with nexus locks, see
     /// --grouping); raw (every statement locks only while it runs: the "raw ops" upper
-    /// bound, no isolation, invariants may break).
-    #[arg(long, value_name = "P", default_value = "acid")]
-    protocol: String,
+    /// bound, no isolation, invariants may break). [default: acid; with --cluster, the
+    /// cluster file's]
+    #[arg(long, value_name = "P")]
+    protocol: Option<String>,
 
-    /// Isolation level of ACID transactions.
-    #[arg(long, value_enum, default_value_t = IsolationArg::Serializable)]
-    isolation: IsolationArg,
+    /// Isolation level of ACID transactions. [default: serializable; with --cluster, the
+    /// cluster file's]
+    #[arg(long, value_enum)]
+    isolation: Option<IsolationArg>,
 
     /// Callas' transaction groups, for the `callas` points:
     /// `name:mechanism=proc,proc;...` with mechanism 2pl, chop, sc (classic
@@ -482,7 +484,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         .collect();
     let protocols = match &args.compare {
         Some(list) => parse_names(list, "--compare").map_err(BenchError::Config)?,
-        None => vec![args.protocol.clone()],
+        None => vec![args.protocol.clone().unwrap_or_else(|| "acid".into())],
     };
     let mut cluster = ClusterConfig {
         nodes: args.nodes,
@@ -496,10 +498,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
             jitter_us: args.jitter,
         },
         seed: args.seed,
-        isolation: match args.isolation {
-            IsolationArg::ReadCommitted => Isolation::ReadCommitted,
-            IsolationArg::Serializable => Isolation::Serializable,
-        },
+        isolation: isolation_of(args.isolation).unwrap_or(Isolation::Serializable),
         history: args.history.clone(),
         grouping: None,
         ..ClusterConfig::default()
@@ -835,6 +834,13 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
     }
 }
 
+fn isolation_of(arg: Option<IsolationArg>) -> Option<Isolation> {
+    arg.map(|a| match a {
+        IsolationArg::ReadCommitted => Isolation::ReadCommitted,
+        IsolationArg::Serializable => Isolation::Serializable,
+    })
+}
+
 async fn bench(args: BenchArgs) -> Result<(), BenchError> {
     let mut spec = spec_from(&args)?;
     if let Some(path) = &args.cluster {
@@ -843,7 +849,14 @@ async fn bench(args: BenchArgs) -> Result<(), BenchError> {
             .to_possible_value()
             .map(|v| v.get_name().to_string())
             .unwrap_or_default();
-        node::use_cluster_file(&mut spec, path, &name)?;
+        // The servers' protocol and isolation, unless asked for (and then
+        // they must agree: a coordinator of another protocol would meet
+        // partitions configured for the servers').
+        let asked = (
+            args.compare.is_some() || args.protocol.is_some(),
+            isolation_of(args.isolation),
+        );
+        node::use_cluster_file(&mut spec, path, &name, asked)?;
     }
     let workloads = workloads_from(&args)?;
     spec.validate()?;

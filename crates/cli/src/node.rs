@@ -58,10 +58,7 @@ pub enum NodeError {
 /// The engine configuration of the cluster in `file` (no simulated link:
 /// the network is real).
 pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
-    let isolation = match file.isolation.as_str() {
-        "read-committed" => Isolation::ReadCommitted,
-        _ => Isolation::Serializable,
-    };
+    let isolation = isolation_of(file)?;
     let mut config = ClusterConfig {
         nodes: file.nodes.len() as u32,
         partitions_per_node: file.partitions_per_node,
@@ -883,15 +880,51 @@ pub async fn status(args: &StatusArgs) -> Result<(), NodeError> {
     Ok(())
 }
 
-/// Points a bench run at the cluster of `path`: its topology, no simulated
-/// link, and calls coordinated in this process.
+/// The file's isolation level; an unknown name is an error.
+fn isolation_of(file: &ClusterFile) -> Result<Isolation, NodeError> {
+    match file.isolation.as_str() {
+        "read-committed" => Ok(Isolation::ReadCommitted),
+        "serializable" => Ok(Isolation::Serializable),
+        other => Err(NodeError::Config(format!(
+            "isolation `{other}`: expected serializable or read-committed"
+        ))),
+    }
+}
+
+/// Points a bench run at the cluster of `path`: its topology, protocol and
+/// isolation, no simulated link, and calls coordinated in this process.
+/// `asked`: whether the command named protocols, and the isolation it
+/// named; they must be the cluster's (a coordinator of another protocol
+/// would meet partitions configured for the servers': Salt's deadlock
+/// detector under `acid` calls, say).
 pub fn use_cluster_file(
     spec: &mut brine_bench::driver::BenchSpec,
     path: &Path,
     workload: &str,
+    asked: (bool, Option<Isolation>),
 ) -> Result<(), brine_bench::BenchError> {
     use brine_bench::BenchError;
     let file = read_file(path).map_err(|e| BenchError::Config(e.to_string()))?;
+    let isolation = isolation_of(&file).map_err(|e| BenchError::Config(e.to_string()))?;
+    let (asked_protocol, asked_isolation) = asked;
+    if asked_protocol {
+        if let Some(other) = spec.protocols.iter().find(|p| **p != file.protocol) {
+            return Err(BenchError::Config(format!(
+                "the cluster at {} runs protocol `{}`, not `{other}` (leave out --protocol to use it)",
+                path.display(),
+                file.protocol
+            )));
+        }
+    }
+    if asked_isolation.is_some_and(|i| i != isolation) {
+        return Err(BenchError::Config(format!(
+            "the cluster at {} runs {isolation} (leave out --isolation to use it)",
+            path.display()
+        )));
+    }
+    spec.protocols = vec![file.protocol.clone()];
+    spec.cluster.protocol = file.protocol.clone();
+    spec.cluster.isolation = isolation;
     if file.workload != workload {
         return Err(BenchError::Config(format!(
             "the cluster at {} runs workload `{}`, not `{workload}`",

@@ -459,10 +459,18 @@ impl Cluster {
             partition_counters.push(counters);
         }
         if config.lock.policy == DeadlockPolicy::Detect && !local.is_empty() {
-            // Cycles through several of this process's partitions, and
-            // those a partition's own search gave up on (`MAX_SEARCH`).
-            let weak = local.values().map(|tx| tx.downgrade()).collect();
-            tokio::spawn(crate::deadlock::run(weak, link.clone()));
+            // Cycles through several partitions, and those a partition's
+            // own search gave up on (`MAX_SEARCH`). In one process: its
+            // partitions. Across processes: node 0 watches every
+            // partition, its peers' over the wire (`deadlock`).
+            let watched: Vec<_> = match hosting_node {
+                None => local.values().map(|tx| tx.downgrade()).collect(),
+                Some(NodeId(0)) => partitions.iter().map(|p| p.tx.downgrade()).collect(),
+                Some(_) => Vec::new(),
+            };
+            if !watched.is_empty() {
+                tokio::spawn(crate::deadlock::run(watched, link.clone()));
+            }
         }
         let history = match &config.history {
             Some(path) => {

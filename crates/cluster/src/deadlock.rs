@@ -24,10 +24,16 @@
 //! passing wait left out keeps the snapshot, taken from the partitions one
 //! after the other, from showing cycles that no longer exist. A victim
 //! chosen on a stale edge is aborted and retried, as a timeout would have
-//! done later. The timeout stays the backstop, and the only handling of
-//! cycles across processes (each process runs this over its own
-//! partitions). The detector's messages do not cross the simulated link:
-//! it stands for a service of the cluster, not a client of it.
+//! done later. The timeout stays the backstop. Across processes (`brine
+//! server`), node 0 runs the detector over every partition, asking its
+//! peers' over the wire (`WireMsg::WaitGraph`, `WireMsg::BreakDeadlock`);
+//! the other nodes run none, and while node 0 is down the timeout is the
+//! only handling of cycles across partitions. (Before, each process ran it
+//! over its own partitions: bank under Salt over three processes ran at
+//! 10.6 txn/s against `acid`'s 5,367, every cycle through two processes
+//! waiting out the 500 ms timeout.) The detector's messages do not cross
+//! the simulated link: it stands for a service of the cluster, not a
+//! client of it.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

@@ -106,7 +106,7 @@ pub enum Vote {
 }
 
 /// One partition's part of the cluster's wait-for graph.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct WaitGraph {
     /// `(a, b)`: `a` waits for `b`.
     pub edges: Vec<(TxnId, TxnId)>,

@@ -432,8 +432,16 @@ impl Partition {
                 reply.send(Vote::No);
             }
             PartitionMsg::Protect { owner } => {
-                self.locks.protect(owner, &mut self.wakeups);
-                self.process_wakeups();
+                // Only while the owner holds or waits for something here:
+                // over TCP this message may overtake nothing but be
+                // overtaken by the owner's release, and protecting an
+                // ended transaction would keep it in the lock table for
+                // good. Its later statements here carry the protection
+                // (`BaseStmt::protect`).
+                if self.locks.knows(owner) {
+                    self.locks.protect(owner, &mut self.wakeups);
+                    self.process_wakeups();
+                }
             }
             PartitionMsg::EndPiece { owner } => {
                 if let Some(&g) = self.callas_groups.get(&owner) {

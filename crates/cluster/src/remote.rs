@@ -43,7 +43,8 @@ use crate::decision::DecisionBook;
 pub use crate::decision::Inquiry;
 use crate::link::{Link, LinkConfig};
 use crate::message::{
-    BaseStmt, Executed, Gate, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote,
+    BaseStmt, Executed, Gate, GateNotice, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote,
+    WaitGraph,
 };
 
 /// The client of one peer node.
@@ -95,6 +96,7 @@ pub enum WireMsg {
         lock: LockSpec,
         base: Option<BaseStmt>,
         intro: Option<(String, Vec<Value>)>,
+        gate: WireGate,
     },
     /// `expect`: the incarnation that ran the transaction's statements.
     Prepare {
@@ -129,6 +131,36 @@ pub enum WireMsg {
     AbortOrphans {
         coordinator: u32,
     },
+    /// The partition's part of the wait-for graph, for the cluster-wide
+    /// deadlock detector (`deadlock`), which runs on one node.
+    WaitGraph {
+        older_than_us: u64,
+    },
+    /// The detector chose `victim` (see `PartitionMsg::BreakDeadlock`).
+    BreakDeadlock {
+        victim: TxnId,
+        pass: bool,
+    },
+    /// The next change of readiness of `txn`'s statement gated here
+    /// (`WireGate::Coordinated`): answered when it comes
+    /// (`WireResponse::GateReady`).
+    WatchGate {
+        txn: TxnId,
+    },
+    /// Opens `txn`'s gated statement here (`PartitionMsg::Ungate`).
+    Ungate {
+        txn: TxnId,
+    },
+}
+
+/// How a statement sent over the wire is gated (`message::Gate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireGate {
+    None,
+    Local,
+    /// Its coordinator ungates it; it watches the readiness with
+    /// `WireMsg::WatchGate`.
+    Coordinated,
 }
 
 /// A node's status as `brine status` shows it: per partition its rows,
@@ -158,6 +190,10 @@ pub enum WireResponse {
     Rows(Result<QueryResult>),
     Decision(Inquiry),
     Orphans(Vec<TxnId>),
+    WaitGraph(WaitGraph),
+    /// A gated statement's readiness changed (`Some`), or it is no longer
+    /// gated here (`None`: executed, aborted, or never was).
+    GateReady(Option<bool>),
     /// The request was well-formed but cannot be served here (e.g. a
     /// partition this node does not host).
     Refused(Error),
@@ -236,11 +272,21 @@ async fn forward(
             gate,
             reply,
         } => {
-            // Gating is for partitions in this process: a remote one runs
-            // the statement as any other, so it counts as ready now.
-            if let Some(Gate::Coordinated(notice)) = gate {
-                notice.send(true);
-            }
+            let wire_gate = match &gate {
+                None => WireGate::None,
+                Some(Gate::Local) => WireGate::Local,
+                Some(Gate::Coordinated(_)) => WireGate::Coordinated,
+            };
+            // The coordinator learns the readiness by watching it.
+            let watch = match gate {
+                Some(Gate::Coordinated(notice)) => Some(tokio::spawn(watch_gate(
+                    partition,
+                    client.clone(),
+                    txn,
+                    notice,
+                ))),
+                _ => None,
+            };
             let msg = WireMsg::Execute {
                 txn,
                 sql: plan.sql().to_string(),
@@ -248,8 +294,13 @@ async fn forward(
                 lock,
                 base,
                 intro: intro.map(|i| (i.0.clone(), i.1.clone())),
+                gate: wire_gate,
             };
-            let answer = match client.request(request(msg)).await {
+            let answer = client.request(request(msg)).await;
+            if let Some(w) = watch {
+                w.abort();
+            }
+            let answer = match answer {
                 Ok(WireResponse::Executed(r, incarnation)) => {
                     if seen.ran(txn, incarnation) {
                         r
@@ -343,7 +394,11 @@ async fn forward(
             }
             reply.send(());
         }
-        PartitionMsg::Ungate { .. } => {}
+        PartitionMsg::Ungate { txn } => {
+            if let Err(e) = client.request(request(WireMsg::Ungate { txn })).await {
+                tracing::warn!(%txn, "ungate not delivered: {}", unreachable(&e));
+            }
+        }
         PartitionMsg::EndPiece { owner } => {
             // Callas runs in one process only (Cluster::start refuses it
             // on nodes), so this never crosses the network.
@@ -377,14 +432,33 @@ async fn forward(
             };
             reply.send(answer);
         }
-        PartitionMsg::WaitGraph { reply, .. } => {
-            // The deadlock detector asks the partitions of its own process
-            // only (`deadlock`); across processes the lock wait timeout is
-            // the backstop.
-            reply.send(Default::default());
+        PartitionMsg::WaitGraph { older_than, reply } => {
+            // A peer that cannot answer shows no waits: its cycles wait
+            // for the detector's next round, or for the lock wait timeout.
+            let older_than_us = u64::try_from(older_than.as_micros()).unwrap_or(u64::MAX);
+            let graph = match client
+                .request(request(WireMsg::WaitGraph { older_than_us }))
+                .await
+            {
+                Ok(WireResponse::WaitGraph(g)) => g,
+                Ok(other) => {
+                    tracing::debug!("wait graph: {}", unexpected(&other));
+                    WaitGraph::default()
+                }
+                Err(e) => {
+                    tracing::debug!("wait graph: {}", unreachable(&e));
+                    WaitGraph::default()
+                }
+            };
+            reply.send(graph);
         }
-        PartitionMsg::BreakDeadlock { victim, .. } => {
-            tracing::error!(%victim, "a deadlock victim cannot be named to another process");
+        PartitionMsg::BreakDeadlock { victim, pass } => {
+            if let Err(e) = client
+                .request(request(WireMsg::BreakDeadlock { victim, pass }))
+                .await
+            {
+                tracing::warn!(%victim, "deadlock victim not delivered: {}", unreachable(&e));
+            }
         }
         PartitionMsg::Status { reply } => {
             let answer = match client.request(request(WireMsg::Status)).await {
@@ -438,6 +512,50 @@ pub struct NodeService {
     incarnation: u64,
     /// The other nodes.
     peers: HashMap<NodeId, Arc<PeerClient>>,
+    /// Readiness of the statements gated here for a remote coordinator,
+    /// by (partition, transaction), for `WireMsg::WatchGate`.
+    gates: parking_lot::Mutex<HashMap<(u32, TxnId), GateWatch>>,
+}
+
+/// A gated statement's readiness queue: waiting for a watch, or taken by
+/// one.
+enum GateWatch {
+    Idle(mpsc::UnboundedReceiver<(usize, bool)>),
+    Watched,
+}
+
+/// Forgets a gated statement's readiness queue when its `Execute` is
+/// answered (or dropped).
+struct GateForget<'a> {
+    gates: &'a parking_lot::Mutex<HashMap<(u32, TxnId), GateWatch>>,
+    key: (u32, TxnId),
+}
+
+impl Drop for GateForget<'_> {
+    fn drop(&mut self) {
+        self.gates.lock().remove(&self.key);
+    }
+}
+
+/// How long a `WatchGate` waits for its statement's `Execute` to arrive
+/// (both leave the coordinator together and may cross).
+const GATE_REGISTER_WAIT: Duration = Duration::from_millis(50);
+
+/// The coordinator's side of a statement gated at a remote partition:
+/// watches its readiness there and reports every change through `notice`,
+/// until the partition says it is no longer gated (or cannot be reached;
+/// then the statement's lock wait timeout ends it).
+async fn watch_gate(partition: u32, client: Arc<PeerClient>, txn: TxnId, notice: GateNotice) {
+    loop {
+        let msg = WireMsg::WatchGate { txn };
+        match client
+            .request(WireRequest::Partition { partition, msg })
+            .await
+        {
+            Ok(WireResponse::GateReady(Some(ready))) => notice.send(ready),
+            _ => return,
+        }
+    }
 }
 
 impl NodeService {
@@ -464,7 +582,31 @@ impl NodeService {
             book,
             incarnation: rand::random(),
             peers,
+            gates: parking_lot::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// `WireMsg::WatchGate`: the next readiness change of `txn`'s
+    /// statement gated at `partition`.
+    async fn watch_gate(&self, partition: u32, txn: TxnId) -> WireResponse {
+        let key = (partition, txn);
+        let deadline = Instant::now() + GATE_REGISTER_WAIT;
+        let mut rx = loop {
+            if let Some(w) = self.gates.lock().get_mut(&key) {
+                if let GateWatch::Idle(rx) = std::mem::replace(w, GateWatch::Watched) {
+                    break rx;
+                }
+            }
+            if Instant::now() >= deadline {
+                return WireResponse::GateReady(None);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        let next = rx.recv().await;
+        if let Some(w) = self.gates.lock().get_mut(&key) {
+            *w = GateWatch::Idle(rx);
+        }
+        WireResponse::GateReady(next.map(|(_, ready)| ready))
     }
 
     fn plan(&self, sql: &str) -> Result<Arc<Plan>> {
@@ -512,12 +654,28 @@ impl NodeService {
                 lock,
                 base,
                 intro,
+                gate,
             } => {
                 let plan = match self.plan(&sql) {
                     Ok(p) => p,
                     Err(e) => return WireResponse::Executed(Err(e), self.incarnation),
                 };
                 let intro = intro.map(Arc::new);
+                let gate = match gate {
+                    WireGate::None => None,
+                    WireGate::Local => Some(Gate::Local),
+                    WireGate::Coordinated => {
+                        // Readiness goes to `WatchGate`, through this queue.
+                        let (ready_tx, ready_rx) = mpsc::unbounded_channel();
+                        self.gates.lock().insert((partition, txn), GateWatch::Idle(ready_rx));
+                        let notice = GateNotice::new(&self.link, self.node, self.node, 0, ready_tx);
+                        Some(Gate::Coordinated(notice))
+                    }
+                };
+                let _forget = GateForget {
+                    gates: &self.gates,
+                    key: (partition, txn),
+                };
                 ask!(
                     |reply| PartitionMsg::Execute {
                         txn,
@@ -526,7 +684,7 @@ impl NodeService {
                         lock,
                         base,
                         intro,
-                        gate: None,
+                        gate,
                         reply
                     },
                     |r| WireResponse::Executed(r, self.incarnation)
@@ -584,6 +742,33 @@ impl NodeService {
                 |reply| PartitionMsg::AbortOrphans { coordinator, reply },
                 WireResponse::Orphans
             ),
+            WireMsg::WaitGraph { older_than_us } => ask!(
+                |reply| PartitionMsg::WaitGraph {
+                    older_than: Duration::from_micros(older_than_us),
+                    reply
+                },
+                WireResponse::WaitGraph
+            ),
+            WireMsg::WatchGate { txn } => self.watch_gate(partition, txn).await,
+            WireMsg::Ungate { txn } => {
+                if tx.send(PartitionMsg::Ungate { txn }).is_err() {
+                    return WireResponse::Refused(Error::Transport(format!(
+                        "partition {partition} is shut down"
+                    )));
+                }
+                WireResponse::Ack
+            }
+            WireMsg::BreakDeadlock { victim, pass } => {
+                if tx
+                    .send(PartitionMsg::BreakDeadlock { victim, pass })
+                    .is_err()
+                {
+                    return WireResponse::Refused(Error::Transport(format!(
+                        "partition {partition} is shut down"
+                    )));
+                }
+                WireResponse::Ack
+            }
         }
     }
 

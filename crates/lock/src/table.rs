@@ -1772,6 +1772,12 @@ impl LockTable {
         self.txns.len()
     }
 
+    /// Whether the table keeps any state for `txn` (a lock, a wait, a
+    /// protection).
+    pub fn knows(&self, txn: TxnId) -> bool {
+        self.txns.contains_key(&txn)
+    }
+
     /// Those transactions' ids (O(transactions): not for the hot path).
     pub fn txn_ids(&self) -> impl Iterator<Item = TxnId> + '_ {
         self.txns.keys().copied()
