@@ -148,20 +148,38 @@ fn tpcc_specs() -> Vec<ProcSpec> {
     )
     .expect("tpcc");
     let app = w.application();
-    let procs: Vec<ProcSource> = app
-        .procedures
-        .iter()
-        .map(|p| ProcSource {
-            name: p.name.clone(),
-            statements: p.statements.clone(),
-            reorderings: Vec::new(),
-        })
-        .collect();
+    own_specs(
+        &app.ddl,
+        app.procedures.iter().map(|p| source!(p)).collect(),
+    )
+}
+
+/// What the analysis reads of a `brine_cluster::ProcedureDef` (its
+/// `source()`, which would be the library build's `ProcSource`, not this
+/// test build's).
+macro_rules! source {
+    ($p:expr) => {
+        ProcSource {
+            name: $p.name.clone(),
+            statements: $p.statements.clone(),
+            reorderings: $p
+                .reorderings
+                .iter()
+                .map(|r| (r.name.clone(), r.order.clone()))
+                .collect(),
+        }
+    };
+}
+use source;
+
+/// The specs of the procedures' own bodies, with the analysis's notes for
+/// TPC-C.
+fn own_specs(ddl: &str, procs: Vec<ProcSource>) -> Vec<ProcSpec> {
     let notes: Vec<(String, Option<ProcNotes>)> = procs
         .iter()
         .map(|p| (p.name.clone(), workloads::notes("tpcc", &p.name)))
         .collect();
-    specs_from_sources(&app.ddl, &procs, |n| {
+    specs_from_sources(ddl, &procs, |n| {
         notes
             .iter()
             .find(|(k, _)| k == n)
@@ -593,39 +611,15 @@ fn tpcc_new_order_runs_the_stock_loop_first() {
             .iter()
             .filter(|p| group.contains(&p.name.as_str()))
         {
-            let src = ProcSource {
-                name: p.name.clone(),
-                statements: p.statements.clone(),
-                reorderings: p
-                    .reorderings
-                    .iter()
-                    .map(|r| (r.name.clone(), r.order.clone()))
-                    .collect(),
-            };
+            let src = source!(p);
             let notes = workloads::notes("tpcc", &p.name).unwrap_or_default();
             cands.push(ProcSpec::candidates(&catalog, &src, &notes).expect("candidates"));
             names.push(src.reorderings.clone());
         }
-        let all: Vec<ProcSource> = app
-            .procedures
-            .iter()
-            .map(|p| ProcSource {
-                name: p.name.clone(),
-                statements: p.statements.clone(),
-                reorderings: Vec::new(),
-            })
-            .collect();
-        let all_notes: Vec<(String, Option<ProcNotes>)> = all
-            .iter()
-            .map(|p| (p.name.clone(), workloads::notes("tpcc", &p.name)))
-            .collect();
-        let (_, all) = specs_from_sources(&app.ddl, &all, |n| {
-            all_notes
-                .iter()
-                .find(|(k, _)| k == n)
-                .and_then(|(_, x)| x.as_ref())
-        })
-        .expect("specs");
+        let all = own_specs(
+            &app.ddl,
+            app.procedures.iter().map(|p| source!(p)).collect(),
+        );
         let outside: Vec<&ProcSpec> = all
             .iter()
             .filter(|s| !group.contains(&s.name.as_str()))

@@ -104,15 +104,7 @@ fn application(
     let procs = app
         .procedures
         .iter()
-        .map(|p| ProcSource {
-            name: p.name.clone(),
-            statements: p.statements.clone(),
-            reorderings: p
-                .reorderings
-                .iter()
-                .map(|r| (r.name.clone(), r.order.clone()))
-                .collect(),
-        })
+        .map(brine_cluster::ProcedureDef::source)
         .collect();
     Ok((app.name, app.ddl, procs))
 }

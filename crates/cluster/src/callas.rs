@@ -541,15 +541,7 @@ pub fn plan_pieces(
             .procedures
             .iter()
             .filter_map(|name| procedures.iter().find(|d| &d.name == name))
-            .map(|d| ProcSource {
-                name: d.name.clone(),
-                statements: d.statements.clone(),
-                reorderings: d
-                    .reorderings
-                    .iter()
-                    .map(|r| (r.name.clone(), r.order.clone()))
-                    .collect(),
-            })
+            .map(crate::ProcedureDef::source)
             .collect();
         let notes: Vec<(String, Option<brine_analysis::ProcNotes>)> = sources
             .iter()
@@ -631,11 +623,7 @@ pub fn plan_pieces(
             let others: Vec<ProcSource> = procedures
                 .iter()
                 .filter(|d| !g.procedures.contains(&d.name))
-                .map(|d| ProcSource {
-                    name: d.name.clone(),
-                    statements: d.statements.clone(),
-                    reorderings: Vec::new(),
-                })
+                .map(crate::ProcedureDef::source)
                 .collect();
             let notes: Vec<Option<brine_analysis::ProcNotes>> = others
                 .iter()

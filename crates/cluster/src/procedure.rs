@@ -125,6 +125,20 @@ impl ProcedureDef {
         self
     }
 
+    /// What the static analysis reads of the procedure: its statements and
+    /// its reorderings' orders.
+    pub fn source(&self) -> brine_analysis::ProcSource {
+        brine_analysis::ProcSource {
+            name: self.name.clone(),
+            statements: self.statements.clone(),
+            reorderings: self
+                .reorderings
+                .iter()
+                .map(|r| (r.name.clone(), r.order.clone()))
+                .collect(),
+        }
+    }
+
     /// Checks every reordering's order against the declared statements.
     fn check_reorderings(&self) -> Result<()> {
         for r in &self.reorderings {
