@@ -1364,6 +1364,16 @@ mod tests {
         assert_eq!(g.group_of("delivery"), Some((2, Mechanism::Chop)));
         assert_eq!(g.group_of("stock_level"), None);
         g.validate(["new_order", "payment", "delivery", "stock_level"])?;
+        let g = Grouping::parse("orders: rp/as-written =new_order;rest:rp=delivery")?;
+        assert!(g.groups[0].as_written && !g.groups[1].as_written);
+        assert_eq!(
+            g.to_string(),
+            "orders:rp/as-written=new_order;rest:rp=delivery"
+        );
+        for bad in ["orders:2pl/as-written=new_order", "orders:rp/fast=new_order"] {
+            let e = Grouping::parse(bad).expect_err(bad).to_string();
+            assert!(e.contains("only rp/as-written"), "{bad}: {e}");
+        }
         Ok(())
     }
 
