@@ -1370,7 +1370,10 @@ mod tests {
             g.to_string(),
             "orders:rp/as-written=new_order;rest:rp=delivery"
         );
-        for bad in ["orders:2pl/as-written=new_order", "orders:rp/fast=new_order"] {
+        for bad in [
+            "orders:2pl/as-written=new_order",
+            "orders:rp/fast=new_order",
+        ] {
             let e = Grouping::parse(bad).expect_err(bad).to_string();
             assert!(e.contains("only rp/as-written"), "{bad}: {e}");
         }
