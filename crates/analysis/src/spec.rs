@@ -419,7 +419,19 @@ impl ProcSpec {
         src: &ProcSource,
         notes: &ProcNotes,
     ) -> Result<Vec<ProcSpec>> {
-        let mut out = vec![ProcSpec::from_source(catalog, src, notes)?];
+        ProcSpec::from_source(catalog, src, notes)?.with_reorderings(catalog, src, notes)
+    }
+
+    /// This spec (the own body of `src`, from `notes`) followed by one
+    /// per reordering `src` offers: [`ProcSpec::candidates`] for a caller
+    /// that has the own spec already.
+    pub fn with_reorderings(
+        self,
+        catalog: &Catalog,
+        src: &ProcSource,
+        notes: &ProcNotes,
+    ) -> Result<Vec<ProcSpec>> {
+        let mut out = vec![self];
         for (name, order) in &src.reorderings {
             out.push(
                 ProcSpec::from_source(catalog, src, &notes.for_order(order)).map_err(|e| {

@@ -175,18 +175,9 @@ use source;
 /// The specs of the procedures' own bodies, with the analysis's notes for
 /// TPC-C.
 fn own_specs(ddl: &str, procs: Vec<ProcSource>) -> Vec<ProcSpec> {
-    let notes: Vec<(String, Option<ProcNotes>)> = procs
-        .iter()
-        .map(|p| (p.name.clone(), workloads::notes("tpcc", &p.name)))
-        .collect();
-    specs_from_sources(ddl, &procs, |n| {
-        notes
-            .iter()
-            .find(|(k, _)| k == n)
-            .and_then(|(_, x)| x.as_ref())
-    })
-    .expect("tpcc specs")
-    .1
+    workloads::specs_with_notes("tpcc", ddl, &procs)
+        .expect("tpcc specs")
+        .1
 }
 
 #[test]

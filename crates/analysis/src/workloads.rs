@@ -8,7 +8,26 @@
 //! whose rank is below the current piece's, so a stale note shows up as
 //! an error, not as a silent anomaly).
 
-use crate::spec::{ProcNotes, ProcSource};
+use brine_core::Catalog;
+
+use crate::error::Result;
+use crate::spec::{specs_from_sources, ProcNotes, ProcSource, ProcSpec};
+
+/// The specs of `procs` (declared by application `app` with schema `ddl`),
+/// each with the notes the analysis keeps for it, if any.
+pub fn specs_with_notes(
+    app: &str,
+    ddl: &str,
+    procs: &[ProcSource],
+) -> Result<(Catalog, Vec<ProcSpec>)> {
+    let notes: Vec<Option<ProcNotes>> = procs.iter().map(|p| notes(app, &p.name)).collect();
+    specs_from_sources(ddl, procs, |name| {
+        procs
+            .iter()
+            .position(|p| p.name == name)
+            .and_then(|i| notes[i].as_ref())
+    })
+}
 
 /// Notes for procedure `proc` of application `app`, if the analysis has
 /// any.

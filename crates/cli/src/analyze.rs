@@ -13,8 +13,7 @@ use std::process::ExitCode;
 
 use brine_analysis::workloads::{self, rollback_micro};
 use brine_analysis::{
-    analyze_group, choose_orderings, classic, report, select, specs_from_sources, ProcSource,
-    ProcSpec, Refinements,
+    analyze_group, choose_orderings, classic, report, select, ProcSource, ProcSpec, Refinements,
 };
 use brine_bench::workloads::{
     bank, checking, micro, micro2, micro3, ticket, tpcc, Bank, ListAppend, Micro, Micro2, Micro3,
@@ -149,13 +148,14 @@ fn print_runtime_orderings(
         return Ok(());
     }
     let mut candidates = Vec::new();
-    for src in &sources {
-        let own = notes
+    for (src, own) in sources.iter().zip(members) {
+        let notes = notes
             .iter()
             .find(|(n, _)| *n == src.name)
             .and_then(|(_, n)| n.clone())
             .unwrap_or_default();
-        candidates.push(ProcSpec::candidates(catalog, src, &own).map_err(|e| e.to_string())?);
+        let c = (*own).clone().with_reorderings(catalog, src, &notes);
+        candidates.push(c.map_err(|e| e.to_string())?);
     }
     // The runtime cuts each body in its own order (no larger-first
     // reordering inside a body) and chooses among the bodies.
@@ -203,13 +203,8 @@ fn run_inner(args: &AnalyzeArgs) -> Result<(), String> {
         .iter()
         .map(|p| (p.name.clone(), workloads::notes(&app, &p.name)))
         .collect();
-    let (catalog, specs) = specs_from_sources(&ddl, &procs, |name| {
-        notes
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, n)| n.as_ref())
-    })
-    .map_err(|e| e.to_string())?;
+    let (catalog, specs) =
+        workloads::specs_with_notes(&app, &ddl, &procs).map_err(|e| e.to_string())?;
 
     let groups: Vec<Vec<String>> = if !args.groups.is_empty() {
         args.groups

@@ -852,11 +852,13 @@ async fn bench(args: BenchArgs) -> Result<(), BenchError> {
         // The servers' protocol and isolation, unless asked for (and then
         // they must agree: a coordinator of another protocol would meet
         // partitions configured for the servers').
-        let asked = (
+        node::use_cluster_file(
+            &mut spec,
+            path,
+            &name,
             args.compare.is_some() || args.protocol.is_some(),
             isolation_of(args.isolation),
-        );
-        node::use_cluster_file(&mut spec, path, &name, asked)?;
+        )?;
     }
     let workloads = workloads_from(&args)?;
     spec.validate()?;

@@ -882,31 +882,27 @@ pub async fn status(args: &StatusArgs) -> Result<(), NodeError> {
 
 /// The file's isolation level; an unknown name is an error.
 fn isolation_of(file: &ClusterFile) -> Result<Isolation, NodeError> {
-    match file.isolation.as_str() {
-        "read-committed" => Ok(Isolation::ReadCommitted),
-        "serializable" => Ok(Isolation::Serializable),
-        other => Err(NodeError::Config(format!(
-            "isolation `{other}`: expected serializable or read-committed"
-        ))),
-    }
+    file.isolation
+        .parse()
+        .map_err(|e: brine_core::Error| NodeError::Config(e.to_string()))
 }
 
 /// Points a bench run at the cluster of `path`: its topology, protocol and
 /// isolation, no simulated link, and calls coordinated in this process.
-/// `asked`: whether the command named protocols, and the isolation it
-/// named; they must be the cluster's (a coordinator of another protocol
-/// would meet partitions configured for the servers': Salt's deadlock
-/// detector under `acid` calls, say).
+/// `asked_protocol`: the command named protocols; `asked_isolation`: the
+/// isolation it named. They must be the cluster's (a coordinator of
+/// another protocol would meet partitions configured for the servers':
+/// Salt's deadlock detector under `acid` calls, say).
 pub fn use_cluster_file(
     spec: &mut brine_bench::driver::BenchSpec,
     path: &Path,
     workload: &str,
-    asked: (bool, Option<Isolation>),
+    asked_protocol: bool,
+    asked_isolation: Option<Isolation>,
 ) -> Result<(), brine_bench::BenchError> {
     use brine_bench::BenchError;
     let file = read_file(path).map_err(|e| BenchError::Config(e.to_string()))?;
     let isolation = isolation_of(&file).map_err(|e| BenchError::Config(e.to_string()))?;
-    let (asked_protocol, asked_isolation) = asked;
     if asked_protocol {
         if let Some(other) = spec.protocols.iter().find(|p| **p != file.protocol) {
             return Err(BenchError::Config(format!(

@@ -530,7 +530,8 @@ pub fn plan_pieces(
     procedures: &[crate::ProcedureDef],
     safe_mode: SafeModeConfig,
 ) -> Result<HashMap<String, Arc<ProcPieces>>> {
-    use brine_analysis::{analyze_group, classic, specs_from_sources, ProcSource, Refinements};
+    use brine_analysis::workloads::specs_with_notes;
+    use brine_analysis::{analyze_group, classic, ProcSource, Refinements};
     let mut out = HashMap::new();
     for g in grouping
         .groups
@@ -543,15 +544,6 @@ pub fn plan_pieces(
             .filter_map(|name| procedures.iter().find(|d| &d.name == name))
             .map(crate::ProcedureDef::source)
             .collect();
-        let notes: Vec<(String, Option<brine_analysis::ProcNotes>)> = sources
-            .iter()
-            .map(|p| {
-                (
-                    p.name.clone(),
-                    brine_analysis::workloads::notes(app, &p.name),
-                )
-            })
-            .collect();
         let fail = |e: brine_analysis::AnalysisError| {
             Error::Config(format!(
                 "group `{}`: the {} analysis failed: {e}",
@@ -563,13 +555,7 @@ pub fn plan_pieces(
                 }
             ))
         };
-        let (catalog, specs) = specs_from_sources(ddl, &sources, |name| {
-            notes
-                .iter()
-                .find(|(n, _)| n == name)
-                .and_then(|(_, n)| n.as_ref())
-        })
-        .map_err(fail)?;
+        let (catalog, specs) = specs_with_notes(app, ddl, &sources).map_err(fail)?;
         let refs: Vec<&brine_analysis::ProcSpec> = specs.iter().collect();
         // Larger pieces first is the sources' tool reordering the code;
         // brine runs each body as written, so within one body the pieces
@@ -600,18 +586,15 @@ pub fn plan_pieces(
         // Each procedure's candidates: its own body, then its reorderings
         // (unless the group runs the bodies as written).
         let mut candidates: Vec<Vec<brine_analysis::ProcSpec>> = Vec::new();
-        for (src, (_, own)) in sources.iter().zip(&notes) {
-            let mut c = brine_analysis::ProcSpec::candidates(
-                &catalog,
-                src,
-                own.as_ref()
-                    .unwrap_or(&brine_analysis::ProcNotes::default()),
-            )
-            .map_err(fail)?;
-            if g.as_written {
-                c.truncate(1);
-            }
-            candidates.push(c);
+        for (src, own) in sources.iter().zip(&specs) {
+            candidates.push(if g.as_written {
+                vec![own.clone()]
+            } else {
+                let notes = brine_analysis::workloads::notes(app, &src.name).unwrap_or_default();
+                own.clone()
+                    .with_reorderings(&catalog, src, &notes)
+                    .map_err(fail)?
+            });
         }
         let defs: Vec<&crate::ProcedureDef> = sources
             .iter()
@@ -625,18 +608,7 @@ pub fn plan_pieces(
                 .filter(|d| !g.procedures.contains(&d.name))
                 .map(crate::ProcedureDef::source)
                 .collect();
-            let notes: Vec<Option<brine_analysis::ProcNotes>> = others
-                .iter()
-                .map(|p| brine_analysis::workloads::notes(app, &p.name))
-                .collect();
-            specs_from_sources(ddl, &others, |name| {
-                others
-                    .iter()
-                    .position(|p| p.name == name)
-                    .and_then(|i| notes[i].as_ref())
-            })
-            .map_err(fail)?
-            .1
+            specs_with_notes(app, ddl, &others).map_err(fail)?.1
         } else {
             Vec::new()
         };
@@ -1290,13 +1262,14 @@ pub(crate) async fn exec_piece(
             protect: seq > 0,
         };
         let r = ctx
-            .execute_at(
+            .send_execute(
                 p,
                 piece,
                 plan.clone(),
                 params.clone(),
                 lock,
                 Some((base, None)),
+                None,
             )
             .await;
         match r {

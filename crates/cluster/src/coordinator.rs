@@ -330,23 +330,10 @@ impl ProcCtx {
         Error::UserAbort(reason.into())
     }
 
-    /// Sends one statement to partition `p` and awaits its result.
-    pub(crate) async fn execute_at(
-        &self,
-        p: usize,
-        txn: TxnId,
-        plan: Arc<Plan>,
-        params: Vec<Value>,
-        lock: LockSpec,
-        salt: Option<(crate::message::BaseStmt, crate::message::Intro)>,
-    ) -> Result<Executed> {
-        self.send_execute(p, txn, plan, params, lock, salt, None)
-            .await
-    }
-
-    /// [`ProcCtx::execute_at`], gated by `gate`, sent now.
+    /// Sends one statement to partition `p` now (gated by `gate`, if
+    /// any); the future answers its result.
     #[allow(clippy::too_many_arguments)]
-    fn send_execute(
+    pub(crate) fn send_execute(
         &self,
         p: usize,
         txn: TxnId,
@@ -509,7 +496,7 @@ impl ProcCtx {
         let salt = base.map(|b| (b, None));
         if let [p] = targets {
             let e = self
-                .execute_at(*p, txn, plan.clone(), params, lock, salt)
+                .send_execute(*p, txn, plan.clone(), params, lock, salt, None)
                 .await?;
             self.note_after(&e.after);
             self.record_ops(e.ops);

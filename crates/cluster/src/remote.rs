@@ -279,7 +279,7 @@ async fn forward(
             };
             // The coordinator learns the readiness by watching it.
             let watch = match gate {
-                Some(Gate::Coordinated(notice)) => Some(tokio::spawn(watch_gate(
+                Some(Gate::Coordinated(notice)) => Some(tokio::spawn(follow_remote_gate(
                     partition,
                     client.clone(),
                     txn,
@@ -545,7 +545,12 @@ const GATE_REGISTER_WAIT: Duration = Duration::from_millis(50);
 /// watches its readiness there and reports every change through `notice`,
 /// until the partition says it is no longer gated (or cannot be reached;
 /// then the statement's lock wait timeout ends it).
-async fn watch_gate(partition: u32, client: Arc<PeerClient>, txn: TxnId, notice: GateNotice) {
+async fn follow_remote_gate(
+    partition: u32,
+    client: Arc<PeerClient>,
+    txn: TxnId,
+    notice: GateNotice,
+) {
     loop {
         let msg = WireMsg::WatchGate { txn };
         match client

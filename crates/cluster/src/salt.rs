@@ -549,13 +549,14 @@ pub(crate) async fn exec(
         protect,
     };
     let futs = targets.iter().map(|&p| {
-        ctx.execute_at(
+        ctx.send_execute(
             p,
             sub_txn,
             plan.clone(),
             params.clone(),
             lock,
             Some((base, intro.clone())),
+            None,
         )
     });
     let mut parts = Vec::with_capacity(targets.len());
