@@ -15,7 +15,7 @@
 //! make the second computation stable. A statement runs only when every need
 //! was granted in one pass, so it always executes under all its locks.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -298,23 +298,23 @@ impl Partition {
             id,
             store: PartitionStore::new(catalog),
             locks: LockTable::new(lock_config, Arc::new(StandardCompat)),
-            parked: HashMap::new(),
+            parked: HashMap::default(),
             counters,
             needs: Vec::new(),
             wakeups: Vec::new(),
             wal: None,
-            base_locks: HashMap::new(),
-            releases: HashMap::new(),
+            base_locks: HashMap::default(),
+            releases: HashMap::default(),
             progressed: Vec::new(),
             gate_changes: Vec::new(),
-            last_writer: HashMap::new(),
-            callas_groups: HashMap::new(),
-            rp_dependants: HashMap::new(),
-            cascaded: HashSet::new(),
-            nexus_cols: HashMap::new(),
-            nexus_rows: HashMap::new(),
-            base_results: HashMap::new(),
-            held_since: HashMap::new(),
+            last_writer: HashMap::default(),
+            callas_groups: HashMap::default(),
+            rp_dependants: HashMap::default(),
+            cascaded: HashSet::default(),
+            nexus_cols: HashMap::default(),
+            nexus_rows: HashMap::default(),
+            base_results: HashMap::default(),
+            held_since: HashMap::default(),
         }
     }
 
@@ -862,10 +862,11 @@ impl Partition {
         // section 3.4.3): a later access to a row it already holds adds
         // none, so two BASE transactions writing the same row in turn
         // cannot wait for each other's release forever.
-        let already = self
+        let pos = self
             .base_locks
             .get(&b.owner)
-            .is_some_and(|held| held.iter().any(|l| l.target == need.target));
+            .and_then(|held| held.iter().position(|l| l.target == need.target));
+        let already = pos.is_some();
         if b.release_order && !already {
             // Every BASE transaction holding a saline write on the row...
             let mut writers: smallvec::SmallVec<[TxnId; 4]> = smallvec::SmallVec::new();
@@ -909,7 +910,7 @@ impl Partition {
             return false;
         }
         let held = self.base_locks.entry(b.owner).or_default();
-        match held.iter_mut().find(|l| l.target == need.target) {
+        match pos.map(|i| &mut held[i]) {
             Some(l) => {
                 l.accesses[access_index(need.access)] = true;
                 l.seq = l.seq.max(b.seq);
@@ -978,17 +979,20 @@ impl Partition {
                 access: need.access,
             };
             // Gated: the statement's first lock only (it holds nothing
-            // before; once ungated, the others are taken as usual).
-            let outcome = if stmt.gate.is_some() {
-                self.locks
-                    .acquire_gated(stmt.owner, &need.target, mode, now, &mut self.wakeups)
-            } else {
-                self.locks
-                    .acquire(stmt.owner, &need.target, mode, now, &mut self.wakeups)
+            // before; once ungated, the others are taken as usual). A local
+            // gate ready on arrival opens at once.
+            let (t, w) = (&need.target, &mut self.wakeups);
+            let outcome = match stmt.gate {
+                Some(Gate::Local) => self.locks.acquire_gated_local(stmt.owner, t, mode, now, w),
+                Some(Gate::Coordinated(_)) => self.locks.acquire_gated(stmt.owner, t, mode, now, w),
+                None => self.locks.acquire(stmt.owner, t, mode, now, w),
             };
             let failure = match outcome {
                 Ok(Acquire::Granted { newly }) => {
-                    self.granted(&mut stmt, need, newly);
+                    if matches!(stmt.gate, Some(Gate::Local)) {
+                        stmt.gate = None;
+                    }
+                    self.granted(&mut stmt, need, newly, now);
                     continue;
                 }
                 Ok(Acquire::Waiting(ticket)) => {
@@ -1031,7 +1035,7 @@ impl Partition {
     }
 
     /// A lock of the statement was granted (`newly`: not already held).
-    fn granted(&mut self, stmt: &mut Stmt, need: &LockNeed, newly: bool) {
+    fn granted(&mut self, stmt: &mut Stmt, need: &LockNeed, newly: bool, now: Instant) {
         let short = short_lived(&stmt.lock, need.access);
         if newly && !short {
             if self.held_since.len() >= HELD_SINCE_MAX && !self.held_since.contains_key(&stmt.owner)
@@ -1043,7 +1047,7 @@ impl Partition {
             let slot = table_slot(&stmt.plan) as u8;
             let held = self.held_since.entry(stmt.owner).or_default();
             if !held.iter().any(|(t, _)| *t == slot) {
-                held.push((slot, now()));
+                held.push((slot, now));
             }
         }
         if let (LockClass::Member(g), true) = (stmt.lock.class, stmt.lock.callas_deps) {
@@ -1194,14 +1198,15 @@ impl Partition {
                         continue;
                     };
                     debug_assert_eq!(p.ticket, ticket);
-                    let waited = now().saturating_duration_since(p.since).as_nanos() as u64;
+                    let at = now();
+                    let waited = at.saturating_duration_since(p.since).as_nanos() as u64;
                     self.counters
                         .lock_wait_ns
                         .fetch_add(waited, Ordering::Relaxed);
                     self.counters.lock_wait_ns_by_table[table_slot(&p.stmt.plan)]
                         .fetch_add(waited, Ordering::Relaxed);
                     let mut stmt = p.stmt;
-                    self.granted(&mut stmt, &p.waiting, true);
+                    self.granted(&mut stmt, &p.waiting, true, at);
                     self.run_statement(stmt);
                 }
                 Wakeup::Aborted { txn, ticket, cause } => {

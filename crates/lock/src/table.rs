@@ -6,7 +6,7 @@ use brine_core::access::key_in_range;
 use brine_core::{AbortCause, Access, Error, IndexId, Key, LockTarget, TableId, TxnId};
 use smallvec::SmallVec;
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -175,50 +175,12 @@ impl fmt::Display for LockStats {
 
 type SpaceKey = (TableId, IndexId);
 
-/// The multiply-rotate hash of rustc (FxHash). SipHash dominated the
-/// uncontended path; lock keys are hashed several times per operation and
-/// the table is private to one partition, so speed wins over DoS
-/// resistance here (a pathological key set degrades one partition's lock
-/// table, it cannot corrupt it).
-#[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
-
-impl std::hash::Hasher for FxHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(c);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-        for &b in chunks.remainder() {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(u64::from(i));
-    }
-
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(u64::from(i));
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-}
-
-type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
-type Map<K, V> = HashMap<K, V, FxBuild>;
+/// rustc's hash (FxHash). SipHash dominated the uncontended path; lock
+/// keys are hashed several times per operation and the table is private
+/// to one partition, so speed wins over DoS resistance here (a
+/// pathological key set degrades one partition's lock table, it cannot
+/// corrupt it).
+type Map<K, V> = rustc_hash::FxHashMap<K, V>;
 
 /// A target inside its (table, index) space, borrowed from a `LockTarget`.
 #[derive(Clone, Copy)]
@@ -523,6 +485,17 @@ impl Kind {
     }
 }
 
+/// Whether a request is gated ([`LockTable::acquire_gated`]) and who
+/// opens its gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gating {
+    None,
+    /// Until [`LockTable::ungate`].
+    Held,
+    /// Granted at once if ready on arrival; else as `Held`.
+    OpenWhenReady,
+}
+
 /// What the blocking rules read besides the space.
 #[derive(Clone, Copy)]
 struct View<'a> {
@@ -770,7 +743,7 @@ impl LockTable {
         now: Instant,
         wakeups: &mut Vec<Wakeup>,
     ) -> Result<Acquire, Error> {
-        self.acquire_as(txn, target, mode, now, false, wakeups)
+        self.acquire_as(txn, target, mode, now, Gating::None, wakeups)
     }
 
     /// Queues a *gated* request of `mode` on `target` for `txn`, a
@@ -795,7 +768,25 @@ impl LockTable {
         now: Instant,
         wakeups: &mut Vec<Wakeup>,
     ) -> Result<Acquire, Error> {
-        self.acquire_as(txn, target, mode, now, true, wakeups)
+        self.acquire_as(txn, target, mode, now, Gating::Held, wakeups)
+    }
+
+    /// [`LockTable::acquire_gated`] for a gate the partition opens itself
+    /// as soon as the request is ready (Salt: a read under read committed,
+    /// whose lock ends with its statement). A request ready on arrival is
+    /// granted at once, as queueing it and opening its gate would: nothing
+    /// is queued behind the newest request, so no one else's turn or
+    /// readiness changes. One that is not ready is queued gated and
+    /// answers `Waiting`.
+    pub fn acquire_gated_local(
+        &mut self,
+        txn: TxnId,
+        target: &LockTarget,
+        mode: Mode,
+        now: Instant,
+        wakeups: &mut Vec<Wakeup>,
+    ) -> Result<Acquire, Error> {
+        self.acquire_as(txn, target, mode, now, Gating::OpenWhenReady, wakeups)
     }
 
     fn acquire_as(
@@ -804,7 +795,7 @@ impl LockTable {
         target: &LockTarget,
         mode: Mode,
         now: Instant,
-        gated: bool,
+        gating: Gating,
         wakeups: &mut Vec<Wakeup>,
     ) -> Result<Acquire, Error> {
         self.stats.acquires += 1;
@@ -815,7 +806,7 @@ impl LockTable {
             )));
         }
         // A protected transaction's request is never gated (it passes them).
-        let gated = gated && !is_protected(&self.txns, txn);
+        let gated = gating != Gating::None && !is_protected(&self.txns, txn);
         let kind = Kind::of(&self.txns, txn, gated, false);
         let (sk, local) = split(target);
         let space = self.spaces.entry(sk).or_default();
@@ -877,6 +868,17 @@ impl LockTable {
             if (upgrade || self.gated > 0) && self.config.policy == DeadlockPolicy::WaitDie {
                 let past = if upgrade { ord } else { GATED_ONLY };
                 self.kill_younger_bypassed(txn, target, mode, (past, true), wakeups);
+            }
+            return Ok(Acquire::Granted { newly: true });
+        }
+        if blockers.is_empty() && gating == Gating::OpenWhenReady {
+            // Ready on arrival, its gate opened: granted as `grant_waiter`
+            // grants an opened request.
+            self.txns.entry(txn).or_default().gate_granted = true;
+            self.add_holder(txn, target, mode);
+            self.stats.granted_immediately += 1;
+            if self.gated > 0 && self.config.policy == DeadlockPolicy::WaitDie {
+                self.kill_younger_bypassed(txn, target, mode, (GATED_ONLY, true), wakeups);
             }
             return Ok(Acquire::Granted { newly: true });
         }
@@ -2219,7 +2221,7 @@ impl LockTable {
         root: TxnId,
         closes: impl Fn(TxnId, &[TxnId]) -> bool,
     ) -> Option<Vec<TxnId>> {
-        let mut visited: HashSet<TxnId> = HashSet::new();
+        let mut visited: rustc_hash::FxHashSet<TxnId> = Default::default();
         visited.insert(root);
         let edges = self.wait_for_edges(root);
         if closes(root, &edges) {

@@ -222,7 +222,14 @@ fn run(seed: u64, policy: DeadlockPolicy, steps: usize) -> brine_lock::LockStats
                 let target = random_target(&mut rng);
                 let mode = random_mode(&mut rng, &target);
                 let protected = table.is_protected(txn);
-                match table.acquire_gated(txn, &target, mode, now, &mut wakeups) {
+                // A local gate opens at once when ready on arrival.
+                let local = rng.below(2) == 0;
+                let outcome = if local {
+                    table.acquire_gated_local(txn, &target, mode, now, &mut wakeups)
+                } else {
+                    table.acquire_gated(txn, &target, mode, now, &mut wakeups)
+                };
+                match outcome {
                     Ok(Acquire::Waiting(t)) => {
                         m.waiting.insert(t, txn);
                         if !protected {
@@ -230,7 +237,7 @@ fn run(seed: u64, policy: DeadlockPolicy, steps: usize) -> brine_lock::LockStats
                         }
                     }
                     Ok(Acquire::Granted { .. }) => assert!(
-                        table.is_protected(txn),
+                        local || table.is_protected(txn),
                         "seed {seed}: a gated request granted"
                     ),
                     Ok(Acquire::Abort(_)) | Err(_) => {}

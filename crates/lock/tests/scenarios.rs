@@ -8,8 +8,9 @@
 //! ts = the number):
 //!
 //! - `new [policy=wait-die|detect|timeout] [timeout-ms=N] [max-waiters=N] [max-deps=N]`
-//! - `acquire txn= key= class=acid|alkaline|saline|nexusG access=read|write [now=ms] [gated]`
-//!   (`gated`: `acquire_gated`; readiness changes print as `gate: ...`)
+//! - `acquire txn= key= class=acid|alkaline|saline|nexusG access=read|write [now=ms] [gated] [local]`
+//!   (`gated`: `acquire_gated`, with `local` too `acquire_gated_local`;
+//!   readiness changes print as `gate: ...`)
 //! - `ungate ticket=N`
 //! - `range txn= [lo=|lo-ex=] [hi=|hi-ex=] class= [access=range-read|write]`
 //! - `release txn= key=|lo,hi access=`, `release-all txn=`, `cancel txn=`,
@@ -206,11 +207,18 @@ impl Harness {
                 );
                 let now = self.now(tc);
                 let mode = Mode::new(class, access);
-                let res = if tc.take_flag("gated").expect("gated") {
-                    self.table
-                        .acquire_gated(txn, &target, mode, now, &mut wakeups)
-                } else {
-                    self.table.acquire(txn, &target, mode, now, &mut wakeups)
+                let gated = tc.take_flag("gated").expect("gated");
+                let local = tc.take_flag("local").expect("local");
+                let res = match (gated, local) {
+                    (true, true) => {
+                        self.table
+                            .acquire_gated_local(txn, &target, mode, now, &mut wakeups)
+                    }
+                    (true, false) => {
+                        self.table
+                            .acquire_gated(txn, &target, mode, now, &mut wakeups)
+                    }
+                    (false, _) => self.table.acquire(txn, &target, mode, now, &mut wakeups),
                 };
                 let line = match res {
                     Ok(Acquire::Granted { newly: true }) => "granted".to_string(),
