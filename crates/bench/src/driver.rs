@@ -75,6 +75,11 @@ pub struct BenchSpec {
     /// Drive a running multi-process cluster instead of starting an
     /// embedded one (one point; the data must not be loaded yet).
     pub remote: Option<brine_cluster::remote::RemoteCluster>,
+    /// Times to measure every point (at least 1). With more than one, the
+    /// protocols take turns at each client count, round after round, so a
+    /// slow stretch of the machine falls on all of them; the report's
+    /// peaks and ratios use each point's median over the rounds.
+    pub rounds: u32,
 }
 
 /// `callas@LABEL` -> (`callas`, Some(`LABEL`)); other names as they are.
@@ -149,6 +154,15 @@ impl BenchSpec {
                 "--history records one run: give one protocol and one client count".into(),
             ));
         }
+        if self.rounds == 0 {
+            return Err(BenchError::Config("--rounds must be at least 1".into()));
+        }
+        if self.rounds > 1 && (self.cluster.history.is_some() || self.remote.is_some()) {
+            return Err(BenchError::Config(
+                "--rounds repeats points on fresh embedded clusters: not with --history or --cluster"
+                    .into(),
+            ));
+        }
         if self.remote.is_some() && (self.protocols.len() > 1 || self.clients.len() > 1) {
             return Err(BenchError::Config(
                 "--cluster drives one run against data it loads once: give one protocol and one client count".into(),
@@ -185,6 +199,7 @@ impl BenchSpec {
         );
         m.insert("max_attempts".into(), json!(c.retry.max_attempts));
         m.insert("protocols".into(), json!(self.protocols));
+        m.insert("rounds".into(), json!(self.rounds));
         if self.protocols.iter().any(|p| p == "callas") {
             let grouping = c
                 .grouping
@@ -262,22 +277,40 @@ pub async fn run_bench(
         Some(w) => w.name(),
         None => return Err(BenchError::Config("no workload to run".into())),
     };
-    let mut results = Vec::new();
-    for (variant, workload) in workloads.iter().enumerate() {
-        for protocol_index in 0..spec.protocols.len() {
-            for &clients in &spec.clients {
-                let (r, failed_check) =
-                    measure_point(spec, workload.as_ref(), variant, protocol_index, clients)
-                        .await?;
-                // The table of a point whose check failed is still shown: it
-                // is the evidence.
-                on_point(&r);
-                if let Some(e) = failed_check {
-                    return Err(e);
+    // One round: each protocol's client sweep in turn. Several: at each
+    // client count, every protocol once per round.
+    let nprot = spec.protocols.len();
+    let mut order: Vec<(usize, usize, u32, u32)> = Vec::new();
+    for variant in 0..workloads.len() {
+        if spec.rounds <= 1 {
+            for protocol_index in 0..nprot {
+                for &clients in &spec.clients {
+                    order.push((variant, protocol_index, clients, 1));
                 }
-                results.push(r);
+            }
+        } else {
+            for &clients in &spec.clients {
+                for round in 1..=spec.rounds {
+                    for protocol_index in 0..nprot {
+                        order.push((variant, protocol_index, clients, round));
+                    }
+                }
             }
         }
+    }
+    let mut results = Vec::new();
+    for (variant, protocol_index, clients, round) in order {
+        let workload = workloads[variant].as_ref();
+        let (mut r, failed_check) =
+            measure_point(spec, workload, variant, protocol_index, clients).await?;
+        r.round = round;
+        // The table of a point whose check failed is still shown: it is
+        // the evidence.
+        on_point(&r);
+        if let Some(e) = failed_check {
+            return Err(e);
+        }
+        results.push(r);
     }
     Ok(BenchReport::new(name, spec.config_json(workloads), results))
 }
@@ -573,6 +606,7 @@ fn point_result(p: PointInputs) -> PointResult {
         topology: p.topology,
         peak: false,
         throughput_ratio_vs_baseline: None,
+        round: 1,
         workload_metrics: p.workload_metrics,
         check: p.check,
         variant: p.variant,
@@ -883,6 +917,7 @@ mod tests {
             check: false,
             deadlock_per_protocol: false,
             remote: None,
+            rounds: 1,
         };
         let e = spec.validate().unwrap_err().to_string();
         assert!(e.contains("nope"), "{e}");

@@ -80,6 +80,8 @@ pub struct PointResult {
     /// client count and variant (absent without `--compare`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub throughput_ratio_vs_baseline: Option<f64>,
+    /// Which measurement of the point this is (1 to `--rounds`).
+    pub round: u32,
     /// Workload-specific counters (e.g. the bank's `total_violations`).
     pub workload_metrics: Map<String, Json>,
     /// `passed` when `--check` ran the workload's invariant check and it
@@ -189,46 +191,62 @@ pub struct BenchReport {
     /// labelled with the swept parameters: `"<protocol>/<baseline>@rows=10"`.
     pub ratios: BTreeMap<String, f64>,
     pub peak: Vec<Peak>,
+    /// With `--rounds` above 1: per `"<protocol>/<baseline>"`, each
+    /// round's ratio of peak throughputs (the protocol's best point in
+    /// that round over the baseline's). `ratios` and `peak` then use each
+    /// point's median over the rounds.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub round_ratios: BTreeMap<String, Vec<f64>>,
 }
 
 impl BenchReport {
-    /// Builds the report: marks peaks and computes ratios.
+    /// Builds the report: marks peaks and computes ratios. A point
+    /// measured in several rounds counts with its median throughput.
     pub fn new(workload: &str, config: Map<String, Json>, mut results: Vec<PointResult>) -> Self {
-        let mut groups: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+        let mut runs: BTreeMap<(usize, usize, u32), Vec<f64>> = BTreeMap::new();
+        for r in &results {
+            runs.entry((r.variant, r.protocol_index, r.clients))
+                .or_default()
+                .push(r.throughput_tps);
+        }
+        let medians: BTreeMap<(usize, usize, u32), f64> =
+            runs.into_iter().map(|(k, v)| (k, median(v))).collect();
+        // The peak of each protocol and variant: the client count of the
+        // highest (median) throughput, the first such in sweep order.
+        let mut groups: BTreeMap<(usize, usize), (u32, f64, usize)> = BTreeMap::new();
         for (i, r) in results.iter().enumerate() {
+            let t = medians[&(r.variant, r.protocol_index, r.clients)];
             let key = (r.variant, r.protocol_index);
-            let better = match groups.get(&key) {
-                Some(&j) => r.throughput_tps > results[j].throughput_tps,
-                None => true,
-            };
-            if better {
-                groups.insert(key, i);
+            if groups.get(&key).is_none_or(|&(_, best, _)| t > best) {
+                groups.insert(key, (r.clients, t, i));
             }
         }
         for r in results.iter_mut() {
-            r.peak = false;
+            r.peak = groups
+                .get(&(r.variant, r.protocol_index))
+                .is_some_and(|&(c, _, _)| c == r.clients);
         }
-        let mut peak = Vec::new();
-        for &i in groups.values() {
-            results[i].peak = true;
-            peak.push(Peak {
+        let peak = groups
+            .values()
+            .map(|&(clients, t, i)| Peak {
                 protocol: results[i].protocol.clone(),
-                clients: results[i].clients,
-                throughput_tps: results[i].throughput_tps,
+                clients,
+                throughput_tps: t,
                 params: results[i].params.clone(),
-            });
-        }
+            })
+            .collect();
 
-        // Per-point ratios against the baseline at the same variant/clients.
-        let base: BTreeMap<(usize, u32), f64> = results
+        // Per-point ratios against the baseline at the same variant,
+        // clients and round.
+        let base: BTreeMap<(usize, u32, u32), f64> = results
             .iter()
             .filter(|r| r.protocol_index == 0)
-            .map(|r| ((r.variant, r.clients), r.throughput_tps))
+            .map(|r| ((r.variant, r.clients, r.round), r.throughput_tps))
             .collect();
         let compared = results.iter().any(|r| r.protocol_index > 0);
         for r in results.iter_mut() {
             r.throughput_ratio_vs_baseline = if compared {
-                base.get(&(r.variant, r.clients))
+                base.get(&(r.variant, r.clients, r.round))
                     .filter(|b| **b > 0.0)
                     .map(|b| ratio(r.throughput_tps, *b))
             } else {
@@ -244,12 +262,10 @@ impl BenchReport {
             v
         };
         let max_tps = |pi: usize, variant: Option<usize>| {
-            results
+            medians
                 .iter()
-                .filter(|r| {
-                    r.protocol_index == pi && (variant.is_none() || variant == Some(r.variant))
-                })
-                .map(|r| r.throughput_tps)
+                .filter(|((v, p, _), _)| *p == pi && variant.is_none_or(|w| w == *v))
+                .map(|(_, &t)| t)
                 .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
         };
         let mut protocols: BTreeMap<usize, String> = BTreeMap::new();
@@ -291,12 +307,38 @@ impl BenchReport {
             }
         }
 
+        let mut round_ratios = BTreeMap::new();
+        let rounds = results.iter().map(|r| r.round).max().unwrap_or(1);
+        if rounds > 1 {
+            let round_peak = |pi: usize, round: u32| {
+                results
+                    .iter()
+                    .filter(|r| r.protocol_index == pi && r.round == round)
+                    .map(|r| r.throughput_tps)
+                    .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+            };
+            if let Some(base_name) = protocols.get(&0) {
+                for (&pi, name) in protocols.iter().filter(|(&pi, _)| pi > 0) {
+                    let per_round: Vec<f64> = (1..=rounds)
+                        .filter_map(
+                            |round| match (round_peak(pi, round), round_peak(0, round)) {
+                                (Some(p), Some(b)) if b > 0.0 => Some(ratio(p, b)),
+                                _ => None,
+                            },
+                        )
+                        .collect();
+                    round_ratios.insert(format!("{name}/{base_name}"), per_round);
+                }
+            }
+        }
+
         BenchReport {
             workload: workload.to_string(),
             config,
             results,
             ratios,
             peak,
+            round_ratios,
         }
     }
 
@@ -318,6 +360,7 @@ impl BenchReport {
             let _ = write!(header, "{k:>9} ");
         }
         let by_durability = durability_compared(&self.results);
+        let rounds = self.results.iter().map(|r| r.round).max().unwrap_or(1);
         // Wide enough for the longest series name (`callas@label`).
         let w = self
             .results
@@ -352,13 +395,76 @@ impl BenchReport {
                 r.aborts,
                 r.retries,
                 ratio,
+                match (rounds > 1, r.peak) {
+                    (true, _) => format!("  round {}", r.round),
+                    (false, true) => "  <- peak".to_string(),
+                    (false, false) => String::new(),
+                }
+            );
+        }
+        if rounds > 1 {
+            self.render_medians(&mut s, rounds, w);
+        }
+        let of = if rounds > 1 {
+            format!("peak of the medians over {rounds} rounds")
+        } else {
+            "peak throughput".to_string()
+        };
+        for (k, v) in &self.ratios {
+            let _ = writeln!(s, "ratio {k} ({of}) = {v:.2}x");
+        }
+        for (k, v) in &self.round_ratios {
+            let each: Vec<String> = v.iter().map(|x| format!("{x:.2}x")).collect();
+            let _ = writeln!(
+                s,
+                "ratio {k} per round (peak against peak) = {}",
+                each.join(", ")
+            );
+        }
+        s
+    }
+
+    /// Each point's median, lowest and highest throughput over the rounds.
+    fn render_medians(&self, s: &mut String, rounds: u32, w: usize) {
+        let by_durability = durability_compared(&self.results);
+        let _ = writeln!(s, "-- each point over {rounds} rounds --");
+        let _ = writeln!(
+            s,
+            "{:<w$} {:>7} {:>11} {:>11} {:>11}",
+            "protocol", "clients", "median tps", "min tps", "max tps"
+        );
+        let variants = self.results.iter().map(|r| r.variant).max().unwrap_or(0) + 1;
+        let mut seen: Vec<(usize, usize, u32)> = Vec::new();
+        for r in &self.results {
+            let key = (r.variant, r.protocol_index, r.clients);
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            let tps: Vec<f64> = self
+                .results
+                .iter()
+                .filter(|x| (x.variant, x.protocol_index, x.clients) == key)
+                .map(|x| x.throughput_tps)
+                .collect();
+            let lo = tps.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = tps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let variant = if variants > 1 {
+                format!("{} ", params_label(&r.params))
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "{variant}{:<w$} {:>7} {:>11.1} {:>11.1} {:>11.1}{}",
+                r.series(by_durability),
+                r.clients,
+                median(tps),
+                lo,
+                hi,
                 if r.peak { "  <- peak" } else { "" }
             );
         }
-        for (k, v) in &self.ratios {
-            let _ = writeln!(s, "ratio {k} (peak throughput) = {v:.2}x");
-        }
-        s
     }
 }
 
@@ -528,6 +634,17 @@ fn json_short(v: &Json) -> String {
     }
 }
 
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 fn ratio(a: f64, b: f64) -> f64 {
     (a / b * 1000.0).round() / 1000.0
 }
@@ -573,6 +690,7 @@ mod tests {
             topology: "t".into(),
             peak: false,
             throughput_ratio_vs_baseline: None,
+            round: 1,
             workload_metrics: Map::new(),
             check: "not run".into(),
             variant,
@@ -603,6 +721,64 @@ mod tests {
         assert_eq!(rep.ratios.len(), 1);
         assert_eq!(rep.results[5].throughput_ratio_vs_baseline, Some(4.0));
         assert!(rep.results[1].peak && !rep.results[0].peak);
+    }
+
+    #[test]
+    fn rounds_count_with_their_median() {
+        let at = |name: &str, pi: usize, clients: u32, round: u32, tps: f64| {
+            let mut p = point(name, pi, 0, clients, tps);
+            p.round = round;
+            p
+        };
+        let results = vec![
+            at("acid", 0, 8, 1, 100.0),
+            at("fast", 1, 8, 1, 400.0),
+            at("acid", 0, 8, 2, 300.0),
+            at("fast", 1, 8, 2, 300.0),
+            at("acid", 0, 8, 3, 200.0),
+            at("fast", 1, 8, 3, 1000.0),
+            // One slow round makes 64 clients fast's best single point,
+            // not its best median.
+            at("acid", 0, 64, 1, 150.0),
+            at("fast", 1, 64, 1, 1200.0),
+            at("acid", 0, 64, 2, 150.0),
+            at("fast", 1, 64, 2, 350.0),
+            at("acid", 0, 64, 3, 150.0),
+            at("fast", 1, 64, 3, 350.0),
+        ];
+        let rep = BenchReport::new("micro", Map::new(), results);
+        let peaks: Vec<(String, u32, f64)> = rep
+            .peak
+            .iter()
+            .map(|p| (p.protocol.clone(), p.clients, p.throughput_tps))
+            .collect();
+        assert_eq!(
+            peaks,
+            vec![("acid".into(), 8, 200.0), ("fast".into(), 8, 400.0)]
+        );
+        assert_eq!(rep.ratios.get("fast/acid"), Some(&2.0));
+        // Per round, peak against peak: 1200/150, 350/300, 1000/200.
+        assert_eq!(
+            rep.round_ratios.get("fast/acid"),
+            Some(&vec![8.0, 1.167, 5.0])
+        );
+        // A point's own ratio is against the baseline of its round.
+        assert_eq!(rep.results[5].throughput_ratio_vs_baseline, Some(5.0));
+        assert!(rep
+            .results
+            .iter()
+            .filter(|r| r.peak)
+            .all(|r| r.clients == 8));
+        let text = rep.render_summary();
+        assert!(text.contains("round 3"), "{text}");
+        assert!(text.contains("-- each point over 3 rounds --"), "{text}");
+        assert!(
+            text.contains("per round (peak against peak) = 8.00x, 1.17x, 5.00x"),
+            "{text}"
+        );
+        let single = BenchReport::new("micro", Map::new(), vec![point("acid", 0, 0, 8, 1.0)]);
+        assert!(single.round_ratios.is_empty());
+        assert!(!single.to_json().unwrap().contains("round_ratios"));
     }
 
     #[test]

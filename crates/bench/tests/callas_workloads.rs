@@ -36,6 +36,7 @@ fn spec(grouping: Option<&str>, isolation: Isolation, clients: u32, secs: f64) -
         check: true,
         deadlock_per_protocol: false,
         remote: None,
+        rounds: 1,
     }
 }
 

@@ -58,6 +58,7 @@ async fn check_run(run: Run<'_>, level: Level) -> Result<Report, BenchError> {
         check: run.mutation.is_none(),
         deadlock_per_protocol: false,
         remote: None,
+        rounds: 1,
     };
     run_bench(&spec, &[run.workload], |_| {}).await?;
     let history = brine_check::read_file(&path).map_err(|e| BenchError::Internal(e.to_string()))?;

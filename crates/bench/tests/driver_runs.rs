@@ -24,6 +24,7 @@ fn spec(clients: &[u32], protocols: &[&str], secs: f64, isolation: Isolation) ->
         check: true,
         deadlock_per_protocol: false,
         remote: None,
+        rounds: 1,
     }
 }
 
@@ -232,5 +233,39 @@ async fn a_failed_check_under_raw_is_reported_and_the_run_goes_on() -> Result<()
             r.check
         );
     }
+    Ok(())
+}
+
+/// With `rounds`, the protocols take turns at each client count, round
+/// after round, and every point is measured once per round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rounds_interleave_the_protocols_at_each_client_count() -> Result<(), BenchError> {
+    let micro: Arc<dyn Workload> = Arc::new(Micro::new(100)?);
+    let mut s = spec(&[1, 2], &["acid", "raw"], 0.2, Isolation::ReadCommitted);
+    s.warmup = Duration::ZERO;
+    s.rounds = 2;
+    let report = run_bench(&s, &[micro], |_| {}).await?;
+    let order: Vec<(u32, u32, &str)> = report
+        .results
+        .iter()
+        .map(|r| (r.clients, r.round, r.protocol.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            (1, 1, "acid"),
+            (1, 1, "raw"),
+            (1, 2, "acid"),
+            (1, 2, "raw"),
+            (2, 1, "acid"),
+            (2, 1, "raw"),
+            (2, 2, "acid"),
+            (2, 2, "raw"),
+        ]
+    );
+    assert_eq!(report.round_ratios.get("raw/acid").map(Vec::len), Some(2));
+    s.rounds = 0;
+    let e = s.validate().unwrap_err().to_string();
+    assert!(e.contains("--rounds"), "{e}");
     Ok(())
 }

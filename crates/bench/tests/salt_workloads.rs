@@ -45,6 +45,7 @@ fn spec(protocols: Vec<String>, clients: u32, secs: f64) -> BenchSpec {
         check: true,
         deadlock_per_protocol: false,
         remote: None,
+        rounds: 1,
     }
 }
 

@@ -360,6 +360,7 @@ async fn invariants_hold_after_a_contended_serializable_run() -> Result<(), Benc
         check: true,
         deadlock_per_protocol: false,
         remote: None,
+        rounds: 1,
     };
     let report = run_bench(&spec, &[w], |_| {}).await?;
     let r = &report.results[0];

@@ -256,6 +256,12 @@ struct BenchArgs {
     #[arg(long, value_name = "LIST", conflicts_with = "protocol")]
     compare: Option<String>,
 
+    /// Measure every point N times, the compared protocols taking turns at each client count
+    /// (so a slow stretch of the machine falls on all of them); peaks and ratios then use
+    /// each point's median, and the summary adds each round's ratios.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    rounds: u32,
+
     /// The concurrency-control protocol: acid; salt or salt-nolocal (Salt, with or without
     /// the local-transaction optimization); callas (transaction groups with nexus locks, see
     /// --grouping); raw (every statement locks only while it runs: the "raw ops" upper
@@ -582,6 +588,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         check: args.check,
         deadlock_per_protocol: args.deadlock.is_none(),
         remote: None,
+        rounds: args.rounds,
     })
 }
 
