@@ -730,22 +730,20 @@ mod tests {
             p.round = round;
             p
         };
-        let results = vec![
-            at("acid", 0, 8, 1, 100.0),
-            at("fast", 1, 8, 1, 400.0),
-            at("acid", 0, 8, 2, 300.0),
-            at("fast", 1, 8, 2, 300.0),
-            at("acid", 0, 8, 3, 200.0),
-            at("fast", 1, 8, 3, 1000.0),
-            // One slow round makes 64 clients fast's best single point,
-            // not its best median.
-            at("acid", 0, 64, 1, 150.0),
-            at("fast", 1, 64, 1, 1200.0),
-            at("acid", 0, 64, 2, 150.0),
-            at("fast", 1, 64, 2, 350.0),
-            at("acid", 0, 64, 3, 150.0),
-            at("fast", 1, 64, 3, 350.0),
+        // Per client count, each round's throughput of acid and of fast.
+        // One slow round makes 64 clients fast's best single point, not its
+        // best median.
+        let rounds = [
+            (8, [100.0, 300.0, 200.0], [400.0, 300.0, 1000.0]),
+            (64, [150.0, 150.0, 150.0], [1200.0, 350.0, 350.0]),
         ];
+        let mut results = Vec::new();
+        for (clients, acid, fast) in rounds {
+            for (i, (a, f)) in acid.into_iter().zip(fast).enumerate() {
+                results.push(at("acid", 0, clients, i as u32 + 1, a));
+                results.push(at("fast", 1, clients, i as u32 + 1, f));
+            }
+        }
         let rep = BenchReport::new("micro", Map::new(), results);
         let peaks: Vec<(String, u32, f64)> = rep
             .peak

@@ -28,7 +28,8 @@ use brine_core::{
     Value,
 };
 use brine_lock::{
-    Acquire, LockClass, LockConfig, LockTable, Mode, ReleaseOutcome, StandardCompat, Ticket, Wakeup,
+    Acquire, GateOpens, LockClass, LockConfig, LockTable, Mode, ReleaseOutcome, StandardCompat,
+    Ticket, Wakeup,
 };
 use brine_sql::{Plan, QueryResult};
 use brine_storage::wal::record::{BaseContext, BaseEntry};
@@ -982,9 +983,14 @@ impl Partition {
             // before; once ungated, the others are taken as usual). A local
             // gate ready on arrival opens at once.
             let (t, w) = (&need.target, &mut self.wakeups);
-            let outcome = match stmt.gate {
-                Some(Gate::Local) => self.locks.acquire_gated_local(stmt.owner, t, mode, now, w),
-                Some(Gate::Coordinated(_)) => self.locks.acquire_gated(stmt.owner, t, mode, now, w),
+            let outcome = match &stmt.gate {
+                Some(gate) => {
+                    let opens = match gate {
+                        Gate::Local => GateOpens::WhenReady,
+                        Gate::Coordinated(_) => GateOpens::OnUngate,
+                    };
+                    self.locks.acquire_gated(stmt.owner, t, mode, opens, now, w)
+                }
                 None => self.locks.acquire(stmt.owner, t, mode, now, w),
             };
             let failure = match outcome {

@@ -113,6 +113,6 @@ mod table;
 
 pub use compat::{Compatibility, LockClass, Mode, StandardCompat};
 pub use table::{
-    Acquire, DeadlockPolicy, LockConfig, LockStats, LockTable, ReleaseOutcome, Ticket, Wakeup,
-    MAX_SEARCH,
+    Acquire, DeadlockPolicy, GateOpens, LockConfig, LockStats, LockTable, ReleaseOutcome, Ticket,
+    Wakeup, MAX_SEARCH,
 };

@@ -485,8 +485,22 @@ impl Kind {
     }
 }
 
-/// Whether a request is gated ([`LockTable::acquire_gated`]) and who
-/// opens its gate.
+/// Who opens the gate of a gated request ([`LockTable::acquire_gated`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateOpens {
+    /// Only [`LockTable::ungate`] (Salt: the coordinator, once every
+    /// partition of the statement is ready).
+    OnUngate,
+    /// Its partition, as soon as it is ready (Salt: a read under read
+    /// committed, whose lock ends with its statement): a request ready on
+    /// arrival is granted at once, as queueing it and opening its gate
+    /// would (nothing is queued behind the newest request, so no one
+    /// else's turn or readiness changes); one that is not waits, and its
+    /// partition ungates it when it reports ready.
+    WhenReady,
+}
+
+/// Whether a request is gated and how its gate opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Gating {
     None,
@@ -750,43 +764,32 @@ impl LockTable {
     /// transaction that holds no lock anywhere yet (Salt: the first
     /// statement of an ACID transaction that spans partitions). It takes
     /// its place in the queue like any request, so fresh requests queue
-    /// behind it, but it is never granted until [`LockTable::ungate`]:
+    /// behind it, but it is not granted until its gate opens (`opens`):
     /// while the transaction waits for its turn at another partition it
     /// holds nothing here, and the requests of protected transactions
     /// (accepted BASE transactions, which it may be waiting for there)
     /// pass it. Whether it could be granted (it is
     /// *ready*) is reported through [`LockTable::take_gate_changes`] each
     /// time it changes, starting with its state now. Answers `Waiting`,
-    /// or `Abort` under wait-die. The transaction must not be protected
-    /// ([`LockTable::protect`]) while the request is gated; a protected
-    /// transaction's request is acquired as by [`LockTable::acquire`].
+    /// or `Abort` under wait-die; with [`GateOpens::WhenReady`] also
+    /// `Granted` when it is ready on arrival. The transaction must not be
+    /// protected ([`LockTable::protect`]) while the request is gated; a
+    /// protected transaction's request is acquired as by
+    /// [`LockTable::acquire`].
     pub fn acquire_gated(
         &mut self,
         txn: TxnId,
         target: &LockTarget,
         mode: Mode,
+        opens: GateOpens,
         now: Instant,
         wakeups: &mut Vec<Wakeup>,
     ) -> Result<Acquire, Error> {
-        self.acquire_as(txn, target, mode, now, Gating::Held, wakeups)
-    }
-
-    /// [`LockTable::acquire_gated`] for a gate the partition opens itself
-    /// as soon as the request is ready (Salt: a read under read committed,
-    /// whose lock ends with its statement). A request ready on arrival is
-    /// granted at once, as queueing it and opening its gate would: nothing
-    /// is queued behind the newest request, so no one else's turn or
-    /// readiness changes. One that is not ready is queued gated and
-    /// answers `Waiting`.
-    pub fn acquire_gated_local(
-        &mut self,
-        txn: TxnId,
-        target: &LockTarget,
-        mode: Mode,
-        now: Instant,
-        wakeups: &mut Vec<Wakeup>,
-    ) -> Result<Acquire, Error> {
-        self.acquire_as(txn, target, mode, now, Gating::OpenWhenReady, wakeups)
+        let gating = match opens {
+            GateOpens::OnUngate => Gating::Held,
+            GateOpens::WhenReady => Gating::OpenWhenReady,
+        };
+        self.acquire_as(txn, target, mode, now, gating, wakeups)
     }
 
     fn acquire_as(

@@ -7,7 +7,7 @@
 
 use brine_core::{Access, IndexId, Key, LockTarget, TableId, TxnId, Value};
 use brine_lock::{
-    Acquire, DeadlockPolicy, LockClass, LockConfig, LockTable, Mode, ReleaseOutcome,
+    Acquire, DeadlockPolicy, GateOpens, LockClass, LockConfig, LockTable, Mode, ReleaseOutcome,
     StandardCompat, Ticket, Wakeup,
 };
 use std::collections::{HashMap, HashSet};
@@ -224,12 +224,12 @@ fn run(seed: u64, policy: DeadlockPolicy, steps: usize) -> brine_lock::LockStats
                 let protected = table.is_protected(txn);
                 // A local gate opens at once when ready on arrival.
                 let local = rng.below(2) == 0;
-                let outcome = if local {
-                    table.acquire_gated_local(txn, &target, mode, now, &mut wakeups)
+                let opens = if local {
+                    GateOpens::WhenReady
                 } else {
-                    table.acquire_gated(txn, &target, mode, now, &mut wakeups)
+                    GateOpens::OnUngate
                 };
-                match outcome {
+                match table.acquire_gated(txn, &target, mode, opens, now, &mut wakeups) {
                     Ok(Acquire::Waiting(t)) => {
                         m.waiting.insert(t, txn);
                         if !protected {

@@ -9,7 +9,8 @@
 //!
 //! - `new [policy=wait-die|detect|timeout] [timeout-ms=N] [max-waiters=N] [max-deps=N]`
 //! - `acquire txn= key= class=acid|alkaline|saline|nexusG access=read|write [now=ms] [gated] [local]`
-//!   (`gated`: `acquire_gated`, with `local` too `acquire_gated_local`;
+//!   (`gated`: `acquire_gated`, opened by `ungate`, or with `local` too
+//!   as soon as it is ready;
 //!   readiness changes print as `gate: ...`)
 //! - `ungate ticket=N`
 //! - `range txn= [lo=|lo-ex=] [hi=|hi-ex=] class= [access=range-read|write]`
@@ -23,7 +24,8 @@
 
 use brine_core::{Access, IndexId, Key, LockTarget, TableId, TxnId, Value};
 use brine_lock::{
-    Acquire, DeadlockPolicy, LockClass, LockConfig, LockTable, Mode, StandardCompat, Ticket, Wakeup,
+    Acquire, DeadlockPolicy, GateOpens, LockClass, LockConfig, LockTable, Mode, StandardCompat,
+    Ticket, Wakeup,
 };
 use datadriven::TestCase;
 use std::collections::HashMap;
@@ -209,16 +211,16 @@ impl Harness {
                 let mode = Mode::new(class, access);
                 let gated = tc.take_flag("gated").expect("gated");
                 let local = tc.take_flag("local").expect("local");
-                let res = match (gated, local) {
-                    (true, true) => {
-                        self.table
-                            .acquire_gated_local(txn, &target, mode, now, &mut wakeups)
-                    }
-                    (true, false) => {
-                        self.table
-                            .acquire_gated(txn, &target, mode, now, &mut wakeups)
-                    }
-                    (false, _) => self.table.acquire(txn, &target, mode, now, &mut wakeups),
+                let opens = if local {
+                    GateOpens::WhenReady
+                } else {
+                    GateOpens::OnUngate
+                };
+                let res = if gated {
+                    self.table
+                        .acquire_gated(txn, &target, mode, opens, now, &mut wakeups)
+                } else {
+                    self.table.acquire(txn, &target, mode, now, &mut wakeups)
                 };
                 let line = match res {
                     Ok(Acquire::Granted { newly: true }) => "granted".to_string(),
