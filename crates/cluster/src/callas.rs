@@ -305,6 +305,14 @@ pub struct ProcPieces {
     pub reordering: Option<crate::Reordering>,
 }
 
+/// How a statement of a Runtime Pipelining piece locks beyond its class
+/// (`LockSpec::for_update`, `LockSpec::end_row`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PieceLocks {
+    pub for_update: bool,
+    pub end_row: bool,
+}
+
 /// Where a statement runs in a chopping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placed {
@@ -318,6 +326,17 @@ pub struct Placed {
     /// read costs the statements in between, and two pieces that both
     /// read and then write the row cannot deadlock on the upgrade.
     pub write_first: bool,
+    /// Runtime Pipelining: the statement is a blind increment of one row,
+    /// outside any loop, after which its piece touches that table only to
+    /// read columns no statement of the group writes. Increments commute
+    /// (the analysis frees them of each other) and are undone by
+    /// subtraction, so once it has run, its row's member lock becomes the
+    /// group's nexus lock (`LockSpec::end_row`): the group's other
+    /// increments and reads of other columns need not wait for the piece
+    /// to end. A same-group reader of the column still depends on it (the
+    /// partitions track columns); the condition on the rest of the piece
+    /// keeps such a reader from seeing the piece half done.
+    pub ends_row: bool,
 }
 
 impl ProcPieces {
@@ -345,9 +364,13 @@ fn place(
     spec: &brine_analysis::ProcSpec,
     chopping: &brine_analysis::ProcChopping,
     plans: Option<&HashMap<&str, brine_sql::Plan>>,
+    group_writes: Option<&GroupWrites>,
 ) -> HashMap<String, Placed> {
     let write_first = plans
         .map(|p| write_first(p, spec, chopping))
+        .unwrap_or_default();
+    let ends_row = group_writes
+        .map(|w| ends_row(spec, chopping, w))
         .unwrap_or_default();
     let mut out = HashMap::new();
     for (k, piece) in chopping.pieces.iter().enumerate() {
@@ -357,8 +380,59 @@ fn place(
                 piece: k as u32,
                 rank: piece.rank().map(|r| r as u32),
                 write_first: write_first.contains(name.as_str()),
+                ends_row: ends_row.contains(name.as_str()),
             };
             out.insert(name.clone(), placed);
+        }
+    }
+    out
+}
+
+/// The columns each table's statements write, over a group's procedures.
+type GroupWrites = HashMap<brine_core::TableId, std::collections::BTreeSet<usize>>;
+
+fn group_writes(specs: &[brine_analysis::ProcSpec]) -> GroupWrites {
+    let mut out = GroupWrites::new();
+    for op in specs.iter().flat_map(|s| &s.ops) {
+        out.entry(op.access.table)
+            .or_default()
+            .extend(op.access.written.iter().copied());
+    }
+    out
+}
+
+/// The statements of `chopping`'s pieces whose row's piece-level lock may
+/// end as soon as they ran (`Placed::ends_row`).
+fn ends_row<'a>(
+    spec: &'a brine_analysis::ProcSpec,
+    chopping: &brine_analysis::ProcChopping,
+    group_writes: &GroupWrites,
+) -> HashSet<&'a str> {
+    use brine_sql::StatementKind;
+    let looped: HashSet<usize> = spec.loops().iter().flatten().copied().collect();
+    let mut out = HashSet::new();
+    for piece in &chopping.pieces {
+        let mut ops: Vec<usize> = piece.ops.clone();
+        ops.sort_unstable();
+        for (i, &op) in ops.iter().enumerate() {
+            let a = &spec.ops[op].access;
+            if a.kind != StatementKind::Update
+                || !a.blind_increment
+                || !a.point
+                || looped.contains(&op)
+            {
+                continue;
+            }
+            let written = group_writes.get(&a.table);
+            let then_reads_only = ops[i + 1..].iter().all(|&later| {
+                let b = &spec.ops[later].access;
+                b.table != a.table
+                    || (b.kind == StatementKind::Select
+                        && written.is_none_or(|w| w.is_disjoint(&b.read)))
+            });
+            if then_reads_only {
+                out.insert(spec.ops[op].name.as_str());
+            }
         }
     }
     out
@@ -570,7 +644,7 @@ pub fn plan_pieces(
                 .iter()
                 .zip(classic::classic_chopping(&refs, refinements))
             {
-                let by_statement = place(spec, &chopping, None);
+                let by_statement = place(spec, &chopping, None, None);
                 out.insert(
                     spec.name.clone(),
                     Arc::new(ProcPieces {
@@ -653,6 +727,7 @@ pub fn plan_pieces(
             }
         };
         let mode = Arc::new(SafeMode::new(safe_mode));
+        let writes = group_writes(&specs);
         for ((((spec, chopping), safe), source), (def, pick)) in specs
             .iter()
             .zip(&analysed.rp.choppings)
@@ -680,8 +755,8 @@ pub fn plan_pieces(
             out.insert(
                 spec.name.clone(),
                 Arc::new(ProcPieces {
-                    by_statement: place(spec, chopping, Some(&plans)),
-                    safe_by_statement: place(spec, safe, Some(&plans)),
+                    by_statement: place(spec, chopping, Some(&plans), Some(&writes)),
+                    safe_by_statement: place(spec, safe, Some(&plans), Some(&writes)),
                     mode: Some(mode.clone()),
                     reordering,
                 }),
@@ -726,25 +801,30 @@ fn rp_body_done(shared: &Shared, node: NodeId, state: &Mutex<TxnState>, ok: bool
 /// `r` waits until every same-group transaction this one depends on
 /// executed a piece of rank `>= r` or committed. A statement of an earlier
 /// piece than the current one means the body and the analysis disagree.
-/// Returns whether the statement takes write locks for its primary-key
-/// reads (`Placed::write_first`).
-pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<bool> {
-    let (owner, progress, ending, wait, for_update) = {
+/// Returns how the statement locks in its piece (`Placed::write_first`,
+/// `Placed::ends_row`).
+pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<PieceLocks> {
+    let (owner, progress, ending, wait, locks) = {
         let mut st = ctx.state.lock();
         let owner = st.txn;
         let Some(c) = st.callas.as_mut() else {
-            return Ok(false);
+            return Ok(PieceLocks::default());
         };
         let Some(pieces) = &c.pieces else {
-            return Ok(false);
+            return Ok(PieceLocks::default());
         };
         let Placed {
             piece,
             rank,
             write_first: for_update,
+            ends_row: end_row,
         } = pieces.piece_of(statement, c.safe)?;
+        let locks = PieceLocks {
+            for_update,
+            end_row,
+        };
         match c.piece {
-            Some((cur, _)) if piece == cur => return Ok(for_update),
+            Some((cur, _)) if piece == cur => return Ok(locks),
             Some((cur, _)) if piece < cur => {
                 return Err(Error::Internal(format!(
                     "statement `{statement}` belongs to piece {} but the transaction already runs \
@@ -769,7 +849,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<bool> 
             c.progress.clone(),
             ending,
             rank.map(|r| (r, wait)),
-            for_update,
+            locks,
         )
     };
     if let Some((rank, parts)) = ending {
@@ -803,7 +883,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<bool> 
             }
         }
     }
-    Ok(for_update)
+    Ok(locks)
 }
 
 /// What a same-group transaction may wait for about a running Callas

@@ -297,8 +297,8 @@ impl ProcCtx {
             return crate::sc::exec(self, statement, plan, args).await;
         }
         if mechanism == Some(crate::callas::Mechanism::Rp) {
-            let for_update = crate::callas::enter_piece(self, statement).await?;
-            return self.exec_plan_locking(plan, args, for_update).await;
+            let locks = crate::callas::enter_piece(self, statement).await?;
+            return self.exec_plan_locking(plan, args, locks).await;
         }
         self.exec_plan(plan, args).await
     }
@@ -573,16 +573,17 @@ impl ProcCtx {
         plan: Arc<Plan>,
         args: Vec<Value>,
     ) -> Result<QueryResult> {
-        self.exec_plan_locking(plan, args, false).await
+        let locks = crate::callas::PieceLocks::default();
+        self.exec_plan_locking(plan, args, locks).await
     }
 
-    /// [`ProcCtx::exec_plan`]; `for_update`: its primary-key reads take
-    /// write locks (see `LockSpec::for_update`).
+    /// [`ProcCtx::exec_plan`] in a Runtime Pipelining piece (`locks`: see
+    /// `LockSpec::for_update` and `LockSpec::end_row`).
     async fn exec_plan_locking(
         &mut self,
         plan: Arc<Plan>,
         args: Vec<Value>,
-        for_update: bool,
+        locks: crate::callas::PieceLocks,
     ) -> Result<QueryResult> {
         if self.state.lock().base.is_some() {
             return crate::salt::exec(self, plan, args).await;
@@ -608,7 +609,8 @@ impl ProcCtx {
         };
         let params = plan.bind(args)?;
         let lock = LockSpec {
-            for_update,
+            for_update: locks.for_update,
+            end_row: locks.end_row,
             ..self.lock_spec(lock_class, callas_deps)
         };
         if let Some(seq) = chop {

@@ -43,6 +43,14 @@ pub struct LockSpec {
     /// to deadlock on; `Placed::write_first`).
     #[serde(default)]
     pub for_update: bool,
+    /// Callas, Runtime Pipelining: the statement is a blind increment by
+    /// primary key after which its piece neither writes its row nor reads
+    /// a column of it that the group writes, so once it has run its
+    /// member lock on the row becomes the group's nexus lock (as at the
+    /// piece's end) if the transaction did nothing but increment that row
+    /// (`Placed::ends_row`).
+    #[serde(default)]
+    pub end_row: bool,
 }
 
 /// A statement's answer: its result and, when the run records a history,

@@ -1037,7 +1037,47 @@ impl Partition {
         let result =
             self.store
                 .execute_recorded(stmt.txn, &stmt.plan, &stmt.params, Some(&mut stmt.ops));
+        if result.is_ok() && stmt.lock.end_row {
+            self.end_incremented_rows(&stmt);
+        }
         self.finish(stmt, result);
+    }
+
+    /// Runtime Pipelining, after a blind increment that ends its row's part
+    /// of the piece (`LockSpec::end_row`): the member locks on the rows it
+    /// wrote become the group's nexus locks, for a transaction that has done
+    /// nothing to the row but increment it (and read it), as at the end of
+    /// the piece.
+    fn end_incremented_rows(&mut self, stmt: &Stmt) {
+        let LockClass::Member(g) = stmt.lock.class else {
+            return;
+        };
+        if !stmt.lock.callas_deps {
+            return;
+        }
+        let owner = stmt.owner;
+        for i in 0..self.needs.len() {
+            if self.needs[i].access != Access::Write {
+                continue;
+            }
+            let only_added = self
+                .nexus_cols
+                .get(&self.needs[i].target)
+                .is_some_and(|uses| {
+                    uses.iter()
+                        .any(|u| u.txn == owner && u.write == 0 && u.add != 0)
+                });
+            if only_added {
+                let target = self.needs[i].target.clone();
+                self.locks.downgrade(
+                    owner,
+                    &target,
+                    LockClass::Member(g),
+                    LockClass::Nexus(g),
+                    &mut self.wakeups,
+                );
+            }
+        }
     }
 
     /// A lock of the statement was granted (`newly`: not already held).

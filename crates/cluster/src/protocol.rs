@@ -149,6 +149,7 @@ impl Protocol for Acid {
             short_writes: false,
             callas_deps: false,
             for_update: false,
+            end_row: false,
         }
     }
 }

@@ -20,6 +20,7 @@ CREATE TABLE kv (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (
 CREATE TABLE district (d INT NOT NULL, next INT NOT NULL, PRIMARY KEY (d)) PARTITION BY (d);
 CREATE TABLE orders (o INT NOT NULL, d INT NOT NULL, PRIMARY KEY (o)) PARTITION BY (o);
 CREATE TABLE stock (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
+CREATE TABLE wh (w INT NOT NULL, ytd INT NOT NULL, name INT NOT NULL, PRIMARY KEY (w)) PARTITION BY (w);
 ";
 
 const A: i64 = 1;
@@ -108,6 +109,12 @@ fn app(gates: Gates) -> Application {
                     Ok(vec![])
                 }),
             stocked(&gates_for_order),
+            paid("pay", "SELECT name FROM wh WHERE w = $w", &gates_for_order),
+            paid(
+                "pay_ytd",
+                "SELECT ytd FROM wh WHERE w = $w",
+                &gates_for_order,
+            ),
             ProcedureDef::new("bump")
                 .statement("add", "UPDATE kv SET v = v + 1 WHERE k = $k")
                 .body(|mut ctx, args| async move {
@@ -159,6 +166,29 @@ fn app(gates: Gates) -> Application {
 /// writes the rows first. Each waits at gate `<gate>` (if given) after its
 /// first piece. Arguments: d, k, gate. Returns the counter and which body
 /// ran (0: its own, 1: the reordering).
+/// A payment in miniature: adds `amount` to the row's `ytd` (a blind
+/// increment), waits at gate `<gate>` if one is given, then runs `then`,
+/// a read of the same row, in the same piece. Arguments: w, amount, gate.
+/// Returns what it read.
+fn paid(name: &str, then: &str, gates: &Gates) -> ProcedureDef {
+    let gates = gates.clone();
+    ProcedureDef::new(name)
+        .statement("add", "UPDATE wh SET ytd = ytd + $a WHERE w = $w")
+        .statement("then", then)
+        .body(move |mut ctx, args| {
+            let gates = gates.clone();
+            async move {
+                ctx.exec("add", vec![args[1].clone(), args[0].clone()])
+                    .await?;
+                if let Some(g) = args.get(2).and_then(Value::as_str) {
+                    gates.wait(g).await;
+                }
+                let r = ctx.exec("then", vec![args[0].clone()]).await?;
+                Ok(vec![r.rows[0][0].clone()])
+            }
+        })
+}
+
 fn stocked(gates: &Gates) -> ProcedureDef {
     let body = |rows_first: bool| {
         let gates = gates.clone();
@@ -240,6 +270,8 @@ async fn start(cfg: ClusterConfig, gates: Gates) -> Cluster {
         .map(|d| vec![Value::Int(d), Value::Int(0)])
         .collect();
     c.load("district", districts).await.expect("load");
+    let wh = vec![vec![Value::Int(1), Value::Int(0), Value::Int(42)]];
+    c.load("wh", wh).await.expect("load");
     c
 }
 
@@ -359,6 +391,34 @@ async fn a_statement_before_its_piece_is_an_error_naming_the_disagreement() {
 
 /// Awaits `task` for a short while: `None` if it is still pending
 /// (blocked), else its output.
+/// T1 calls `procedure` with `first` (which makes it pause at gate `t1`);
+/// 50 ms later T2 calls it with `second`. Returns whether T2 finished
+/// while T1 was paused, then (once the gate opened) both results.
+async fn paused_pair(
+    c: &Cluster,
+    gates: &Gates,
+    procedure: &'static str,
+    first: Vec<Value>,
+    second: Vec<Value>,
+) -> (bool, Vec<Value>, Vec<Value>) {
+    let t1 = call(c, procedure, first);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let client = c.client();
+    let name = procedure.to_string();
+    let mut t2 = tokio::spawn(async move { client.call(&name, second).await });
+    let early = within(&mut t2).await;
+    let finished = early.is_some();
+    gates.open("t1");
+    let t1 = t1.await.unwrap().expect("T1 commits");
+    let t2 = match early {
+        Some(r) => r,
+        None => t2.await.unwrap(),
+    }
+    .expect("T2 commits")
+    .values;
+    (finished, t1, t2)
+}
+
 async fn within<T>(task: &mut tokio::task::JoinHandle<T>) -> Option<T> {
     tokio::time::timeout(Duration::from_millis(200), task)
         .await
@@ -642,32 +702,15 @@ async fn a_reordered_body_runs_its_larger_piece_before_the_counter() {
     ] {
         let gates = Gates::default();
         let c = start(config(grouping, None, None), gates.clone()).await;
-        let t1 = call(
+        let (early, t1, t2) = paused_pair(
             &c,
+            &gates,
             "stocked",
             vec![Value::Int(1), Value::Int(1), Value::str("t1")],
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let client = c.client();
-        let mut t2 = tokio::spawn(async move {
-            client
-                .call("stocked", vec![Value::Int(1), Value::Int(4)])
-                .await
-        });
-        let early = within(&mut t2).await;
-        assert_eq!(
-            early.is_some(),
-            reordered,
-            "{grouping}: T2 done while T1 paused"
-        );
-        gates.open("t1");
-        let t1 = t1.await.unwrap().expect("T1 commits");
-        let t2 = match early {
-            Some(r) => r,
-            None => t2.await.unwrap(),
-        }
-        .expect("T2 commits")
-        .values;
+            vec![Value::Int(1), Value::Int(4)],
+        )
+        .await;
+        assert_eq!(early, reordered, "{grouping}: T2 done while T1 paused");
         let body = Value::Int(i64::from(reordered));
         let (first, second) = if reordered { (2, 1) } else { (1, 2) };
         assert_eq!(t1, vec![Value::Int(first), body.clone()], "{grouping}: T1");
@@ -689,6 +732,44 @@ async fn a_reordered_body_runs_its_larger_piece_before_the_counter() {
         .unwrap()
         .expect("commits");
     assert_eq!(r, vec![Value::Int(1), Value::Int(0)]);
+}
+
+/// Runtime Pipelining, commuting increments (`Placed::ends_row`): T1 adds
+/// to a row and pauses before the rest of its piece, which reads another
+/// column of the row (one no procedure of the group writes). T2 adds to
+/// the same row: the increments commute, so T1's row lock became the
+/// group's nexus lock as soon as its increment ran, and T2 finishes while
+/// T1 is paused. When the rest of T1's piece reads the column it
+/// increments, the row stays T1's until the piece ends: T2 is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blind_increment_frees_its_row_for_the_groups_other_increments() {
+    for (procedure, freed, reads) in [("pay", true, 42), ("pay_ytd", false, 10)] {
+        let gates = Gates::default();
+        let grouping = format!("wh:rp={procedure}");
+        let c = start(config(&grouping, None, None), gates.clone()).await;
+        let (early, t1, t2) = paused_pair(
+            &c,
+            &gates,
+            procedure,
+            vec![Value::Int(1), Value::Int(10), Value::str("t1")],
+            vec![Value::Int(1), Value::Int(5)],
+        )
+        .await;
+        assert_eq!(early, freed, "{procedure}: T2 done while T1 paused");
+        if freed {
+            assert_eq!(t1, vec![Value::Int(42)], "{procedure}: T1");
+            assert_eq!(t2, vec![Value::Int(42)], "{procedure}: T2");
+        } else {
+            assert_eq!(
+                t1,
+                vec![Value::Int(reads)],
+                "{procedure}: T1 read its own sum"
+            );
+            assert_eq!(t2, vec![Value::Int(15)], "{procedure}: T2 read both");
+        }
+        let ytd = acid_read(&c, "SELECT ytd FROM wh WHERE w = $w", 1).await;
+        assert_eq!(ytd, Some(15), "{procedure}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
