@@ -262,11 +262,12 @@ impl BenchReport {
             v
         };
         let max_tps = |pi: usize, variant: Option<usize>| {
-            medians
-                .iter()
-                .filter(|((v, p, _), _)| *p == pi && variant.is_none_or(|w| w == *v))
-                .map(|(_, &t)| t)
-                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+            max_of(
+                medians
+                    .iter()
+                    .filter(|((v, p, _), _)| *p == pi && variant.is_none_or(|w| w == *v))
+                    .map(|(_, &t)| t),
+            )
         };
         let mut protocols: BTreeMap<usize, String> = BTreeMap::new();
         let by_durability = durability_compared(&results);
@@ -308,14 +309,15 @@ impl BenchReport {
         }
 
         let mut round_ratios = BTreeMap::new();
-        let rounds = results.iter().map(|r| r.round).max().unwrap_or(1);
+        let rounds = rounds_of(&results);
         if rounds > 1 {
             let round_peak = |pi: usize, round: u32| {
-                results
-                    .iter()
-                    .filter(|r| r.protocol_index == pi && r.round == round)
-                    .map(|r| r.throughput_tps)
-                    .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+                max_of(
+                    results
+                        .iter()
+                        .filter(|r| r.protocol_index == pi && r.round == round)
+                        .map(|r| r.throughput_tps),
+                )
             };
             if let Some(base_name) = protocols.get(&0) {
                 for (&pi, name) in protocols.iter().filter(|(&pi, _)| pi > 0) {
@@ -360,7 +362,7 @@ impl BenchReport {
             let _ = write!(header, "{k:>9} ");
         }
         let by_durability = durability_compared(&self.results);
-        let rounds = self.results.iter().map(|r| r.round).max().unwrap_or(1);
+        let rounds = rounds_of(&self.results);
         // Wide enough for the longest series name (`callas@label`).
         let w = self
             .results
@@ -632,6 +634,16 @@ fn json_short(v: &Json) -> String {
         Json::String(s) => s.clone(),
         other => other.to_string(),
     }
+}
+
+/// How many rounds the points were measured in (1 without `--rounds`).
+fn rounds_of(results: &[PointResult]) -> u32 {
+    results.iter().map(|r| r.round).max().unwrap_or(1)
+}
+
+/// The largest of `xs`, `None` if there is none.
+fn max_of(xs: impl Iterator<Item = f64>) -> Option<f64> {
+    xs.fold(None, |m, x| Some(m.map_or(x, |m: f64| m.max(x))))
 }
 
 /// The median of `v` (the mean of the middle two for an even count).

@@ -305,14 +305,6 @@ pub struct ProcPieces {
     pub reordering: Option<crate::Reordering>,
 }
 
-/// How a statement of a Runtime Pipelining piece locks beyond its class
-/// (`LockSpec::for_update`, `LockSpec::end_row`).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct PieceLocks {
-    pub for_update: bool,
-    pub end_row: bool,
-}
-
 /// Where a statement runs in a chopping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placed {
@@ -801,30 +793,22 @@ fn rp_body_done(shared: &Shared, node: NodeId, state: &Mutex<TxnState>, ok: bool
 /// `r` waits until every same-group transaction this one depends on
 /// executed a piece of rank `>= r` or committed. A statement of an earlier
 /// piece than the current one means the body and the analysis disagree.
-/// Returns how the statement locks in its piece (`Placed::write_first`,
-/// `Placed::ends_row`).
-pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<PieceLocks> {
-    let (owner, progress, ending, wait, locks) = {
+/// Returns where the statement runs (which decides how it locks:
+/// `Placed::write_first`, `Placed::ends_row`), `None` outside a chopping.
+pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option<Placed>> {
+    let (owner, progress, ending, wait, placed) = {
         let mut st = ctx.state.lock();
         let owner = st.txn;
         let Some(c) = st.callas.as_mut() else {
-            return Ok(PieceLocks::default());
+            return Ok(None);
         };
         let Some(pieces) = &c.pieces else {
-            return Ok(PieceLocks::default());
+            return Ok(None);
         };
-        let Placed {
-            piece,
-            rank,
-            write_first: for_update,
-            ends_row: end_row,
-        } = pieces.piece_of(statement, c.safe)?;
-        let locks = PieceLocks {
-            for_update,
-            end_row,
-        };
+        let placed = pieces.piece_of(statement, c.safe)?;
+        let Placed { piece, rank, .. } = placed;
         match c.piece {
-            Some((cur, _)) if piece == cur => return Ok(locks),
+            Some((cur, _)) if piece == cur => return Ok(Some(placed)),
             Some((cur, _)) if piece < cur => {
                 return Err(Error::Internal(format!(
                     "statement `{statement}` belongs to piece {} but the transaction already runs \
@@ -849,7 +833,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<PieceL
             c.progress.clone(),
             ending,
             rank.map(|r| (r, wait)),
-            locks,
+            placed,
         )
     };
     if let Some((rank, parts)) = ending {
@@ -883,7 +867,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<PieceL
             }
         }
     }
-    Ok(locks)
+    Ok(Some(placed))
 }
 
 /// What a same-group transaction may wait for about a running Callas

@@ -297,8 +297,8 @@ impl ProcCtx {
             return crate::sc::exec(self, statement, plan, args).await;
         }
         if mechanism == Some(crate::callas::Mechanism::Rp) {
-            let locks = crate::callas::enter_piece(self, statement).await?;
-            return self.exec_plan_locking(plan, args, locks).await;
+            let placed = crate::callas::enter_piece(self, statement).await?;
+            return self.exec_plan_locking(plan, args, placed).await;
         }
         self.exec_plan(plan, args).await
     }
@@ -573,17 +573,16 @@ impl ProcCtx {
         plan: Arc<Plan>,
         args: Vec<Value>,
     ) -> Result<QueryResult> {
-        let locks = crate::callas::PieceLocks::default();
-        self.exec_plan_locking(plan, args, locks).await
+        self.exec_plan_locking(plan, args, None).await
     }
 
-    /// [`ProcCtx::exec_plan`] in a Runtime Pipelining piece (`locks`: see
-    /// `LockSpec::for_update` and `LockSpec::end_row`).
+    /// [`ProcCtx::exec_plan`], in a Runtime Pipelining piece if `placed`
+    /// (which sets `LockSpec::for_update` and `LockSpec::end_row`).
     async fn exec_plan_locking(
         &mut self,
         plan: Arc<Plan>,
         args: Vec<Value>,
-        locks: crate::callas::PieceLocks,
+        placed: Option<crate::callas::Placed>,
     ) -> Result<QueryResult> {
         if self.state.lock().base.is_some() {
             return crate::salt::exec(self, plan, args).await;
@@ -609,8 +608,8 @@ impl ProcCtx {
         };
         let params = plan.bind(args)?;
         let lock = LockSpec {
-            for_update: locks.for_update,
-            end_row: locks.end_row,
+            for_update: placed.is_some_and(|p| p.write_first),
+            end_row: placed.is_some_and(|p| p.ends_row),
             ..self.lock_spec(lock_class, callas_deps)
         };
         if let Some(seq) = chop {
