@@ -583,6 +583,11 @@ fn point_result(p: PointInputs) -> PointResult {
         pipelining_waits: [
             ("rank", d.rank_waits, d.rank_wait_us_total),
             ("commit", d.commit_waits, d.commit_wait_us_total),
+            (
+                "rank held at partitions",
+                d.rank_holds,
+                d.rank_hold_us_total,
+            ),
         ]
         .into_iter()
         .filter_map(|(k, n, us)| Some((k.to_string(), crate::report::TableWaits::of(n, us)?)))

@@ -374,6 +374,12 @@ struct BenchArgs {
     #[arg(long, value_name = "PCT")]
     safe_mode_threshold: Option<f64>,
 
+    /// callas: wait for the rank of a pipelined predecessor at the coordinator, before
+    /// sending the piece's statements, instead of holding them at their partitions (the
+    /// default; see docs/callas.md, "Rank waits at the partitions").
+    #[arg(long)]
+    rank_waits_at_coordinator: bool,
+
     /// Procedures to run as BASE transactions under salt, comma-separated, or none,
     /// or all (default: the sources' choice for the workload; see the workload list).
     #[arg(long, value_name = "LIST")]
@@ -507,6 +513,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         isolation: isolation_of(args.isolation).unwrap_or(Isolation::Serializable),
         history: args.history.clone(),
         grouping: None,
+        rank_holds: !args.rank_waits_at_coordinator,
         ..ClusterConfig::default()
     };
     if let Some(t) = args.safe_mode_threshold {

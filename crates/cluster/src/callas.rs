@@ -53,7 +53,8 @@ use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 use crate::coordinator::{
-    abort, backoff, commit_keeping, committed, retry_after, CallOutcome, ProcCtx, Shared, TxnState,
+    abort, backoff, commit_keeping_after, committed, retry_after, CallOutcome, ProcCtx, Shared,
+    TxnState,
 };
 use crate::message::PartitionMsg;
 use crate::procedure::PreparedProc;
@@ -257,6 +258,11 @@ pub(crate) struct CallasState {
     pub safe: bool,
     pub piece: Option<(u32, Option<u32>)>,
     pub piece_parts: SmallVec<[usize; 4]>,
+    /// The rank-progress wait of the current piece left to the partitions
+    /// (`LockSpec::after_rank`): the transaction followed, the rank, and
+    /// its progress. Its statements carry it until the coordinator sees
+    /// the rank reached.
+    pub rank_hold: Option<(TxnId, u32, Arc<Progress>)>,
     /// This transaction's own progress, on the board.
     pub progress: Arc<Progress>,
     /// `sc`: the open piece and the results the body is replayed from.
@@ -329,6 +335,13 @@ pub struct Placed {
     /// partitions track columns); the condition on the rest of the piece
     /// keeps such a reader from seeing the piece half done.
     pub ends_row: bool,
+    /// Runtime Pipelining: the statement is the last of its piece, which
+    /// has a rank, and is outside any loop, so once it has run at a
+    /// partition the piece has ended there (`LockSpec::ends_piece`): its
+    /// member locks there become nexus locks and the followers held there
+    /// for its rank go on, without waiting for the coordinator's
+    /// `EndPiece`.
+    pub ends_piece: bool,
 }
 
 impl ProcPieces {
@@ -364,8 +377,10 @@ fn place(
     let ends_row = group_writes
         .map(|w| ends_row(spec, chopping, w))
         .unwrap_or_default();
+    let looped: HashSet<usize> = spec.loops().iter().flatten().copied().collect();
     let mut out = HashMap::new();
     for (k, piece) in chopping.pieces.iter().enumerate() {
+        let last = piece.ops.iter().max().filter(|op| !looped.contains(op));
         for &op in &piece.ops {
             let name = &spec.ops[op].name;
             let placed = Placed {
@@ -373,6 +388,7 @@ fn place(
                 rank: piece.rank().map(|r| r as u32),
                 write_first: write_first.contains(name.as_str()),
                 ends_row: ends_row.contains(name.as_str()),
+                ends_piece: piece.rank().is_some() && last == Some(&op),
             };
             out.insert(name.clone(), placed);
         }
@@ -779,7 +795,7 @@ fn rp_body_done(shared: &Shared, node: NodeId, state: &Mutex<TxnState>, ok: bool
         return false;
     };
     for p in std::mem::take(&mut c.piece_parts) {
-        shared.send(node, p, PartitionMsg::EndPiece { owner });
+        shared.send(node, p, PartitionMsg::EndPiece { owner, rank });
     }
     if let Some(r) = rank {
         c.progress.finished_piece(r);
@@ -824,8 +840,14 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
             .piece
             .map(|(_, r)| (r, std::mem::take(&mut c.piece_parts)));
         c.piece = Some((piece, rank));
-        let wait: SmallVec<[Arc<Progress>; 4]> = match rank {
-            Some(_) => c.deps.iter().flatten().cloned().collect(),
+        c.rank_hold = None;
+        let wait: SmallVec<[(TxnId, Arc<Progress>); 4]> = match rank {
+            Some(_) => c
+                .after
+                .iter()
+                .zip(&c.deps)
+                .filter_map(|(t, d)| Some((*t, d.clone()?)))
+                .collect(),
             None => SmallVec::new(),
         };
         (
@@ -839,18 +861,26 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
     if let Some((rank, parts)) = ending {
         for p in parts {
             ctx.shared
-                .send(ctx.node, p, PartitionMsg::EndPiece { owner });
+                .send(ctx.node, p, PartitionMsg::EndPiece { owner, rank });
         }
         if let Some(r) = rank {
             progress.finished_piece(r);
         }
     }
-    if let Some((r, deps)) = wait {
+    if let Some((r, mut deps)) = wait {
         let c = &ctx.shared.counters;
-        for d in deps {
+        // One transaction still short of the rank (the last) is waited for
+        // at the partitions, with the piece's statements; the others here.
+        let chained = |d: &Progress| d.uncommitted_depth(MAX_CHAIN) >= MAX_CHAIN;
+        let hold = deps
+            .iter()
+            .rposition(|(_, d)| !d.has_reached(r) && !chained(d))
+            .filter(|_| ctx.shared.rank_holds)
+            .map(|i| deps.remove(i));
+        for (_, d) in deps {
             tracing::trace!(%owner, rank = r, "rank wait");
             let patience = ctx.shared.wait_timeout;
-            let waited = if d.uncommitted_depth(MAX_CHAIN) >= MAX_CHAIN {
+            let waited = if chained(&d) {
                 d.committed(patience).await
             } else {
                 d.reached(r, patience).await
@@ -866,8 +896,65 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
                 }
             }
         }
+        if let Some((t, d)) = hold {
+            if let Some(c) = ctx.state.lock().callas.as_mut() {
+                c.rank_hold = Some((t, r, d));
+            }
+        }
     }
     Ok(Some(placed))
+}
+
+/// The rank-progress wait the current piece's next statement leaves to
+/// its partitions (`LockSpec::after_rank`), if the coordinator has not
+/// yet seen the rank reached.
+pub(crate) fn rank_hold(state: &Mutex<TxnState>) -> Option<(TxnId, u32, Arc<Progress>)> {
+    let mut st = state.lock();
+    let c = st.callas.as_mut()?;
+    match &c.rank_hold {
+        Some((_, r, d)) if !d.has_reached(*r) => c.rank_hold.clone(),
+        Some(_) => {
+            c.rank_hold = None;
+            None
+        }
+        None => None,
+    }
+}
+
+/// Runs `exec`, a statement sent held for `after` (the transaction and
+/// rank of `d`) at `targets`, while waiting here for the same rank: if the
+/// coordinator sees it first (the rank was reached at another partition,
+/// or the transaction ended), the partitions are told to let the statement
+/// go. A failed wait (the transaction aborted, or the wait timed out)
+/// dooms this one.
+pub(crate) async fn held<T>(
+    ctx: &ProcCtx,
+    targets: &[usize],
+    after: (TxnId, u32),
+    d: Arc<Progress>,
+    exec: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::pin!(exec);
+    let reached = d.reached(after.1, ctx.shared.wait_timeout);
+    tokio::pin!(reached);
+    let waited = tokio::select! {
+        biased;
+        r = &mut exec => return r,
+        w = &mut reached => w,
+    };
+    let txn = ctx.state.lock().txn;
+    for &p in targets {
+        ctx.shared
+            .send(ctx.node, p, PartitionMsg::RankGo { txn, after });
+    }
+    let r = exec.await;
+    match waited {
+        Err(Error::Aborted(cause)) => {
+            ctx.state.lock().doomed = Some(cause);
+            Err(Error::Aborted(cause))
+        }
+        _ => r,
+    }
 }
 
 /// What a same-group transaction may wait for about a running Callas
@@ -915,6 +1002,11 @@ impl Progress {
             .map(|p| p.uncommitted_depth(cap - 1))
             .max()
             .unwrap_or(0)
+    }
+
+    /// Whether it finished a piece of rank `>= rank` or ended.
+    fn has_reached(&self, rank: u32) -> bool {
+        self.outcome.load(Ordering::Acquire) != 0 || self.rank.load(Ordering::Acquire) > rank
     }
 
     fn finished_piece(&self, rank: u32) {
@@ -1140,6 +1232,7 @@ pub(crate) async fn run_grouped(
             pieces: pieces.clone(),
             piece: None,
             piece_parts: SmallVec::new(),
+            rank_hold: None,
             progress: progress.clone(),
             sc: (mechanism == Mechanism::Sc).then(Box::default),
         }));
@@ -1165,31 +1258,7 @@ pub(crate) async fn run_grouped(
         if rp_body_done(shared, node, &state, body_result.is_ok()) {
             tracing::trace!(%txn, "last piece ended before the commit");
         }
-        // Runtime Pipelining: no commit before the same-group transactions
-        // whose uncommitted state this one saw; their abort is its own.
         let rp = mechanism == Mechanism::Rp;
-        if rp && body_result.is_ok() && state.lock().doomed.is_none() {
-            let deps: SmallVec<[Arc<Progress>; 4]> = {
-                let st = state.lock();
-                let c = st.callas.as_ref().expect("callas state");
-                c.deps.iter().flatten().cloned().collect()
-            };
-            let c = &shared.counters;
-            for d in deps {
-                tracing::trace!(%txn, "commit wait");
-                match d.committed(shared.wait_timeout).await {
-                    Ok(Some(took)) => {
-                        ClusterCounters::count_wait(&c.commit_waits, &c.commit_wait_ns, took)
-                    }
-                    Ok(None) => {}
-                    Err(Error::Aborted(cause)) => {
-                        state.lock().doomed = Some(cause);
-                        break;
-                    }
-                    Err(_) => {}
-                }
-            }
-        }
         let doomed = state.lock().doomed;
         let ordered = shared.mutation != Some(Mutation::NoNexusReleaseOrder);
         // The release order matters only where a transaction can commit
@@ -1210,13 +1279,16 @@ pub(crate) async fn run_grouped(
         };
         let keep = waits.then_some(txn);
         let outcome = match (body_result, doomed) {
-            // Runtime Pipelining asks for votes when the transaction saw
-            // another's uncommitted state: a participant that cascaded
-            // an abort to it says No. (Only such a transaction can be
-            // cascaded, and every dependency is reported with the
-            // statement that created it.)
+            // Runtime Pipelining: a transaction that saw another's
+            // uncommitted state asks for votes (a participant that
+            // cascaded an abort to it says No; only such a transaction
+            // can be cascaded, and every dependency is reported with the
+            // statement that created it), and is not decided before the
+            // same-group transactions whose state it saw committed: their
+            // abort is its own. Its participants prepare meanwhile.
             (Ok(values), None) => {
-                match commit_keeping(shared, node, &state, keep, rp && depends).await {
+                let after = (rp && depends).then(|| commit_dependencies(shared, &state));
+                match commit_keeping_after(shared, node, &state, keep, after).await {
                     Ok(()) => Ok(values),
                     Err(e) => Err(e),
                 }
@@ -1274,6 +1346,24 @@ pub(crate) async fn run_grouped(
             }
         }
     }
+}
+
+/// Runtime Pipelining's commit dependencies: done once every same-group
+/// transaction `state`'s transaction depends on committed; an abort of
+/// one (or a wait past the lock wait timeout) is an error.
+async fn commit_dependencies(shared: &Shared, state: &Mutex<TxnState>) -> Result<()> {
+    let deps: SmallVec<[Arc<Progress>; 4]> = {
+        let st = state.lock();
+        let c = st.callas.as_ref().expect("callas state");
+        c.deps.iter().flatten().cloned().collect()
+    };
+    let c = &shared.counters;
+    for d in deps {
+        if let Some(took) = d.committed(shared.wait_timeout).await? {
+            ClusterCounters::count_wait(&c.commit_waits, &c.commit_wait_ns, took);
+        }
+    }
+    Ok(())
 }
 
 /// Chop: runs one statement as a piece of its own (a fresh id, the same

@@ -78,6 +78,13 @@ pub struct ClusterConfig {
     pub grouping: Option<crate::callas::Grouping>,
     /// Callas: when a Runtime Pipelining group goes rollback-safe.
     pub safe_mode: crate::callas::SafeModeConfig,
+    /// Callas, Runtime Pipelining: a piece's wait for the rank of one
+    /// transaction it follows is held at the partitions its statements go
+    /// to (`LockSpec::after_rank`), which let them go as soon as that
+    /// transaction ends its piece there; off: the coordinator waits before
+    /// sending them (the follower's statements leave only once the
+    /// coordinator has heard that the piece ended).
+    pub rank_holds: bool,
 }
 
 impl Default for ClusterConfig {
@@ -102,6 +109,7 @@ impl Default for ClusterConfig {
             durability: DurabilityConfig::default(),
             grouping: None,
             safe_mode: Default::default(),
+            rank_holds: true,
         }
     }
 }
@@ -494,6 +502,7 @@ impl Cluster {
             nexus: Default::default(),
             pieces,
             wait_timeout: config.lock.wait_timeout,
+            rank_holds: config.rank_holds,
             ready,
             history,
             mutation: config.mutation,
@@ -696,6 +705,8 @@ impl Cluster {
             s.queue_bypasses += p.queue_bypasses.load(Ordering::Relaxed);
             s.searches_cut += p.searches_cut.load(Ordering::Relaxed);
             s.lock_wait_us_total += p.lock_wait_ns.load(Ordering::Relaxed) / 1000;
+            s.rank_holds += p.rank_holds.load(Ordering::Relaxed);
+            s.rank_hold_us_total += p.rank_hold_ns.load(Ordering::Relaxed) / 1000;
         }
         s
     }

@@ -70,6 +70,8 @@ pub struct Shared {
     /// How long a transaction waits for a lock, or (Callas) for another
     /// transaction's progress, before it aborts.
     pub wait_timeout: Duration,
+    /// Callas: `ClusterConfig::rank_holds`.
+    pub rank_holds: bool,
     /// Callas: which transactions still hold nexus locks, and how far
     /// each got.
     pub nexus: crate::callas::NexusBoard,
@@ -607,18 +609,29 @@ impl ProcCtx {
             (st.txn, st.lock_class, chop, callas_deps)
         };
         let params = plan.bind(args)?;
+        let hold = placed.and_then(|_| crate::callas::rank_hold(&self.state));
         let lock = LockSpec {
             for_update: placed.is_some_and(|p| p.write_first),
             end_row: placed.is_some_and(|p| p.ends_row),
+            ends_piece: placed.filter(|p| p.ends_piece).and_then(|p| p.rank),
+            after_rank: hold.as_ref().map(|(t, r, _)| (*t, *r)),
             ..self.lock_spec(lock_class, callas_deps)
         };
         if let Some(seq) = chop {
             return crate::callas::exec_piece(self, plan, params, lock, seq).await;
         }
         let targets = self.shared.targets(&plan, &params);
-        let result = self
-            .execute_on(&targets, txn, &plan, params, lock, None)
-            .await;
+        let exec = self.execute_on(&targets, txn, &plan, params, lock, None);
+        let result = match hold {
+            Some((t, r, d)) => crate::callas::held(self, &targets, (t, r), d, exec).await,
+            None => exec.await,
+        };
+        if result.is_ok() && lock.ends_piece.is_some() {
+            // The piece ended where this statement ran: no `EndPiece` there.
+            if let Some(c) = self.state.lock().callas.as_mut() {
+                c.piece_parts.retain(|p| !targets.contains(p));
+            }
+        }
         if let Err(Error::Aborted(cause)) = &result {
             self.state.lock().doomed = Some(*cause);
         }
@@ -629,7 +642,7 @@ impl ProcCtx {
 /// Commits an attempt whose body succeeded. On a `No` vote the attempt is
 /// aborted and the cause returned.
 pub async fn commit(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> Result<()> {
-    commit_keeping(shared, node, state, None, false).await
+    commit_keeping(shared, node, state, None).await
 }
 
 /// [`commit`] with the participants told to keep the transaction's locks
@@ -639,9 +652,29 @@ pub(crate) async fn commit_keeping(
     node: NodeId,
     state: &Mutex<TxnState>,
     keep: Option<TxnId>,
-    vote: bool,
 ) -> Result<()> {
-    let result = commit_attempt(shared, node, state, keep, vote).await;
+    commit_keeping_after(shared, node, state, keep, NOTHING_BEFORE).await
+}
+
+/// No dependency to await before a commit decision.
+const NOTHING_BEFORE: Option<std::future::Ready<Result<()>>> = None;
+
+/// [`commit_keeping`] for a transaction that depends on others (Runtime
+/// Pipelining: it saw same-group transactions' uncommitted state), given
+/// as `after`, which is done once they committed. Such a transaction asks
+/// for votes even on one participant (one that cascaded an abort to it
+/// says No), its participants hold their locks through phase one even
+/// where it wrote nothing, and it is decided once `after` is done: the
+/// participants prepare meanwhile. An error from `after` aborts it with
+/// that error.
+pub(crate) async fn commit_keeping_after(
+    shared: &Shared,
+    node: NodeId,
+    state: &Mutex<TxnState>,
+    keep: Option<TxnId>,
+    after: Option<impl std::future::Future<Output = Result<()>>>,
+) -> Result<()> {
+    let result = commit_attempt(shared, node, state, keep, after).await;
     if shared.history.is_some() {
         let outcome = match &result {
             Ok(()) => Outcome::Committed,
@@ -658,7 +691,7 @@ async fn commit_attempt(
     node: NodeId,
     state: &Mutex<TxnState>,
     keep: Option<TxnId>,
-    vote: bool,
+    after: Option<impl std::future::Future<Output = Result<()>>>,
 ) -> Result<()> {
     let (txn, participants) = {
         let mut st = state.lock();
@@ -668,7 +701,7 @@ async fn commit_attempt(
         st.finished = true;
         (st.txn, st.participants.clone())
     };
-    commit_at_with(shared, node, txn, keep, &participants, vote).await
+    commit_at_with(shared, node, txn, keep, &participants, after).await
 }
 
 /// Commits `txn` at `participants`: one round for one participant,
@@ -682,22 +715,28 @@ pub(crate) async fn commit_at(
     keep: Option<TxnId>,
     participants: &[usize],
 ) -> Result<()> {
-    commit_at_with(shared, node, txn, keep, participants, false).await
+    commit_at_with(shared, node, txn, keep, participants, NOTHING_BEFORE).await
 }
 
-/// [`commit_at`]; `vote`: ask for votes (two-phase commit) even with one
-/// participant, which may then refuse.
-pub(crate) async fn commit_at_with(
+/// [`commit_at`]; `after`: see [`commit_keeping_after`].
+async fn commit_at_with(
     shared: &Shared,
     node: NodeId,
     txn: TxnId,
     keep: Option<TxnId>,
     participants: &[usize],
-    vote: bool,
+    after: Option<impl std::future::Future<Output = Result<()>>>,
 ) -> Result<()> {
+    let hold = after.is_some();
+    let after = async {
+        match after {
+            Some(f) => f.await,
+            None => Ok(()),
+        }
+    };
     match participants.len() {
-        0 => Ok(()),
-        1 if !vote => {
+        0 => after.await,
+        1 if !hold => {
             shared
                 .request(node, participants[0], |reply| PartitionMsg::Commit {
                     txn,
@@ -719,18 +758,22 @@ pub(crate) async fn commit_at_with(
             if let Some(b) = book {
                 b.preparing(txn);
             }
-            let votes = futures::future::join_all(participants.iter().map(|&p| {
-                shared.request(node, p, move |reply| PartitionMsg::Prepare {
-                    txn,
-                    keep,
-                    reply,
-                })
-            }))
+            let (votes, after) = futures::future::join(
+                futures::future::join_all(participants.iter().map(|&p| {
+                    shared.request(node, p, move |reply| PartitionMsg::Prepare {
+                        txn,
+                        keep,
+                        hold,
+                        reply,
+                    })
+                })),
+                after,
+            )
             .await;
             let all_yes = votes
                 .iter()
                 .all(|v| matches!(v, Ok(Vote::Yes) | Ok(Vote::ReadOnly)));
-            let mut decision_commit = all_yes;
+            let mut decision_commit = all_yes && after.is_ok();
             // With a log, the decision is durable before anyone hears it
             // (only commits are logged: presumed abort). A failed decision
             // log aborts the transaction.
@@ -753,7 +796,7 @@ pub(crate) async fn commit_at_with(
             // decision is made, and per-link FIFO delivery orders it before
             // anything this coordinator sends next.
             for (&p, v) in participants.iter().zip(&votes) {
-                if matches!(v, Ok(Vote::ReadOnly)) {
+                if matches!(v, Ok(Vote::ReadOnly)) && !hold {
                     continue;
                 }
                 let (reply, _rx) = Reply::channel(&shared.link, shared.partitions[p].node, node);
@@ -772,6 +815,7 @@ pub(crate) async fn commit_at_with(
             if let Some(e) = log_error {
                 return Err(e);
             }
+            after?;
             // A participant that did not answer (its log failed, or it is
             // gone) is not a concurrency-control abort: no retry.
             if let Some(Err(e)) = votes.iter().find(|v| v.is_err()) {

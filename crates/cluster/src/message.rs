@@ -51,6 +51,20 @@ pub struct LockSpec {
     /// (`Placed::ends_row`).
     #[serde(default)]
     pub end_row: bool,
+    /// Callas, Runtime Pipelining: the statement is the last of its piece,
+    /// of this rank (outside any loop; `Placed::ends_piece`), so once it
+    /// has run here the piece has ended here: its member locks here become
+    /// nexus locks, and statements held for its rank (`after_rank`) go on.
+    #[serde(default)]
+    pub ends_piece: Option<u32>,
+    /// Callas, Runtime Pipelining: the rank-progress wait, held here. The
+    /// statement waits, before it locks anything, until the transaction
+    /// named has ended a piece of at least this rank here (or ended here),
+    /// or until its coordinator sends `RankGo` (the transaction reached the
+    /// rank elsewhere). So a pipelined follower's statement is on its way
+    /// while the transaction it follows runs, not sent after it.
+    #[serde(default)]
+    pub after_rank: Option<(TxnId, u32)>,
 }
 
 /// A statement's answer: its result and, when the run records a history,
@@ -164,10 +178,15 @@ pub enum PartitionMsg {
         txn: TxnId,
     },
     /// `keep`: an alkaline subtransaction of the BASE transaction `keep`;
-    /// its locks are downgraded to saline, not released.
+    /// its locks are downgraded to saline, not released. `hold`: a
+    /// participant where the transaction wrote nothing votes `ReadOnly` but
+    /// keeps its locks until phase two (Runtime Pipelining: the decision
+    /// waits for the transactions it depends on, which its locks must not
+    /// outlive).
     Prepare {
         txn: TxnId,
         keep: Option<TxnId>,
+        hold: bool,
         reply: Reply<Vote>,
     },
     /// Commit; for a single-participant transaction this is the only commit
@@ -198,10 +217,18 @@ pub enum PartitionMsg {
         stages: Vec<Option<u32>>,
         reply: Reply<()>,
     },
-    /// Callas, Runtime Pipelining: a piece of `owner` ended; its
-    /// piece-level (member) locks here become nexus locks.
+    /// Callas, Runtime Pipelining: a piece of `owner` (of rank `rank`)
+    /// ended; its piece-level (member) locks here become nexus locks.
     EndPiece {
         owner: TxnId,
+        rank: Option<u32>,
+    },
+    /// Callas, Runtime Pipelining: the statement of `txn` held here for
+    /// `after` (`LockSpec::after_rank`) may go on: its coordinator saw the
+    /// transaction reach the rank (or end).
+    RankGo {
+        txn: TxnId,
+        after: (TxnId, u32),
     },
     /// `owner` can no longer roll back (Salt: it was accepted; Callas
     /// `chop` and `sc`: a piece of it that wrote committed); it is

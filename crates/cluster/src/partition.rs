@@ -68,6 +68,10 @@ pub struct PartitionCounters {
     pub victims_wait_die: AtomicU64,
     pub victims_deadlock: AtomicU64,
     pub victims_timeout: AtomicU64,
+    /// Callas, Runtime Pipelining: statements held here for another
+    /// transaction's rank (`LockSpec::after_rank`), and for how long.
+    pub rank_holds: AtomicU64,
+    pub rank_hold_ns: AtomicU64,
 }
 
 /// At most this many transactions' hold start times are kept.
@@ -173,6 +177,14 @@ pub struct Partition {
     /// Since when each transaction (by lock owner) has held locks on each
     /// table here, for the hold-time counters.
     held_since: HashMap<TxnId, smallvec::SmallVec<[(u8, Instant); 4]>>,
+    /// Callas, Runtime Pipelining: 1 + the highest rank of a piece each
+    /// transaction (lock owner) ended here, while it runs here.
+    rp_reached: HashMap<TxnId, u32>,
+    /// Statements held for another transaction's rank
+    /// (`LockSpec::after_rank`), in arrival order, and those let go, to be
+    /// run by `process_wakeups`.
+    rank_held: Vec<(Stmt, Instant)>,
+    rank_ready: std::collections::VecDeque<Stmt>,
 }
 
 /// Callas: the columns one transaction used on one row (bit `c` for
@@ -316,6 +328,9 @@ impl Partition {
             nexus_rows: HashMap::default(),
             base_results: HashMap::default(),
             held_since: HashMap::default(),
+            rp_reached: HashMap::default(),
+            rank_held: Vec::new(),
+            rank_ready: std::collections::VecDeque::new(),
         }
     }
 
@@ -403,7 +418,7 @@ impl Partition {
                     self.locks.protect(b.owner, &mut self.wakeups);
                     self.process_wakeups();
                 }
-                self.run_statement(Stmt {
+                let stmt = Stmt {
                     txn,
                     owner: base.map_or(txn, |b| b.owner),
                     base,
@@ -417,7 +432,14 @@ impl Partition {
                     short: Vec::new(),
                     ops: Vec::new(),
                     gate,
-                });
+                };
+                match lock.after_rank {
+                    Some((t, r)) if !self.reached(t, r) => {
+                        self.counters.rank_holds.fetch_add(1, Ordering::Relaxed);
+                        self.rank_held.push((stmt, now()));
+                    }
+                    _ => self.run_statement(stmt),
+                }
             }
             PartitionMsg::Ungate { txn } => {
                 let Some(p) = self.parked.get_mut(&txn) else {
@@ -444,21 +466,30 @@ impl Partition {
                     self.process_wakeups();
                 }
             }
-            PartitionMsg::EndPiece { owner } => {
-                if let Some(&g) = self.callas_groups.get(&owner) {
-                    self.locks.downgrade_all(
-                        owner,
-                        LockClass::Member(g),
-                        LockClass::Nexus(g),
-                        &mut self.wakeups,
-                    );
+            PartitionMsg::EndPiece { owner, rank } => {
+                self.end_piece(owner, rank);
+                self.process_wakeups();
+            }
+            PartitionMsg::RankGo { txn, after } => {
+                if let Some(i) = self
+                    .rank_held
+                    .iter()
+                    .position(|(h, _)| h.owner == txn && h.lock.after_rank == Some(after))
+                {
+                    self.let_go(i);
                     self.process_wakeups();
                 }
             }
-            PartitionMsg::Prepare { txn, keep, reply } => {
+            PartitionMsg::Prepare {
+                txn,
+                keep,
+                hold,
+                reply,
+            } => {
                 // Nothing can make a live participant refuse yet (no
                 // constraint is deferred to commit, and no log can fail);
-                // a participant that wrote nothing is done after phase one.
+                // a participant that wrote nothing is done after phase one
+                // unless told to `hold` its locks until phase two.
                 // A BASE subtransaction that ran statements here logs their
                 // results even if it wrote nothing: they are its context.
                 let context = self.base_results.remove(&txn);
@@ -473,7 +504,9 @@ impl Partition {
                         None => reply.send(Vote::Yes),
                     }
                 } else {
-                    self.end_txn(txn, keep, true);
+                    if !hold {
+                        self.end_txn(txn, keep, true);
+                    }
                     match &self.wal {
                         Some(wal) => wal.after_durable(reply, Vote::ReadOnly),
                         None => reply.send(Vote::ReadOnly),
@@ -592,6 +625,7 @@ impl Partition {
             self.locks.cancel_waits(owner, &mut self.wakeups);
             p.stmt.reply.send(Err(Error::Aborted(AbortCause::Cascade)));
         }
+        self.drop_held(owner);
         if commit {
             self.store.commit(txn);
             self.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -708,6 +742,7 @@ impl Partition {
                 self.locks.cancel_waits(d, &mut self.wakeups);
                 p.stmt.reply.send(Err(Error::Aborted(AbortCause::Cascade)));
             }
+            self.drop_held(d);
             self.counters.aborts.fetch_add(1, Ordering::Relaxed);
             self.counters.count_victim(AbortCause::Cascade);
             self.forget_callas(d);
@@ -1040,6 +1075,9 @@ impl Partition {
         if result.is_ok() && stmt.lock.end_row {
             self.end_incremented_rows(&stmt);
         }
+        if let (Ok(_), Some(r)) = (&result, stmt.lock.ends_piece) {
+            self.end_piece(stmt.owner, Some(r));
+        }
         self.finish(stmt, result);
     }
 
@@ -1167,6 +1205,67 @@ impl Partition {
         self.callas_groups.remove(&txn);
         let rows = self.nexus_rows.remove(&txn).unwrap_or_default();
         self.forget_uses(txn, &rows);
+        // Ended here: what waited for its rank here goes on.
+        self.rp_reached.remove(&txn);
+        self.let_go_held(txn, u32::MAX);
+    }
+
+    /// Whether `txn` ended a piece of rank `>= rank` here.
+    fn reached(&self, txn: TxnId, rank: u32) -> bool {
+        self.rp_reached.get(&txn).is_some_and(|&r| r > rank)
+    }
+
+    /// Callas, Runtime Pipelining: a piece of `owner` ended here (its last
+    /// statement ran here, or its coordinator said so): its member locks
+    /// become nexus locks, and its rank (if any) counts as reached here.
+    fn end_piece(&mut self, owner: TxnId, rank: Option<u32>) {
+        let Some(&g) = self.callas_groups.get(&owner) else {
+            return;
+        };
+        self.locks.downgrade_all(
+            owner,
+            LockClass::Member(g),
+            LockClass::Nexus(g),
+            &mut self.wakeups,
+        );
+        if let Some(r) = rank {
+            let reached = self.rp_reached.entry(owner).or_default();
+            *reached = (*reached).max(r + 1);
+            let reached = *reached;
+            self.let_go_held(owner, reached);
+        }
+    }
+
+    /// Lets go, to be run by `process_wakeups`, the statements held for a
+    /// rank of `txn` below `reached`.
+    fn let_go_held(&mut self, txn: TxnId, reached: u32) {
+        if self.rank_held.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < self.rank_held.len() {
+            match self.rank_held[i].0.lock.after_rank {
+                Some((t, r)) if t == txn && r < reached => self.let_go(i),
+                _ => i += 1,
+            }
+        }
+    }
+
+    /// Lets the `i`th held statement go.
+    fn let_go(&mut self, i: usize) {
+        let (mut stmt, since) = self.rank_held.remove(i);
+        let ns = now().saturating_duration_since(since).as_nanos() as u64;
+        self.counters.rank_hold_ns.fetch_add(ns, Ordering::Relaxed);
+        stmt.lock.after_rank = None;
+        self.rank_ready.push_back(stmt);
+    }
+
+    /// Fails the statement `owner` has held here, if any (it ended).
+    fn drop_held(&mut self, owner: TxnId) {
+        if let Some(i) = self.rank_held.iter().position(|(h, _)| h.owner == owner) {
+            let (stmt, _) = self.rank_held.remove(i);
+            stmt.reply.send(Err(Error::Aborted(AbortCause::Cascade)));
+        }
     }
 
     /// Ends a statement: releases its short locks and answers. A BASE
@@ -1237,7 +1336,18 @@ impl Partition {
     /// fails the ones chosen as victims. Resuming can produce more wakeups,
     /// so this loops until none are left.
     fn process_wakeups(&mut self) {
-        while let Some(w) = self.wakeups.pop() {
+        loop {
+            let Some(w) = self.wakeups.pop() else {
+                // Statements let go from their rank hold run in order,
+                // one at a time, each with the wakeups it makes.
+                match self.rank_ready.pop_front() {
+                    Some(stmt) => {
+                        self.run_statement(stmt);
+                        continue;
+                    }
+                    None => break,
+                }
+            };
             match w {
                 Wakeup::Granted { txn, ticket } => {
                     let Some(p) = self.parked.remove(&txn) else {

@@ -150,6 +150,8 @@ impl Protocol for Acid {
             callas_deps: false,
             for_update: false,
             end_row: false,
+            ends_piece: None,
+            after_rank: None,
         }
     }
 }

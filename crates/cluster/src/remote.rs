@@ -102,6 +102,8 @@ pub enum WireMsg {
     Prepare {
         txn: TxnId,
         keep: Option<TxnId>,
+        #[serde(default)]
+        hold: bool,
         expect: Option<u64>,
     },
     Commit {
@@ -316,10 +318,20 @@ async fn forward(
             };
             reply.send(answer);
         }
-        PartitionMsg::Prepare { txn, keep, reply } => {
+        PartitionMsg::Prepare {
+            txn,
+            keep,
+            hold,
+            reply,
+        } => {
             let expect = seen.expected(txn);
             let vote = match client
-                .request(request(WireMsg::Prepare { txn, keep, expect }))
+                .request(request(WireMsg::Prepare {
+                    txn,
+                    keep,
+                    hold,
+                    expect,
+                }))
                 .await
             {
                 Ok(WireResponse::Vote(v)) => v,
@@ -399,10 +411,10 @@ async fn forward(
                 tracing::warn!(%txn, "ungate not delivered: {}", unreachable(&e));
             }
         }
-        PartitionMsg::EndPiece { owner } => {
+        PartitionMsg::EndPiece { owner, .. } | PartitionMsg::RankGo { txn: owner, .. } => {
             // Callas runs in one process only (Cluster::start refuses it
             // on nodes), so this never crosses the network.
-            tracing::error!(%owner, "a Callas piece end cannot be sent to another process");
+            tracing::error!(%owner, "a Callas piece message cannot be sent to another process");
         }
         PartitionMsg::Protect { owner } => {
             // Lost, the protection still reaches the partition with the
@@ -708,8 +720,15 @@ impl NodeService {
                     "partition {partition} restarted since the transaction ran here; it did not commit"
                 )))
             }
-            WireMsg::Prepare { txn, keep, .. } => ask!(
-                |reply| PartitionMsg::Prepare { txn, keep, reply },
+            WireMsg::Prepare {
+                txn, keep, hold, ..
+            } => ask!(
+                |reply| PartitionMsg::Prepare {
+                    txn,
+                    keep,
+                    hold,
+                    reply
+                },
                 WireResponse::Vote
             ),
             WireMsg::Commit {

@@ -76,6 +76,9 @@ pub struct StatsSnapshot {
     pub rank_wait_us_total: u64,
     pub commit_waits: u64,
     pub commit_wait_us_total: u64,
+    /// Rank waits held at the partitions (`LockSpec::after_rank`).
+    pub rank_holds: u64,
+    pub rank_hold_us_total: u64,
 }
 
 impl StatsSnapshot {
@@ -105,6 +108,8 @@ impl StatsSnapshot {
             rank_wait_us_total: self.rank_wait_us_total - earlier.rank_wait_us_total,
             commit_waits: self.commit_waits - earlier.commit_waits,
             commit_wait_us_total: self.commit_wait_us_total - earlier.commit_wait_us_total,
+            rank_holds: self.rank_holds - earlier.rank_holds,
+            rank_hold_us_total: self.rank_hold_us_total - earlier.rank_hold_us_total,
         }
     }
 }

@@ -326,10 +326,6 @@ async fn a_pipelined_pair_of_orders_commits_in_dependency_order() {
     let order = "SELECT d FROM orders WHERE o = $o";
     assert_eq!(acid_read(&c, order, 101).await, Some(1));
     assert_eq!(acid_read(&c, order, 201).await, Some(1));
-    // T2's insert piece waited for T1's (paused inside its own): counted
-    // as a rank wait, with its time.
-    let s = c.stats();
-    assert!(s.rank_waits >= 1 && s.rank_wait_us_total > 0, "{s:?}");
 
     let (overlapped, t1, t2, c) = order_pair("orders:2pl=order,backwards").await;
     assert!(!overlapped, "in-group 2PL: T2 waits for T1's end");
@@ -732,6 +728,46 @@ async fn a_reordered_body_runs_its_larger_piece_before_the_counter() {
         .unwrap()
         .expect("commits");
     assert_eq!(r, vec![Value::Int(1), Value::Int(0)]);
+}
+
+/// Runtime Pipelining's rank-progress wait, at the partition and at the
+/// coordinator (`ClusterConfig::rank_holds`): T1 takes the district counter
+/// and pauses before its stock piece; T2 reads T1's uncommitted counter, so
+/// its stock piece must wait until T1 has run its own. Either way T2 is not
+/// done while T1 is paused and both orders come out in dependency order;
+/// held at the partition, T2's stock statement waits there (counted with
+/// its time), and the coordinator does not wait before sending it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_s_rank_wait_is_held_at_its_partition() {
+    for holds in [true, false] {
+        let gates = Gates::default();
+        let mut cfg = config("stock:rp/as-written=stocked", None, None);
+        cfg.rank_holds = holds;
+        let c = start(cfg, gates.clone()).await;
+        let (early, t1, t2) = paused_pair(
+            &c,
+            &gates,
+            "stocked",
+            vec![Value::Int(1), Value::Int(1), Value::str("t1")],
+            vec![Value::Int(1), Value::Int(4)],
+        )
+        .await;
+        assert!(!early, "holds {holds}: T2 done while T1 paused");
+        assert_eq!(t1, vec![Value::Int(1), Value::Int(0)], "holds {holds}");
+        assert_eq!(t2, vec![Value::Int(2), Value::Int(0)], "holds {holds}");
+        for k in 1..=6 {
+            let v = acid_read(&c, "SELECT v FROM stock WHERE k = $k", k).await;
+            assert_eq!(v, Some(7), "holds {holds}: row {k}");
+        }
+        let s = c.stats();
+        if holds {
+            assert!(s.rank_holds >= 1 && s.rank_hold_us_total > 0, "{s:?}");
+            assert_eq!(s.rank_waits, 0, "{s:?}");
+        } else {
+            assert!(s.rank_waits >= 1 && s.rank_wait_us_total > 0, "{s:?}");
+            assert_eq!(s.rank_holds, 0, "{s:?}");
+        }
+    }
 }
 
 /// Runtime Pipelining, commuting increments (`Placed::ends_row`): T1 adds
