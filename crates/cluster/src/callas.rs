@@ -872,11 +872,13 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
         // One transaction still short of the rank (the last) is waited for
         // at the partitions, with the piece's statements; the others here.
         let chained = |d: &Progress| d.uncommitted_depth(MAX_CHAIN) >= MAX_CHAIN;
-        let hold = deps
-            .iter()
-            .rposition(|(_, d)| !d.has_reached(r) && !chained(d))
-            .filter(|_| ctx.shared.rank_holds)
-            .map(|i| deps.remove(i));
+        let hold = if ctx.shared.rank_holds {
+            deps.iter()
+                .rposition(|(_, d)| !d.has_reached(r) && !chained(d))
+                .map(|i| deps.remove(i))
+        } else {
+            None
+        };
         for (_, d) in deps {
             tracing::trace!(%owner, rank = r, "rank wait");
             let patience = ctx.shared.wait_timeout;
@@ -992,16 +994,40 @@ impl Progress {
     /// counted up to `cap`. Transactions that committed since a
     /// dependency was taken no longer count: the bound is on what an
     /// abort could still cascade through.
+    ///
+    /// Counted level by level, each undecided transaction once per level:
+    /// on a hot row a transaction depends on dozens of others, which
+    /// depend on the same dozens, so following every path (as this once
+    /// did) took time exponential in `cap` and, at 128 clients on
+    /// ticketing's counters, most of the coordinator's core.
     fn uncommitted_depth(&self, cap: u32) -> u32 {
         if cap == 0 || self.outcome.load(Ordering::Acquire) != 0 {
             return 0;
         }
-        let below: SmallVec<[Arc<Progress>; 2]> = self.below.lock().clone();
-        1 + below
+        let undecided = |p: &&Arc<Progress>| p.outcome.load(Ordering::Acquire) == 0;
+        let mut level: Vec<Arc<Progress>> = self
+            .below
+            .lock()
             .iter()
-            .map(|p| p.uncommitted_depth(cap - 1))
-            .max()
-            .unwrap_or(0)
+            .filter(undecided)
+            .cloned()
+            .collect();
+        let mut seen: HashSet<*const Progress> = HashSet::default();
+        let mut depth = 1;
+        while !level.is_empty() && depth < cap {
+            depth += 1;
+            seen.clear();
+            let mut next = Vec::new();
+            for p in &level {
+                for q in p.below.lock().iter().filter(undecided) {
+                    if seen.insert(Arc::as_ptr(q)) {
+                        next.push(q.clone());
+                    }
+                }
+            }
+            level = next;
+        }
+        depth
     }
 
     /// Whether it finished a piece of rank `>= rank` or ended.
@@ -1541,6 +1567,29 @@ mod tests {
         );
         chain[4].decide(false);
         assert_eq!(chain[4].uncommitted_depth(MAX_CHAIN), 0);
+    }
+
+    /// On a hot row every transaction depends on every one before it that
+    /// is still undecided: the depth is the longest chain, whichever way
+    /// it runs through the others, and a decided link in the middle of
+    /// every path shortens it.
+    #[test]
+    fn a_chain_through_many_dependencies_counts_its_longest_path() {
+        let txns: Vec<Arc<Progress>> = (0..40).map(|_| Arc::new(Progress::default())).collect();
+        for (i, t) in txns.iter().enumerate() {
+            t.below.lock().extend(txns[..i].iter().cloned());
+        }
+        assert_eq!(txns[39].uncommitted_depth(64), 40);
+        assert_eq!(txns[39].uncommitted_depth(MAX_CHAIN), MAX_CHAIN);
+        assert_eq!(txns[2].uncommitted_depth(MAX_CHAIN), 3);
+        // Only the first three undecided: a chain of three below any later one.
+        for t in &txns[3..39] {
+            t.decide(true);
+        }
+        assert_eq!(txns[39].uncommitted_depth(MAX_CHAIN), MAX_CHAIN);
+        assert_eq!(txns[39].uncommitted_depth(64), 4);
+        txns[1].decide(true);
+        assert_eq!(txns[39].uncommitted_depth(64), 3, "39 -> 2 -> 0");
     }
 
     /// A piece that checks a row and then updates it takes the write lock
