@@ -674,7 +674,15 @@ pub(crate) async fn commit_keeping_after(
     keep: Option<TxnId>,
     after: Option<impl std::future::Future<Output = Result<()>>>,
 ) -> Result<()> {
-    let result = commit_attempt(shared, node, state, keep, after).await;
+    let (txn, participants) = {
+        let mut st = state.lock();
+        if st.finished {
+            return Err(Error::TxnState("the transaction already ended".into()));
+        }
+        st.finished = true;
+        (st.txn, st.participants.clone())
+    };
+    let result = commit_at_with(shared, node, txn, keep, &participants, after).await;
     if shared.history.is_some() {
         let outcome = match &result {
             Ok(()) => Outcome::Committed,
@@ -684,24 +692,6 @@ pub(crate) async fn commit_keeping_after(
         state.lock().record_end(shared, outcome);
     }
     result
-}
-
-async fn commit_attempt(
-    shared: &Shared,
-    node: NodeId,
-    state: &Mutex<TxnState>,
-    keep: Option<TxnId>,
-    after: Option<impl std::future::Future<Output = Result<()>>>,
-) -> Result<()> {
-    let (txn, participants) = {
-        let mut st = state.lock();
-        if st.finished {
-            return Err(Error::TxnState("the transaction already ended".into()));
-        }
-        st.finished = true;
-        (st.txn, st.participants.clone())
-    };
-    commit_at_with(shared, node, txn, keep, &participants, after).await
 }
 
 /// Commits `txn` at `participants`: one round for one participant,

@@ -485,34 +485,7 @@ impl Partition {
                 keep,
                 hold,
                 reply,
-            } => {
-                // Nothing can make a live participant refuse yet (no
-                // constraint is deferred to commit, and no log can fail);
-                // a participant that wrote nothing is done after phase one
-                // unless told to `hold` its locks until phase two.
-                // A BASE subtransaction that ran statements here logs their
-                // results even if it wrote nothing: they are its context.
-                let context = self.base_results.remove(&txn);
-                if self.store.has_writes(txn) || context.is_some() {
-                    match &mut self.wal {
-                        Some(wal) => {
-                            if let Some(c) = context {
-                                wal.log_base(c, false);
-                            }
-                            wal.prepare(&self.store, txn, reply)
-                        }
-                        None => reply.send(Vote::Yes),
-                    }
-                } else {
-                    if !hold {
-                        self.end_txn(txn, keep, true);
-                    }
-                    match &self.wal {
-                        Some(wal) => wal.after_durable(reply, Vote::ReadOnly),
-                        None => reply.send(Vote::ReadOnly),
-                    }
-                }
-            }
+            } => self.prepare(txn, keep, hold, reply),
             PartitionMsg::Commit {
                 txn, keep, reply, ..
             } => self.commit(txn, keep, reply, ()),
@@ -1213,6 +1186,36 @@ impl Partition {
     /// Whether `txn` ended a piece of rank `>= rank` here.
     fn reached(&self, txn: TxnId, rank: u32) -> bool {
         self.rp_reached.get(&txn).is_some_and(|&r| r > rank)
+    }
+
+    /// Phase one of two-phase commit here (`PartitionMsg::Prepare`).
+    fn prepare(&mut self, txn: TxnId, keep: Option<TxnId>, hold: bool, reply: Reply<Vote>) {
+        // Nothing can make a live participant refuse yet (no
+        // constraint is deferred to commit, and no log can fail);
+        // a participant that wrote nothing is done after phase one
+        // unless told to `hold` its locks until phase two.
+        // A BASE subtransaction that ran statements here logs their
+        // results even if it wrote nothing: they are its context.
+        let context = self.base_results.remove(&txn);
+        if self.store.has_writes(txn) || context.is_some() {
+            match &mut self.wal {
+                Some(wal) => {
+                    if let Some(c) = context {
+                        wal.log_base(c, false);
+                    }
+                    wal.prepare(&self.store, txn, reply)
+                }
+                None => reply.send(Vote::Yes),
+            }
+        } else {
+            if !hold {
+                self.end_txn(txn, keep, true);
+            }
+            match &self.wal {
+                Some(wal) => wal.after_durable(reply, Vote::ReadOnly),
+                None => reply.send(Vote::ReadOnly),
+            }
+        }
     }
 
     /// Callas, Runtime Pipelining: a piece of `owner` ended here (its last

@@ -415,6 +415,22 @@ async fn paused_pair(
     (finished, t1, t2)
 }
 
+/// `paused_pair` of `stocked` on district 1: T1 writes stock rows 1-3 and
+/// pauses after its first piece, T2 writes rows 4-6.
+async fn stocked_pair(cfg: ClusterConfig) -> (bool, Vec<Value>, Vec<Value>, Cluster) {
+    let gates = Gates::default();
+    let c = start(cfg, gates.clone()).await;
+    let (early, t1, t2) = paused_pair(
+        &c,
+        &gates,
+        "stocked",
+        vec![Value::Int(1), Value::Int(1), Value::str("t1")],
+        vec![Value::Int(1), Value::Int(4)],
+    )
+    .await;
+    (early, t1, t2, c)
+}
+
 async fn within<T>(task: &mut tokio::task::JoinHandle<T>) -> Option<T> {
     tokio::time::timeout(Duration::from_millis(200), task)
         .await
@@ -696,16 +712,7 @@ async fn a_reordered_body_runs_its_larger_piece_before_the_counter() {
         ("stock:rp=stocked", true),
         ("stock:rp/as-written=stocked", false),
     ] {
-        let gates = Gates::default();
-        let c = start(config(grouping, None, None), gates.clone()).await;
-        let (early, t1, t2) = paused_pair(
-            &c,
-            &gates,
-            "stocked",
-            vec![Value::Int(1), Value::Int(1), Value::str("t1")],
-            vec![Value::Int(1), Value::Int(4)],
-        )
-        .await;
+        let (early, t1, t2, c) = stocked_pair(config(grouping, None, None)).await;
         assert_eq!(early, reordered, "{grouping}: T2 done while T1 paused");
         let body = Value::Int(i64::from(reordered));
         let (first, second) = if reordered { (2, 1) } else { (1, 2) };
@@ -740,18 +747,9 @@ async fn a_reordered_body_runs_its_larger_piece_before_the_counter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_s_rank_wait_is_held_at_its_partition() {
     for holds in [true, false] {
-        let gates = Gates::default();
         let mut cfg = config("stock:rp/as-written=stocked", None, None);
         cfg.rank_holds = holds;
-        let c = start(cfg, gates.clone()).await;
-        let (early, t1, t2) = paused_pair(
-            &c,
-            &gates,
-            "stocked",
-            vec![Value::Int(1), Value::Int(1), Value::str("t1")],
-            vec![Value::Int(1), Value::Int(4)],
-        )
-        .await;
+        let (early, t1, t2, c) = stocked_pair(cfg).await;
         assert!(!early, "holds {holds}: T2 done while T1 paused");
         assert_eq!(t1, vec![Value::Int(1), Value::Int(0)], "holds {holds}");
         assert_eq!(t2, vec![Value::Int(2), Value::Int(0)], "holds {holds}");
