@@ -115,6 +115,15 @@ fn app(gates: Gates) -> Application {
                 "SELECT ytd FROM wh WHERE w = $w",
                 &gates_for_order,
             ),
+            // Reads kv row `k` and stock row `s`. Arguments: k, s.
+            ProcedureDef::new("read_two")
+                .statement("kv", "SELECT v FROM kv WHERE k = $k")
+                .statement("stock", "SELECT v FROM stock WHERE k = $k")
+                .body(|mut ctx, args| async move {
+                    let a = ctx.exec("kv", vec![args[0].clone()]).await?;
+                    let b = ctx.exec("stock", vec![args[1].clone()]).await?;
+                    Ok(vec![a.rows[0][0].clone(), b.rows[0][0].clone()])
+                }),
             ProcedureDef::new("bump")
                 .statement("add", "UPDATE kv SET v = v + 1 WHERE k = $k")
                 .body(|mut ctx, args| async move {
@@ -766,6 +775,54 @@ async fn a_follower_s_rank_wait_is_held_at_its_partition() {
             assert_eq!(s.rank_holds, 0, "{s:?}");
         }
     }
+}
+
+/// Runtime Pipelining, pipelined commits: T2 reads T1's uncommitted row
+/// (T1, an `sc_set`, is paused after writing it, its piece over) and a stock row, and
+/// finishes its body; its commit waits for T1's. Meanwhile an ACID write
+/// of the stock row must wait: T2 keeps its read lock through its prepare
+/// round, though it wrote nothing anywhere (`Prepare { hold }`), until it
+/// is decided after T1, so no other transaction writes what T2 read
+/// before T1, which T2 follows, has committed (serializable, long reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependant_keeps_its_read_locks_until_its_predecessor_commits() {
+    let gates = Gates::default();
+    let mut cfg = config("g:rp=sc_set,read_two", None, None);
+    cfg.isolation = Isolation::Serializable;
+    let c = start(cfg, gates.clone()).await;
+    let args = vec![
+        Value::Int(5),
+        Value::Int(50),
+        Value::Int(1),
+        Value::str("t1"),
+    ];
+    let t1 = call(&c, "sc_set", args);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t2 = call(&c, "read_two", vec![Value::Int(5), Value::Int(6)]);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let c2 = c.clone();
+    let mut t3 = tokio::spawn(async move {
+        let mut t = c2.client().begin();
+        t.execute("UPDATE stock SET v = 9 WHERE k = $k", vec![Value::Int(6)])
+            .await?;
+        t.commit().await
+    });
+    assert!(
+        within(&mut t3).await.is_none(),
+        "the write waits for the dependant's read lock"
+    );
+    assert!(!t2.is_finished(), "T2 is not decided before T1");
+    gates.open("t1");
+    t1.await.unwrap().expect("T1 commits");
+    let read = t2.await.unwrap().expect("T2 commits");
+    assert_eq!(
+        read,
+        vec![Value::Int(50), Value::Int(0)],
+        "T2 saw T1's write"
+    );
+    t3.await.unwrap().expect("the write commits after T2");
+    let v = acid_read(&c, "SELECT v FROM stock WHERE k = $k", 6).await;
+    assert_eq!(v, Some(9));
 }
 
 /// Runtime Pipelining, commuting increments (`Placed::ends_row`): T1 adds
