@@ -871,18 +871,26 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
         let c = &ctx.shared.counters;
         // One transaction still short of the rank (the last) is waited for
         // at the partitions, with the piece's statements; the others here.
+        // The chain walk, done once per transaction: one found deep while
+        // choosing the hold is waited for to commit without a second walk
+        // (a chain decided since only makes that wait short).
         let chained = |d: &Progress| d.uncommitted_depth(MAX_CHAIN) >= MAX_CHAIN;
+        let mut deep: SmallVec<[Option<bool>; 4]> = SmallVec::from_elem(None, deps.len());
         let hold = if ctx.shared.rank_holds {
-            deps.iter()
-                .rposition(|(_, d)| !d.has_reached(r) && !chained(d))
-                .map(|i| deps.remove(i))
+            (0..deps.len()).rev().find(|&i| {
+                let d = &deps[i].1;
+                !d.has_reached(r) && !*deep[i].insert(chained(d))
+            })
         } else {
             None
         };
-        for (_, d) in deps {
+        for (i, (_, d)) in deps.iter().enumerate() {
+            if Some(i) == hold {
+                continue;
+            }
             tracing::trace!(%owner, rank = r, "rank wait");
             let patience = ctx.shared.wait_timeout;
-            let waited = if chained(&d) {
+            let waited = if deep[i].unwrap_or_else(|| chained(d)) {
                 d.committed(patience).await
             } else {
                 d.reached(r, patience).await
@@ -898,7 +906,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
                 }
             }
         }
-        if let Some((t, d)) = hold {
+        if let Some((t, d)) = hold.map(|i| deps.swap_remove(i)) {
             if let Some(c) = ctx.state.lock().callas.as_mut() {
                 c.rank_hold = Some((t, r, d));
             }
