@@ -33,6 +33,7 @@ use serde_json::{json, Map, Value as Json};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::cpu::{CpuPoint, CpuSample};
 use crate::error::{BenchError, Result};
 use crate::recorder::{round2, Recorder};
 use crate::report::{BenchReport, PointResult};
@@ -423,8 +424,10 @@ async fn measure_point(
         let t0_locks = cluster.locks_by_table();
         let l0 = link_snapshot(&cluster);
         let w0 = cluster.wal_stats();
+        let c0 = CpuSample::now();
         let t0 = Instant::now();
         wait_until(&mut set, measure_end, &mut done).await?;
+        let c1 = CpuSample::now();
         let s1 = cluster.stats();
         let by_table = table_waits(&t0_locks, &cluster.locks_by_table());
         let l1 = link_snapshot(&cluster);
@@ -434,11 +437,12 @@ async fn measure_point(
             .zip(w0)
             .map(|(a, b)| crate::durability::WalPoint::from_delta(&a.since(&b), stats_s));
         let link = (l1.0 - l0.0, l1.1 - l0.1);
-        Ok::<_, BenchError>((s1.since(&s0), by_table, link, stats_s, wal))
+        let cpu = c1.zip(c0).and_then(|(a, b)| a.since(&b, stats_s));
+        Ok::<_, BenchError>((s1.since(&s0), by_table, link, stats_s, wal, cpu))
     }
     .await;
     stop.store(true, Ordering::Relaxed);
-    let (delta, by_table, link, stats_s, wal) = match outcome {
+    let (delta, by_table, link, stats_s, wal, cpu) = match outcome {
         Ok(x) => x,
         Err(e) => {
             set.abort_all();
@@ -507,6 +511,7 @@ async fn measure_point(
         workload_metrics: workload.metrics(),
         durability,
         wal,
+        cpu,
         check,
     });
     // Flush and stop the log writers before the data directory goes.
@@ -535,6 +540,7 @@ struct PointInputs {
     check: String,
     durability: String,
     wal: Option<crate::durability::WalPoint>,
+    cpu: Option<CpuPoint>,
 }
 
 fn point_result(p: PointInputs) -> PointResult {
@@ -618,6 +624,7 @@ fn point_result(p: PointInputs) -> PointResult {
         protocol_index: p.protocol_index,
         durability: p.durability,
         wal: p.wal,
+        cpu: p.cpu,
     }
 }
 

@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{BenchError, Result};
+use crate::recorder::round2;
 use crate::report::{BenchReport, PointResult};
 use crate::workload::Workload;
 use crate::BenchSpec;
@@ -60,10 +61,6 @@ impl WalPoint {
             checkpoints: t.checkpoints,
         }
     }
-}
-
-fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
 }
 
 /// Where a durable point keeps its files: a fresh directory, removed when

@@ -15,6 +15,7 @@
 //! result carries the topology and the measured link delay; a workload's
 //! invariant can be checked after each point (`--check`).
 
+pub mod cpu;
 pub mod driver;
 pub mod durability;
 pub mod error;

@@ -102,6 +102,11 @@ pub struct PointResult {
     /// Log statistics of the measured interval, with `wal`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wal: Option<crate::durability::WalPoint>,
+    /// How busy this process's threads were in the measured interval
+    /// (Linux; absent elsewhere). With a remote cluster this is the
+    /// driver's process only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<crate::cpu::CpuPoint>,
 }
 
 /// Statements that waited for a lock on one table during a point, and
@@ -599,6 +604,9 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
             w.checkpoints
         );
     }
+    if let Some(c) = &r.cpu {
+        let _ = writeln!(s, "cpu: {}", c.line());
+    }
     let _ = writeln!(s, "check: {}", r.check);
     s
 }
@@ -709,6 +717,7 @@ mod tests {
             protocol_index: pi,
             durability: "none".into(),
             wal: None,
+            cpu: None,
         }
     }
 
