@@ -310,7 +310,7 @@ struct BenchArgs {
     seed: u64,
 
     /// Deadlock handling of the lock tables, for every protocol. Default: each
-    /// protocol's own (acid: wait-die; salt, salt-nolocal: detect).
+    /// protocol's own (acid, raw: wait-die; salt, salt-nolocal, callas: detect).
     #[arg(long, value_enum)]
     deadlock: Option<DeadlockArg>,
 
