@@ -1037,17 +1037,25 @@ impl Progress {
         if budget == 0 || self.outcome.load(Ordering::Acquire) != 0 {
             return 0;
         }
+        if budget == 1 {
+            return 1;
+        }
         let key = self as *const Progress;
         if let Some(&(length, asked)) = found.get(&key) {
             if length < asked || budget <= asked {
                 return length.min(budget);
             }
         }
-        let mut longest = 1;
         // No lock is held while walking below: each dependency is taken
         // out on its own (the list only grows, or is cleared when this one
         // ends).
         let n = self.below.lock().len();
+        if n == 0 {
+            // Nothing below: nothing worth remembering (the common case,
+            // which then allocates nothing).
+            return 1;
+        }
+        let mut longest = 1;
         for i in (0..n).rev() {
             if longest == budget {
                 break;
