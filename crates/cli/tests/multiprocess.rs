@@ -249,6 +249,32 @@ fn tpcc_over_three_processes_passes_the_consistency_checks() {
     assert!(out.contains("check: passed"), "{out}");
 }
 
+/// Issue 31, item 5: one warehouse at the standard scale puts 30,000
+/// customer rows (about 17 MB) on one partition, more than one wire frame
+/// holds; the load goes in chunks, and the run after it passes the checks.
+#[test]
+fn tpcc_at_the_standard_scale_loads_over_three_processes() {
+    let args = ["--warehouses", "1"];
+    let cluster = start(3, "tpcc", &args);
+    let mut bench = vec!["bench", "tpcc"];
+    bench.extend(args);
+    bench.extend([
+        "--cluster",
+        path(&cluster.config),
+        "--clients",
+        "2",
+        "--duration",
+        "1",
+        "--warmup",
+        "0",
+        "--check",
+    ]);
+    let o = brine(&bench);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("check: passed"), "{out}");
+}
+
 #[test]
 fn a_stopped_node_shows_as_down_and_the_others_keep_serving() {
     let mut cluster = start(2, "bank", &["--accounts", "100"]);

@@ -27,6 +27,7 @@ pub mod durability;
 pub mod history;
 pub mod link;
 pub mod message;
+mod nexus_uses;
 pub mod partition;
 pub mod procedure;
 pub mod protocol;

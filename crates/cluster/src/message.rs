@@ -37,6 +37,13 @@ pub struct LockSpec {
     /// `rp`, `chop`).
     #[serde(default)]
     pub callas_deps: bool,
+    /// DELIBERATELY UNSAFE, for validating the isolation checker only
+    /// (`Mutation::ExactCallasDeps`): same-group dependencies are declared
+    /// only between accesses to exactly the same row or range, so a write
+    /// into a range another member scanned goes unnoticed. Never set by a
+    /// real protocol.
+    #[serde(default)]
+    pub exact_callas_deps: bool,
     /// Callas, Runtime Pipelining: the statement reads a row by primary
     /// key that a later statement of the same piece writes, so its read
     /// takes the write lock at once (no upgrade for two pieces of one rank

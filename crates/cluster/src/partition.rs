@@ -40,6 +40,7 @@ use crate::durability::PartitionWal;
 use crate::message::{
     BaseStmt, Executed, Gate, LockSpec, PartitionMsg, PartitionStatus, Reply, Vote,
 };
+use crate::nexus_uses::{ColUse, NexusUses};
 
 /// Counters a partition keeps; read by the cluster's stats without locking.
 #[derive(Debug, Default)]
@@ -169,11 +170,10 @@ pub struct Partition {
     /// coordinator ends them (every later statement and vote fails).
     cascaded: HashSet<TxnId>,
     /// Callas: which columns each grouped transaction read, wrote and
-    /// incremented on each row it locked here, so dependencies are
-    /// declared only on real (column-level) conflicts, as the analysis
-    /// assumes; and the rows of each transaction, to forget them.
-    nexus_cols: HashMap<LockTarget, SmallVec<[ColUse; 2]>>,
-    nexus_rows: HashMap<TxnId, Vec<LockTarget>>,
+    /// incremented on each row and range it locked here, so dependencies
+    /// are declared only on real (column-level) conflicts, as the analysis
+    /// assumes, including those between a scan and the rows in its range.
+    nexus: NexusUses,
     /// Since when each transaction (by lock owner) has held locks on each
     /// table here, for the hold-time counters.
     held_since: HashMap<TxnId, smallvec::SmallVec<[(u8, Instant); 4]>>,
@@ -185,56 +185,6 @@ pub struct Partition {
     /// run by `process_wakeups`.
     rank_held: Vec<(Stmt, Instant)>,
     rank_ready: std::collections::VecDeque<Stmt>,
-}
-
-/// Callas: the columns one transaction used on one row (bit `c` for
-/// column `c`; columns past 63 share bit 63).
-#[derive(Clone, Copy, Debug)]
-struct ColUse {
-    txn: TxnId,
-    read: u64,
-    /// Written other than by a blind increment.
-    write: u64,
-    /// Written by blind increments only (`SET c = c + e`), which commute
-    /// with each other and are undone by subtraction.
-    add: u64,
-}
-
-impl ColUse {
-    fn of(txn: TxnId, a: &brine_sql::AccessDescriptor) -> ColUse {
-        let mask = |cols: &[usize]| cols.iter().fold(0u64, |m, &c| m | 1u64 << c.min(63));
-        let written = mask(&a.columns_written);
-        // A blind increment reads the column it adds to only to add: it
-        // observes nothing, so its read does not count (else two
-        // increments would depend on each other, which the analysis, for
-        // which they commute, does not expect).
-        let (write, add, unread) = if a.blind_increment {
-            (0, written, written)
-        } else {
-            (written, 0, 0)
-        };
-        ColUse {
-            txn,
-            read: mask(&a.columns_read) & !unread,
-            write,
-            add,
-        }
-    }
-
-    /// Whether `self` (the later access) saw or overwrote what `earlier`
-    /// wrote: a read or write of a column it wrote, or an increment of a
-    /// column it wrote other than by increments. Increments of the same
-    /// column commute. Such a dependency also makes an abort of `earlier`
-    /// cascade.
-    fn reads_or_overwrites(&self, earlier: &ColUse) -> bool {
-        let w = earlier.write | earlier.add;
-        (self.read & w) | (self.write & w) | (self.add & earlier.write) != 0
-    }
-
-    /// Whether `self` writes what `earlier` read (an anti-dependency).
-    fn overwrites_read(&self, earlier: &ColUse) -> bool {
-        (self.write | self.add) & earlier.read != 0
-    }
 }
 
 /// A long-term lock of a BASE transaction.
@@ -324,8 +274,7 @@ impl Partition {
             callas_groups: HashMap::default(),
             rp_dependants: HashMap::default(),
             cascaded: HashSet::default(),
-            nexus_cols: HashMap::default(),
-            nexus_rows: HashMap::default(),
+            nexus: NexusUses::default(),
             base_results: HashMap::default(),
             held_since: HashMap::default(),
             rp_reached: HashMap::default(),
@@ -619,10 +568,7 @@ impl Partition {
                 let gone = self
                     .locks
                     .release_class(owner, LockClass::Member(g), &mut self.wakeups);
-                self.forget_uses(owner, &gone);
-                if let Some(rows) = self.nexus_rows.get_mut(&owner) {
-                    rows.retain(|r| !gone.contains(r));
-                }
+                self.nexus.forget_targets(owner, &gone);
             }
             (Some(_), Some(g)) if commit => {
                 self.locks.downgrade_all(
@@ -1072,12 +1018,10 @@ impl Partition {
                 continue;
             }
             let only_added = self
-                .nexus_cols
-                .get(&self.needs[i].target)
-                .is_some_and(|uses| {
-                    uses.iter()
-                        .any(|u| u.txn == owner && u.write == 0 && u.add != 0)
-                });
+                .nexus
+                .on(&self.needs[i].target)
+                .iter()
+                .any(|u| u.txn == owner && u.write == 0 && u.add != 0);
             if only_added {
                 let target = self.needs[i].target.clone();
                 self.locks.downgrade(
@@ -1118,66 +1062,44 @@ impl Partition {
     }
 
     /// Callas, after a member lock on `target` was granted: the same-group
-    /// transactions with nexus locks there that this access depends on,
-    /// column by column (it read or overwrote what they wrote; at
-    /// serializable also: it wrote what they read; read committed ignores
-    /// anti-dependencies, DESIGN 4.4). Those whose writes are uncommitted
-    /// (Runtime Pipelining) take this transaction down if they abort.
+    /// transactions with nexus locks there, or on a row or range that
+    /// overlaps it (`NexusUses`), that this access depends on, column by
+    /// column (it read or overwrote what they wrote, or scanned a row they
+    /// inserted or deleted; at serializable also: it wrote what they read,
+    /// or inserted or deleted a row in a range they scanned; read committed
+    /// ignores anti-dependencies, DESIGN 4.4). Those whose writes are
+    /// uncommitted (Runtime Pipelining) take this transaction down if they
+    /// abort.
     fn callas_granted(&mut self, stmt: &mut Stmt, need: &LockNeed, g: u32) {
         let owner = stmt.owner;
         let mine = ColUse::of(owner, stmt.plan.access());
-        let uses = self.nexus_cols.entry(need.target.clone()).or_default();
-        for u in uses.iter() {
-            if u.txn == owner || self.callas_groups.get(&u.txn) != Some(&g) {
-                continue;
-            }
-            let sees = mine.reads_or_overwrites(u);
-            if sees || (stmt.lock.serializable && mine.overwrites_read(u)) {
+        let serializable = stmt.lock.serializable;
+        let (groups, store, dependants) =
+            (&self.callas_groups, &self.store, &mut self.rp_dependants);
+        self.nexus
+            .for_each_conflict(&need.target, &mine, !stmt.lock.exact_callas_deps, |u, c| {
+                if groups.get(&u.txn) != Some(&g)
+                    || !(c.sees || (serializable && c.overwrites_read))
+                {
+                    return;
+                }
                 if !stmt.after.contains(&u.txn) {
                     stmt.after.push(u.txn);
                 }
-                if sees && self.store.has_writes(u.txn) {
-                    let ds = self.rp_dependants.entry(u.txn).or_default();
+                if c.sees && store.has_writes(u.txn) {
+                    let ds = dependants.entry(u.txn).or_default();
                     if !ds.contains(&owner) {
                         ds.push(owner);
                     }
                 }
-            }
-        }
-        match uses.iter_mut().find(|u| u.txn == owner) {
-            Some(u) => {
-                u.read |= mine.read;
-                u.write |= mine.write;
-                u.add |= mine.add;
-            }
-            None => {
-                uses.push(mine);
-                self.nexus_rows
-                    .entry(owner)
-                    .or_default()
-                    .push(need.target.clone());
-            }
-        }
-    }
-
-    /// Callas: `txn` no longer holds `targets`; what it used there is
-    /// forgotten.
-    fn forget_uses(&mut self, txn: TxnId, targets: &[LockTarget]) {
-        for t in targets {
-            if let Some(uses) = self.nexus_cols.get_mut(t) {
-                uses.retain(|u| u.txn != txn);
-                if uses.is_empty() {
-                    self.nexus_cols.remove(t);
-                }
-            }
-        }
+            });
+        self.nexus.record(&need.target, mine);
     }
 
     /// Callas: `txn` holds nothing here any more.
     fn forget_callas(&mut self, txn: TxnId) {
         self.callas_groups.remove(&txn);
-        let rows = self.nexus_rows.remove(&txn).unwrap_or_default();
-        self.forget_uses(txn, &rows);
+        self.nexus.forget_txn(txn);
         // Ended here: what waited for its rank here goes on.
         self.rp_reached.remove(&txn);
         self.let_go_held(txn, u32::MAX);

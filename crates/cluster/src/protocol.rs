@@ -148,6 +148,7 @@ impl Protocol for Acid {
             serializable: isolation == Isolation::Serializable,
             short_writes: false,
             callas_deps: false,
+            exact_callas_deps: false,
             for_update: false,
             end_row: false,
             ends_piece: None,
@@ -207,6 +208,12 @@ pub enum Mutation {
     /// an accepted BASE transaction that needs the first (bank's total:
     /// a deadlock whose victim is always the total).
     NoGate,
+    /// Callas without range dependencies: a member's scan and another
+    /// member's write into its range (or a scan over a row another member
+    /// wrote) declare no dependency, as before range tracking, so Runtime
+    /// Pipelining lets a scan see one of a transaction's writes and miss
+    /// another (a phantom inside a group at serializable).
+    ExactCallasDeps,
 }
 
 impl Mutation {
@@ -215,6 +222,7 @@ impl Mutation {
         match self {
             Mutation::EarlyReadRelease => spec.short_reads = true,
             Mutation::EarlyWriteRelease => spec.short_writes = true,
+            Mutation::ExactCallasDeps => spec.exact_callas_deps = true,
             Mutation::NoSalineReleaseOrder | Mutation::NoNexusReleaseOrder | Mutation::NoGate => {}
         }
         spec

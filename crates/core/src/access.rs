@@ -64,6 +64,40 @@ pub struct LockNeed {
     pub access: Access,
 }
 
+/// False for intervals that contain no key (and that `BTreeSet::range` would
+/// panic on).
+pub fn interval_nonempty(lo: &Bound<Key>, hi: &Bound<Key>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(l), Bound::Included(h)) => l <= h,
+        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => l < h,
+        _ => true,
+    }
+}
+
+/// True if the lower bound `lo` is not above the upper bound `hi`, i.e. some
+/// key could satisfy both. Conservative for exclusive bounds on adjacent keys.
+fn lower_not_above_upper(lo: &Bound<Key>, hi: &Bound<Key>) -> bool {
+    match (lo, hi) {
+        (Bound::Unbounded, _) | (_, Bound::Unbounded) => true,
+        (Bound::Included(l), Bound::Included(h)) => l <= h,
+        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => l < h,
+    }
+}
+
+/// True if some key may lie in both intervals (conservative for exclusive
+/// bounds on adjacent keys).
+pub fn intervals_overlap(
+    lo1: &Bound<Key>,
+    hi1: &Bound<Key>,
+    lo2: &Bound<Key>,
+    hi2: &Bound<Key>,
+) -> bool {
+    interval_nonempty(lo1, hi1)
+        && interval_nonempty(lo2, hi2)
+        && lower_not_above_upper(lo1, hi2)
+        && lower_not_above_upper(lo2, hi1)
+}
+
 /// True if `key` lies within `[lo, hi]` with the given bounds. Keys compare
 /// lexicographically, so a bound that is a prefix covers every key that
 /// starts with it only when the caller builds bounds accordingly (storage

@@ -2,7 +2,7 @@
 //! deadlock handling, downgrades and release-order dependencies.
 
 use crate::compat::{Compatibility, LockClass, Mode};
-use brine_core::access::key_in_range;
+use brine_core::access::{interval_nonempty, intervals_overlap, key_in_range};
 use brine_core::{AbortCause, Access, Error, IndexId, Key, LockTarget, TableId, TxnId};
 use smallvec::SmallVec;
 use std::cmp::Ordering;
@@ -405,38 +405,6 @@ impl Space {
     fn is_empty(&self) -> bool {
         self.points.is_empty() && self.ranges.is_empty()
     }
-}
-
-/// False for intervals that contain no key (and that `BTreeSet::range` would
-/// panic on).
-fn interval_nonempty(lo: &Bound<Key>, hi: &Bound<Key>) -> bool {
-    match (lo, hi) {
-        (Bound::Included(l), Bound::Included(h)) => l <= h,
-        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => l < h,
-        _ => true,
-    }
-}
-
-/// True if the lower bound `lo` is not above the upper bound `hi`, i.e. some
-/// key could satisfy both. Conservative for exclusive bounds on adjacent keys.
-fn lower_not_above_upper(lo: &Bound<Key>, hi: &Bound<Key>) -> bool {
-    match (lo, hi) {
-        (Bound::Unbounded, _) | (_, Bound::Unbounded) => true,
-        (Bound::Included(l), Bound::Included(h)) => l <= h,
-        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => l < h,
-    }
-}
-
-fn intervals_overlap(
-    lo1: &Bound<Key>,
-    hi1: &Bound<Key>,
-    lo2: &Bound<Key>,
-    hi2: &Bound<Key>,
-) -> bool {
-    interval_nonempty(lo1, hi1)
-        && interval_nonempty(lo2, hi2)
-        && lower_not_above_upper(lo1, hi2)
-        && lower_not_above_upper(lo2, hi1)
 }
 
 /// A request as its queue sees it: whose, on what, in which mode, its

@@ -364,7 +364,8 @@ async fn handle_one<Req, Resp, H>(
             Ok(frame) if frame.len() <= max_frame_bytes => frame,
             Ok(frame) => {
                 let message = format!(
-                    "response of {} bytes exceeds the maximum frame size of {max_frame_bytes} bytes",
+                    "response of {} bytes exceeds the maximum frame size of {max_frame_bytes} bytes; \
+                     ask for less per request (a narrower range or fewer columns)",
                     frame.len()
                 );
                 error!(peer = %outbound.closer.peer, id, %message, "cannot send response");

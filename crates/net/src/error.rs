@@ -73,7 +73,11 @@ pub enum NetError {
         after: Duration,
     },
 
-    #[error("{what} of {len} bytes exceeds the maximum frame size of {max} bytes")]
+    #[error(
+        "{what} of {len} bytes exceeds the maximum frame size of {max} bytes; \
+         nothing was sent: split it into smaller requests (fewer rows per load \
+         call, fewer or shorter arguments per call)"
+    )]
     FrameTooLarge {
         what: &'static str,
         len: usize,
