@@ -259,6 +259,10 @@ pub(crate) struct CallasState {
     pub safe: bool,
     pub piece: Option<(u32, Option<u32>)>,
     pub piece_parts: SmallVec<[usize; 4]>,
+    /// The current piece's last statement (`Placed::ends_piece`) ran: its
+    /// locks where it ran are nexus locks already, so another statement
+    /// of the piece means the body and the analysis disagree.
+    pub piece_ended: Option<String>,
     /// The rank-progress wait of the current piece left to the partitions
     /// (`LockSpec::after_rank`): the transaction followed, the rank, and
     /// its progress. Its statements carry it until the coordinator sees
@@ -825,7 +829,24 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
         let placed = pieces.piece_of(statement, c.safe)?;
         let Placed { piece, rank, .. } = placed;
         match c.piece {
-            Some((cur, _)) if piece == cur => return Ok(Some(placed)),
+            Some((cur, _)) if piece == cur => {
+                if let Some(last) = &c.piece_ended {
+                    // Its partitions already turned the piece's locks into
+                    // nexus locks: running on would let same-group
+                    // transactions see the piece half done.
+                    return Err(Error::Internal(format!(
+                        "statement `{statement}` of piece {} runs after `{last}`, which the \
+                         analysis takes for that piece's last statement: the body and the \
+                         analysis disagree (declare the loop or the order the body runs its \
+                         statements in: crates/analysis/src/workloads.rs)",
+                        piece + 1
+                    )));
+                }
+                if placed.ends_piece {
+                    c.piece_ended = Some(statement.to_string());
+                }
+                return Ok(Some(placed));
+            }
             Some((cur, _)) if piece < cur => {
                 return Err(Error::Internal(format!(
                     "statement `{statement}` belongs to piece {} but the transaction already runs \
@@ -841,6 +862,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
             .piece
             .map(|(_, r)| (r, std::mem::take(&mut c.piece_parts)));
         c.piece = Some((piece, rank));
+        c.piece_ended = placed.ends_piece.then(|| statement.to_string());
         c.rank_hold = None;
         let wait: SmallVec<[(TxnId, Arc<Progress>); 4]> = match rank {
             Some(_) => c
@@ -1297,6 +1319,7 @@ pub(crate) async fn run_grouped(
             pieces: pieces.clone(),
             piece: None,
             piece_parts: SmallVec::new(),
+            piece_ended: None,
             rank_hold: None,
             progress: progress.clone(),
             sc: (mechanism == Mechanism::Sc).then(Box::default),

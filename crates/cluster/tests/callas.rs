@@ -98,6 +98,56 @@ fn app(gates: Gates) -> Application {
                         }
                     }
                 }),
+            // Inserts order `o` of district 1 (one piece: it ends with
+            // the insert, whose lock then becomes the group's nexus lock),
+            // opens gate `<signal>`, waits at gate `<gate>`, and aborts
+            // there if asked to (1). Arguments: o, signal, gate, abort.
+            ProcedureDef::new("ins_order")
+                .statement("ins", "INSERT INTO orders (o, d) VALUES ($o, 1)")
+                .body({
+                    let gates = gates_for_order.clone();
+                    move |mut ctx, args| {
+                        let gates = gates.clone();
+                        async move {
+                            ctx.exec("ins", vec![args[0].clone()]).await?;
+                            gates.open(args[1].as_str().unwrap_or("-"));
+                            gates.wait(args[2].as_str().unwrap_or("-")).await;
+                            if matches!(args.get(3), Some(Value::Int(1))) {
+                                return Err(ctx.abort("asked to abort"));
+                            }
+                            Ok(vec![])
+                        }
+                    }
+                }),
+            // Counts the orders numbered lo..=hi (a range read), then
+            // opens gate `<signal>`. Arguments: lo, hi, signal.
+            ProcedureDef::new("scan_orders")
+                .statement("scan", "SELECT o FROM orders WHERE o >= $lo AND o <= $hi")
+                .body({
+                    let gates = gates_for_order.clone();
+                    move |mut ctx, args| {
+                        let gates = gates.clone();
+                        async move {
+                            let r = ctx
+                                .exec("scan", vec![args[0].clone(), args[1].clone()])
+                                .await?;
+                            gates.open(args[2].as_str().unwrap_or("-"));
+                            Ok(vec![Value::Int(r.rows.len() as i64)])
+                        }
+                    }
+                }),
+            // Declares an insert, then a range read (the piece's last
+            // statement in declaration order), and runs them the other way
+            // round, as a loop over both would, without saying so.
+            ProcedureDef::new("scan_then_insert")
+                .statement("ins", "INSERT INTO orders (o, d) VALUES ($o, 1)")
+                .statement("scan", "SELECT o FROM orders WHERE o >= $lo AND o <= $hi")
+                .body(|mut ctx, _| async move {
+                    ctx.exec("scan", vec![Value::Int(100), Value::Int(199)])
+                        .await?;
+                    ctx.exec("ins", vec![Value::Int(160)]).await?;
+                    Ok(vec![])
+                }),
             // The same statements out of the analysis's order.
             ProcedureDef::new("backwards")
                 .statement("bump", "UPDATE district SET next = next + 1 WHERE d = $d")
@@ -392,6 +442,93 @@ async fn a_statement_before_its_piece_is_an_error_naming_the_disagreement() {
         .expect_err("out of order")
         .to_string();
     assert!(e.contains("disagree"), "{e}");
+}
+
+const SCAN: &str = "scans:rp=ins_order,scan_orders,scan_then_insert";
+
+// A statement after the one the analysis takes for its piece's last (whose
+// locks became nexus locks where it ran) is refused, as a statement of an
+// earlier piece is: the register workload's bodies ran that way without
+// their loop declared, and pipelined transactions saw each other half
+// done (issue 31, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_after_its_piece_ended_is_an_error_naming_the_disagreement() {
+    let c = start(config(SCAN, None, None), Gates::default()).await;
+    let e = c
+        .client()
+        .call("scan_then_insert", vec![])
+        .await
+        .expect_err("out of order")
+        .to_string();
+    assert!(e.contains("disagree") && e.contains("`scan`"), "{e}");
+    let order = "SELECT d FROM orders WHERE o = $o";
+    assert_eq!(
+        acid_read(&c, order, 160).await,
+        None,
+        "nothing was inserted"
+    );
+}
+
+/// T1 inserts order 150 into orders (its only piece ends there) and waits
+/// at gate `t1`; T2, of T1's group, counts orders 100..=199, a range read
+/// over T1's uncommitted insert; then T1 aborts. Returns T2's count and
+/// attempts, and the cluster.
+async fn scan_over_a_rolled_back_insert(mutation: Option<Mutation>) -> (i64, u32, Cluster) {
+    let gates = Gates::default();
+    let c = start(config(SCAN, mutation, None), gates.clone()).await;
+    let t1 = call(
+        &c,
+        "ins_order",
+        vec![
+            Value::Int(150),
+            Value::str("t1-in"),
+            Value::str("t1"),
+            Value::Int(1),
+        ],
+    );
+    gates.wait("t1-in").await;
+    let client = c.client();
+    let t2 = tokio::spawn(async move {
+        client
+            .call(
+                "scan_orders",
+                vec![Value::Int(100), Value::Int(199), Value::str("t2-scanned")],
+            )
+            .await
+    });
+    // T2's scan ran (it saw the insert, committed or not); T1 goes on.
+    gates.wait("t2-scanned").await;
+    gates.open("t1");
+    let e = t1.await.unwrap().expect_err("T1 aborts");
+    assert!(e.to_string().contains("asked to abort"), "{e}");
+    let t2 = t2.await.unwrap().expect("T2 commits");
+    (int(&t2.values[0]), t2.attempts, c)
+}
+
+// Issue 31, item 1: a scan's range lock and a same-group insert's row lock
+// are different targets. The scan must depend on the insert it saw (the
+// insert's lock became a nexus lock when its piece ended), so the
+// insert's abort cascades to the scan, which runs again and finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_over_a_same_group_insert_depends_on_it() {
+    let (count, attempts, c) = scan_over_a_rolled_back_insert(None).await;
+    assert_eq!(
+        count, 0,
+        "T2 committed what it saw of T1's rolled-back insert"
+    );
+    assert!(attempts >= 2, "T2 was cascaded: {attempts} attempt(s)");
+    assert!(c.stats().aborts_cascade >= 1);
+}
+
+// The same with range dependencies off: the scan commits having counted
+// an order that was never committed (a dirty read, G1a).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_range_dependencies_a_scan_keeps_a_rolled_back_insert() {
+    let (count, attempts, c) =
+        scan_over_a_rolled_back_insert(Some(Mutation::ExactCallasDeps)).await;
+    assert_eq!((count, attempts), (1, 1));
+    let order = "SELECT d FROM orders WHERE o = $o";
+    assert_eq!(acid_read(&c, order, 150).await, None, "T1 rolled back");
 }
 
 /// Awaits `task` for a short while: `None` if it is still pending
