@@ -226,27 +226,26 @@ fn bank_under_salt_over_three_processes_keeps_its_invariant_and_frees_its_locks(
     assert!(out.contains("total_violations=0"), "{out}");
 }
 
-#[test]
-fn tpcc_over_three_processes_passes_the_consistency_checks() {
-    let args = ["--warehouses", "3", "--tpcc-scale", "small"];
-    let cluster = start(3, "tpcc", &args);
+/// Starts three server processes with TPC-C (`args`), loads it with `brine
+/// bench`, runs it (`run`: clients, duration, warm-up) and checks it.
+fn tpcc_over_three_processes(args: &[&str], run: &[&str]) {
+    let cluster = start(3, "tpcc", args);
     let mut bench = vec!["bench", "tpcc"];
     bench.extend(args);
-    bench.extend([
-        "--cluster",
-        path(&cluster.config),
-        "--clients",
-        "4",
-        "--duration",
-        "5",
-        "--warmup",
-        "1",
-        "--check",
-    ]);
+    bench.extend(["--cluster", path(&cluster.config), "--check"]);
+    bench.extend(run);
     let o = brine(&bench);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains("check: passed"), "{out}");
+}
+
+#[test]
+fn tpcc_over_three_processes_passes_the_consistency_checks() {
+    tpcc_over_three_processes(
+        &["--warehouses", "3", "--tpcc-scale", "small"],
+        &["--clients", "4", "--duration", "5", "--warmup", "1"],
+    );
 }
 
 /// Issue 31, item 5: one warehouse at the standard scale puts 30,000
@@ -254,25 +253,10 @@ fn tpcc_over_three_processes_passes_the_consistency_checks() {
 /// holds; the load goes in chunks, and the run after it passes the checks.
 #[test]
 fn tpcc_at_the_standard_scale_loads_over_three_processes() {
-    let args = ["--warehouses", "1"];
-    let cluster = start(3, "tpcc", &args);
-    let mut bench = vec!["bench", "tpcc"];
-    bench.extend(args);
-    bench.extend([
-        "--cluster",
-        path(&cluster.config),
-        "--clients",
-        "2",
-        "--duration",
-        "1",
-        "--warmup",
-        "0",
-        "--check",
-    ]);
-    let o = brine(&bench);
-    let out = text(&o);
-    assert!(o.status.success(), "{out}");
-    assert!(out.contains("check: passed"), "{out}");
+    tpcc_over_three_processes(
+        &["--warehouses", "1"],
+        &["--clients", "2", "--duration", "1", "--warmup", "0"],
+    );
 }
 
 #[test]

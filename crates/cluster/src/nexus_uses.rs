@@ -264,11 +264,7 @@ impl NexusUses {
     fn index(&mut self, target: &LockTarget) {
         match target {
             LockTarget::Point { table, index, key } => {
-                if let Some(ordered) = self
-                    .spaces
-                    .get_mut(&(*table, *index))
-                    .and_then(|s| s.ordered.as_mut())
-                {
+                if let Some(ordered) = self.ordered_keys(*table, *index) {
                     ordered.insert(key.clone());
                 }
             }
@@ -282,6 +278,14 @@ impl NexusUses {
                 .ranges
                 .push((lo.clone(), hi.clone())),
         }
+    }
+
+    /// The ordered point keys of (`table`, `index`), if a range was
+    /// recorded there.
+    fn ordered_keys(&mut self, table: TableId, index: IndexId) -> Option<&mut BTreeSet<Key>> {
+        self.spaces
+            .get_mut(&(table, index))
+            .and_then(|s| s.ordered.as_mut())
     }
 
     /// The space of (`table`, `index`), its point keys ordered from now on
@@ -310,11 +314,7 @@ impl NexusUses {
     fn unindex(&mut self, target: &LockTarget) {
         match target {
             LockTarget::Point { table, index, key } => {
-                if let Some(ordered) = self
-                    .spaces
-                    .get_mut(&(*table, *index))
-                    .and_then(|s| s.ordered.as_mut())
-                {
+                if let Some(ordered) = self.ordered_keys(*table, *index) {
                     ordered.remove(key);
                 }
             }
