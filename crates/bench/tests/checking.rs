@@ -344,16 +344,15 @@ fn base_shape(h: &History) -> (usize, usize) {
 // histories hold BASE transactions with their subtransactions and must
 // satisfy Salt isolation.
 //
-// Ignored until Salt is fixed: these runs show that it does not hold yet.
-// With the release rules on, runs stall (a BASE call never ends, or locks
-// outlive their transactions), and the histories that complete hold G-salt
-// cycles (an ACID read of a BASE transaction's unfinished state through a
-// BASE reader; rule (a) is applied per exact lock target, so a range read,
-// or a second access of a row already held, takes no release dependency).
-// Witnesses and figures: docs/results/checker-lists-salt.md.
-// Run with `cargo test -p brine-bench --test checking -- --ignored`.
+// Ignored until Salt stays live here. These runs found that a BASE range
+// read took no release dependency on the BASE writers of the rows inside
+// it (G-salt on list-append; fixed, `fig_3_3_holds_when_the_dirty_read_is_a_range_read`
+// in crates/cluster/tests/salt.rs). With the release rules on, runs still
+// stall (a BASE call never ends, or locks outlive their transactions).
+// Figures: docs/results/checker-lists-salt.md. Run with `cargo test -p
+// brine-bench --test checking -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "Salt stalls and shows G-salt under these workloads: docs/results/checker-lists-salt.md"]
+#[ignore = "Salt stalls under these workloads: docs/results/checker-lists-salt.md"]
 async fn salt_runs_satisfy_salt_isolation() -> Result<(), BenchError> {
     let runs: [(u64, u32); 4] = [(0, 32), (1, 64), (2, 128), (3, 128)];
     for (seed, clients) in runs {
