@@ -20,12 +20,20 @@
 //!   whose value is the version id: reads of version 0 are `nil`; writes
 //!   (deletes included: a tombstone is a value) write their version id;
 //!   range reads become reads of each row they saw.
-//! * `list-append`: rows `(k, e)` of table `la` are element `e` of list
-//!   `k`. An insert is `[:append k e]`; a range read of the whole prefix
-//!   `(k)` is `[:r k [e...]]` with the elements ordered by the version ids
-//!   of their inserts. Other operations are not representable and left out.
+//! * `list-append`: rows `(k, pos, e)` of table `la` are element `e` at
+//!   position `pos` of list `k` (the list-append workload takes `pos` from
+//!   the list's counter row, which every append writes first, so positions
+//!   are the appends' commit order). An insert is `[:append k e]`; a range
+//!   read of the whole prefix `(k)` is `[:r k [e...]]` with the rows it saw
+//!   in key order, i.e. by position: the list as read. Other operations
+//!   (the counter row among them) are not representable and left out.
+//!
+//! [`check_list_append`] checks the invariants of an exported list-append
+//! history that need no version order: unique appends, reads of one list
+//! prefixes of each other, nothing read that no committed append wrote,
+//! and list order consistent with real time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::ops::Bound;
 
@@ -228,10 +236,10 @@ fn mops(rec: &TxnRecord, model: ElleModel, observed: bool) -> Vec<Mop> {
                     kind: WriteKind::Insert,
                     ..
                 },
-            ) if table == LIST_APPEND_TABLE && key.len() == 2 => out.push(Mop {
+            ) if table == LIST_APPEND_TABLE && key.len() == 3 => out.push(Mop {
                 f: "append".into(),
                 key: value_edn(&key.values()[0]),
-                value: value_edn(&key.values()[1]),
+                value: value_edn(&key.values()[2]),
             }),
             (
                 ElleModel::ListAppend,
@@ -248,13 +256,18 @@ fn mops(rec: &TxnRecord, model: ElleModel, observed: bool) -> Vec<Mop> {
                     continue;
                 };
                 let value = if observed {
-                    let mut rows: Vec<(u64, Edn)> = seen
+                    // Key order is position order: the list as read.
+                    let mut rows: Vec<&Key> = seen
                         .iter()
-                        .filter(|s| !s.deleted && s.key.len() == 2)
-                        .map(|s| (s.version, value_edn(&s.key.values()[1])))
+                        .filter(|s| !s.deleted && s.key.len() == 3)
+                        .map(|s| &s.key)
                         .collect();
-                    rows.sort_by_key(|(v, _)| *v);
-                    Edn::Vector(rows.into_iter().map(|(_, e)| e).collect())
+                    rows.sort();
+                    Edn::Vector(
+                        rows.into_iter()
+                            .map(|k| value_edn(&k.values()[2]))
+                            .collect(),
+                    )
                 } else {
                     Edn::Nil
                 };
@@ -324,6 +337,220 @@ pub fn elle_ops(txns: &[TxnRecord], model: ElleModel) -> Vec<ElleOp> {
                 index,
                 value,
             });
+        }
+    }
+    out
+}
+
+/// What [`check_list_append`] found in a list-append EDN history.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListAppendCheck {
+    /// Appends in `:ok` and `:info` completions.
+    pub appends: usize,
+    /// Reads in `:ok` completions.
+    pub reads: usize,
+    /// Lists read or appended to.
+    pub lists: usize,
+    /// Pairs of elements whose order in the lists was checked against real
+    /// time.
+    pub ordered_pairs: usize,
+    /// Every invariant that does not hold, one line each (the first 100).
+    pub problems: Vec<String>,
+    /// Problems found, including those not listed.
+    pub problem_count: usize,
+}
+
+impl ListAppendCheck {
+    pub fn ok(&self) -> bool {
+        self.problem_count == 0
+    }
+
+    fn problem(&mut self, p: String) {
+        self.problem_count += 1;
+        if self.problems.len() < 100 {
+            self.problems.push(p);
+        }
+    }
+
+    /// A one-line summary and the problems listed.
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "list-append invariants: {} appends, {} reads of {} lists, {} ordered pairs against real time: {}",
+            self.appends,
+            self.reads,
+            self.lists,
+            self.ordered_pairs,
+            if self.ok() {
+                "OK".to_string()
+            } else {
+                format!("{} VIOLATED", self.problem_count)
+            }
+        );
+        for p in &self.problems {
+            s.push_str("\n  ");
+            s.push_str(p);
+        }
+        s
+    }
+}
+
+/// Checks a list-append history (Elle's model, as [`export`] writes it or
+/// [`parse_history`] reads it) for the invariants that hold in every
+/// strictly serializable run and need no inferred version order:
+///
+/// 1. **unique appends**: no element is appended twice, in any completion
+///    (`:ok`, `:info` or `:fail`: every attempt appends fresh elements);
+/// 2. **no garbage**: every element an `:ok` read returns was appended to
+///    that list by an `:ok` or `:info` transaction, and appears once in
+///    the read;
+/// 3. **prefixes**: of two `:ok` reads of one list, the shorter is a prefix
+///    of the longer (lists only grow at the end, in one order);
+/// 4. **real time**: if `a` comes before `b` in a list, `b`'s transaction
+///    did not complete before `a`'s was invoked (the list order is the
+///    appends' commit order, which real time bounds);
+/// 5. **no lost append**: an `:ok` read returns every `:ok` append to its
+///    list that completed before the read's transaction was invoked.
+pub fn check_list_append(ops: &[ElleOp]) -> ListAppendCheck {
+    let mut out = ListAppendCheck::default();
+    // Invocation time of each completion (a process has one open op).
+    let mut open: HashMap<u64, u64> = HashMap::new();
+    // (invoked, completed, op) of every completion.
+    let mut done: Vec<(u64, u64, &ElleOp)> = Vec::new();
+    for op in ops {
+        if op.typ == OpType::Invoke {
+            open.insert(op.process, op.time);
+        } else {
+            let start = open.remove(&op.process).unwrap_or(op.time);
+            done.push((start, op.time, op));
+        }
+    }
+    // Element -> (list, completion) of its append; lists by name.
+    struct Append {
+        list: String,
+        typ: OpType,
+        start: u64,
+        end: u64,
+    }
+    let mut appended: HashMap<String, Append> = HashMap::new();
+    let mut lists: BTreeMap<String, Vec<(u64, Vec<String>)>> = BTreeMap::new();
+    for &(start, end, op) in &done {
+        for m in &op.value {
+            let list = m.key.to_string();
+            match m.f.as_str() {
+                "append" => {
+                    let e = m.value.to_string();
+                    if op.typ != OpType::Fail {
+                        out.appends += 1;
+                    }
+                    lists.entry(list.clone()).or_default();
+                    if let Some(first) = appended.get(&e) {
+                        out.problem(format!(
+                            "duplicate append: element {e} appended to list {} and again to list {list} (op {})",
+                            first.list, op.index
+                        ));
+                        continue;
+                    }
+                    appended.insert(
+                        e,
+                        Append {
+                            list,
+                            typ: op.typ,
+                            start,
+                            end,
+                        },
+                    );
+                }
+                "r" if op.typ == OpType::Ok => {
+                    let Edn::Vector(items) = &m.value else {
+                        out.problem(format!(
+                            "read of list {list} without a list (op {})",
+                            op.index
+                        ));
+                        continue;
+                    };
+                    out.reads += 1;
+                    let elems: Vec<String> = items.iter().map(Edn::to_string).collect();
+                    lists.entry(list).or_default().push((start, elems));
+                }
+                _ => {}
+            }
+        }
+    }
+    out.lists = lists.len();
+    for (list, reads) in &mut lists {
+        for (_, elems) in reads.iter() {
+            let mut once = std::collections::HashSet::new();
+            for e in elems {
+                if !once.insert(e) {
+                    out.problem(format!("list {list}: a read returned element {e} twice"));
+                }
+                match appended.get(e) {
+                    Some(a) if a.list == *list && a.typ != OpType::Fail => {}
+                    Some(a) if a.list != *list => out.problem(format!(
+                        "list {list}: a read returned element {e}, appended to list {}",
+                        a.list
+                    )),
+                    Some(_) => out.problem(format!(
+                        "list {list}: a read returned element {e}, appended by an aborted transaction"
+                    )),
+                    None => out.problem(format!(
+                        "list {list}: a read returned element {e}, which nobody appended"
+                    )),
+                }
+            }
+        }
+        // Prefixes: each read is a prefix of the next longer one.
+        reads.sort_by_key(|(_, e)| e.len());
+        for w in reads.windows(2) {
+            let (a, b) = (&w[0].1, &w[1].1);
+            if b[..a.len()] != a[..] {
+                out.problem(format!(
+                    "list {list}: reads disagree: [{}] is not a prefix of [{}]",
+                    a.join(" "),
+                    b.join(" ")
+                ));
+            }
+        }
+        let Some((_, longest)) = reads.last() else {
+            continue;
+        };
+        // Real time against the longest read's order.
+        for (i, a) in longest.iter().enumerate() {
+            let Some(ta) = appended.get(a) else { continue };
+            for b in &longest[i + 1..] {
+                let Some(tb) = appended.get(b) else { continue };
+                out.ordered_pairs += 1;
+                if tb.typ == OpType::Ok && tb.end < ta.start {
+                    out.problem(format!(
+                        "list {list}: {a} comes before {b}, but {b}'s transaction completed \
+                         ({} ns) before {a}'s was invoked ({} ns)",
+                        tb.end, ta.start
+                    ));
+                }
+            }
+        }
+    }
+    // No lost append: an :ok append that completed before a read began.
+    let mut by_list: HashMap<&str, Vec<(&String, u64)>> = HashMap::new();
+    for (e, a) in &appended {
+        if a.typ == OpType::Ok {
+            by_list.entry(a.list.as_str()).or_default().push((e, a.end));
+        }
+    }
+    for (list, reads) in &lists {
+        let Some(appends) = by_list.get(list.as_str()) else {
+            continue;
+        };
+        for (start, elems) in reads {
+            let have: std::collections::HashSet<&String> = elems.iter().collect();
+            for (e, end) in appends {
+                if end < start && !have.contains(e) {
+                    out.problem(format!(
+                        "list {list}: a read invoked at {start} ns misses element {e}, \
+                         whose append completed at {end} ns"
+                    ));
+                }
+            }
         }
     }
     out

@@ -9,8 +9,9 @@
 //!
 //! The store has a register table `reg` (INT keys, a secondary index 1 on
 //! a small "bucket" column, rows inserted, updated and deleted) and the
-//! list-append table `la` with rows `(list, element)` (`lists` lists are
-//! active at a time; a list retires after 64 appends). Operations: point
+//! list-append table `la` with rows `(list, position, element)`, elements
+//! unique in the history (`lists` lists are active at a time; a list
+//! retires after 64 appends). Operations: point
 //! reads, writes, range reads over the primary key and over index 1,
 //! appends and whole-list reads.
 
@@ -82,14 +83,19 @@ pub fn generate(cfg: &GenConfig) -> History {
             (k, Row { version: 0, bucket })
         })
         .collect();
-    let mut la: BTreeMap<(i64, i64), u64> = BTreeMap::new();
-    let mut next_elem: HashMap<i64, i64> = HashMap::new();
+    let mut la: BTreeMap<(i64, i64, i64), u64> = BTreeMap::new();
+    // Appends issued per list (for retiring it), committed lengths, and
+    // the next element (unique in the history).
+    let mut issued: HashMap<i64, i64> = HashMap::new();
+    let mut len: HashMap<i64, i64> = HashMap::new();
+    let mut next_elem: i64 = 0;
     let mut list_base: i64 = 0;
     let mut next_version: u64 = 1;
     let mut txns = Vec::with_capacity(cfg.txns);
     for i in 0..cfg.txns {
         let mut local: BTreeMap<i64, Row> = BTreeMap::new();
-        let mut local_la: BTreeMap<(i64, i64), u64> = BTreeMap::new();
+        let mut local_la: BTreeMap<(i64, i64, i64), u64> = BTreeMap::new();
+        let mut local_len: HashMap<i64, i64> = HashMap::new();
         let mut ops = Vec::new();
         let n_ops = rng.gen_range(1..=cfg.ops_max.max(1));
         for _ in 0..n_ops {
@@ -188,13 +194,19 @@ pub fn generate(cfg: &GenConfig) -> History {
                 });
             } else if dice < 90 {
                 let l = list_base + rng.gen_range(0..lists);
-                let e = next_elem.entry(l).or_insert(0);
-                *e += 1;
+                let n = issued.entry(l).or_insert(0);
+                *n += 1;
+                next_elem += 1;
+                let e = next_elem;
+                let pos = *local_len
+                    .entry(l)
+                    .or_insert_with(|| len.get(&l).copied().unwrap_or(0));
+                local_len.insert(l, pos + 1);
                 let version = next_version;
                 next_version += 1;
                 ops.push(Op::Write {
                     table: "la".into(),
-                    key: int_key(&[l, *e]),
+                    key: int_key(&[l, pos, e]),
                     version,
                     prev: 0,
                     kind: WriteKind::Insert,
@@ -202,20 +214,21 @@ pub fn generate(cfg: &GenConfig) -> History {
                     sub: None,
                     cols: None,
                 });
-                if *e >= LIST_LEN_MAX {
+                if *n >= LIST_LEN_MAX {
                     // Retire the full list (Elle's key rotation): the
                     // window of active lists moves on.
                     list_base += 1;
                 }
-                local_la.insert((l, *e), version);
+                local_la.insert((l, pos, e), version);
             } else {
                 let l = list_base + rng.gen_range(0..lists);
-                let mut rows: BTreeMap<i64, u64> = la
-                    .range((l, i64::MIN)..=(l, i64::MAX))
-                    .map(|(&(_, e), &v)| (e, v))
+                let whole = (l, i64::MIN, i64::MIN)..=(l, i64::MAX, i64::MAX);
+                let mut rows: BTreeMap<(i64, i64), u64> = la
+                    .range(whole.clone())
+                    .map(|(&(_, pos, e), &v)| ((pos, e), v))
                     .collect();
-                for (&(_, e), &v) in local_la.range((l, i64::MIN)..=(l, i64::MAX)) {
-                    rows.insert(e, v);
+                for (&(_, pos, e), &v) in local_la.range(whole) {
+                    rows.insert((pos, e), v);
                 }
                 ops.push(Op::RangeRead {
                     table: "la".into(),
@@ -224,8 +237,8 @@ pub fn generate(cfg: &GenConfig) -> History {
                     hi: Box::new(Bound::Included(Key::prefix_upper(&[Value::Int(l)]))),
                     seen: rows
                         .into_iter()
-                        .map(|(e, v)| Seen {
-                            key: int_key(&[l, e]),
+                        .map(|((pos, e), v)| Seen {
+                            key: int_key(&[l, pos, e]),
                             version: v,
                             deleted: false,
                         })
@@ -251,6 +264,7 @@ pub fn generate(cfg: &GenConfig) -> History {
         if applies {
             reg.extend(local);
             la.extend(local_la);
+            len.extend(local_len);
         }
         let end_us = 100 + i as u64 * 10;
         let start_us = end_us - rng.gen_range(0..=cfg.overlap_us.min(100));

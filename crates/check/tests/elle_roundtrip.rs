@@ -87,7 +87,7 @@ fn rw_register_export_round_trips() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 #[test]
-fn list_append_reads_list_elements_in_version_order() -> Result<(), Box<dyn std::error::Error>> {
+fn list_append_reads_list_elements_in_position_order() -> Result<(), Box<dyn std::error::Error>> {
     let h = generate(&GenConfig {
         txns: 800,
         seed: 5,
@@ -104,9 +104,9 @@ fn list_append_reads_list_elements_in_version_order() -> Result<(), Box<dyn std:
                 ("append", Edn::Int(_)) => appends += 1,
                 ("r", Edn::Vector(elems)) => {
                     reads += 1;
-                    // The generator appends 1, 2, 3... to each list in
-                    // version order, so a read is increasing (aborted
-                    // appends leave gaps).
+                    // The generator's elements increase in the serial
+                    // order, which is the lists' position order, so a
+                    // read is increasing.
                     let ints: Vec<i64> = elems
                         .iter()
                         .filter_map(|e| if let Edn::Int(i) = e { Some(*i) } else { None })
@@ -122,5 +122,125 @@ fn list_append_reads_list_elements_in_version_order() -> Result<(), Box<dyn std:
         reads > 10 && appends > 10,
         "{reads} reads, {appends} appends"
     );
+    Ok(())
+}
+
+#[test]
+fn generated_list_append_histories_keep_the_invariants() -> Result<(), Box<dyn std::error::Error>> {
+    for seed in 0..4 {
+        let h = generate(&GenConfig {
+            txns: 1500,
+            seed,
+            lists: 3,
+            ..GenConfig::default()
+        });
+        let mut out = Vec::new();
+        elle::export(&h.txns, ElleModel::ListAppend, &mut out)?;
+        let parsed = elle::parse_history(std::str::from_utf8(&out)?)?;
+        let c = elle::check_list_append(&parsed);
+        assert!(c.ok(), "seed {seed}: {}", c.render());
+        assert!(
+            c.appends > 100 && c.reads > 50 && c.ordered_pairs > 100,
+            "{c:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A copy of `ops` with the first `:ok` read of at least two elements
+/// changed by `f`.
+fn with_read(ops: &[elle::ElleOp], f: impl Fn(&mut Vec<Edn>)) -> Vec<elle::ElleOp> {
+    let mut ops = ops.to_vec();
+    let m = ops
+        .iter_mut()
+        .filter(|o| o.typ == OpType::Ok)
+        .flat_map(|o| o.value.iter_mut())
+        .find(|m| m.f == "r" && matches!(&m.value, Edn::Vector(v) if v.len() >= 2))
+        .expect("a read of two elements");
+    if let Edn::Vector(v) = &mut m.value {
+        f(v);
+    }
+    ops
+}
+
+#[test]
+fn broken_list_append_histories_are_caught() -> Result<(), Box<dyn std::error::Error>> {
+    let h = generate(&GenConfig {
+        txns: 1500,
+        seed: 3,
+        lists: 3,
+        ..GenConfig::default()
+    });
+    let ops = elle::elle_ops(&h.txns, ElleModel::ListAppend);
+    assert!(elle::check_list_append(&ops).ok());
+    let problems = |ops: &[elle::ElleOp]| {
+        let c = elle::check_list_append(ops);
+        assert!(!c.ok());
+        c.problems.join("\n")
+    };
+    // Two elements of a read swapped: the reads disagree.
+    let swapped = with_read(&ops, |v| v.swap(0, 1));
+    assert!(problems(&swapped).contains("not a prefix"));
+    // An element read twice; an element nobody appended.
+    assert!(problems(&with_read(&ops, |v| v[1] = v[0].clone())).contains("twice"));
+    assert!(problems(&with_read(&ops, |v| v.push(Edn::Int(-7)))).contains("nobody appended"));
+    // An element lost from a read that began after its append completed.
+    let lost = with_read(&ops, |v| {
+        v.remove(0);
+    });
+    assert!(!elle::check_list_append(&lost).ok());
+    // A retry that re-appends its element (the old workload's retries).
+    let mut dup = ops.clone();
+    let e = dup
+        .iter()
+        .flat_map(|o| o.value.iter())
+        .find(|m| m.f == "append")
+        .cloned()
+        .expect("an append");
+    let at = dup
+        .iter()
+        .rposition(|o| o.typ == OpType::Ok)
+        .expect("an ok");
+    dup[at].value.push(e);
+    assert!(problems(&dup).contains("duplicate append"));
+    // Real time: a list order against the commit order. Two appends to a
+    // fresh list, one completing before the other begins, read in the
+    // opposite order.
+    let op = |typ, process, time, index, value: Vec<elle::Mop>| elle::ElleOp {
+        typ,
+        process,
+        time,
+        index,
+        value,
+    };
+    let mop = |f: &str, key: i64, value: Edn| elle::Mop {
+        f: f.into(),
+        key: Edn::Int(key),
+        value,
+    };
+    let app = |e| vec![mop("append", 99, Edn::Int(e))];
+    let late = vec![
+        op(OpType::Invoke, 0, 0, 0, app(1)),
+        op(OpType::Ok, 0, 10, 1, app(1)),
+        op(OpType::Invoke, 0, 20, 2, app(2)),
+        op(OpType::Ok, 0, 30, 3, app(2)),
+        op(
+            OpType::Invoke,
+            0,
+            40,
+            4,
+            vec![mop("r", 99, Edn::Vector(vec![Edn::Int(2), Edn::Int(1)]))],
+        ),
+        op(
+            OpType::Ok,
+            0,
+            50,
+            5,
+            vec![mop("r", 99, Edn::Vector(vec![Edn::Int(2), Edn::Int(1)]))],
+        ),
+    ];
+    let c = elle::check_list_append(&late);
+    assert_eq!(c.problem_count, 1, "{}", c.render());
+    assert!(c.problems[0].contains("before"), "{}", c.render());
     Ok(())
 }

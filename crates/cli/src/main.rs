@@ -82,8 +82,9 @@ bank   transfers between two random accounts (90%) and a broadcast SUM of every 
 that must always equal the initial total; --check enforces it.\n  \
 register     randomized read / write / range-read transactions over --keys N (default 8) hot \
 registers, made for the isolation checker: record with --history FILE, then brine check FILE.\n  \
-list-append  appends of unique elements to --keys N lists and list reads (Elle's list-append \
-model), for the isolation checker.\n  \
+list-append  appends of fresh unique elements to --keys N lists (each append takes the next \
+position from its list's counter row, so appends to one list conflict) and whole-list reads \
+(Elle's list-append model), for the isolation checker.\n  \
 tpcc   TPC-C's five transactions on --warehouses N (default 2), --mix standard (45/43/4/4/4) or \
 salt; --check runs clause 3.3.2's consistency conditions; --tpcc-scale small is a reduced, \
 non-standard database for quick runs. Reports new_order_per_min (tpmC-style, not an audited \
@@ -99,7 +100,9 @@ the check on C rolling back --rollback-percent LIST of the calls, then 5 private
 Under --protocol salt (or salt-nolocal), the procedures named by --base LIST run as BASE \
 transactions (Salt's alkaline subtransactions); under acid they are ordinary ACID transactions, so \
 --compare acid,salt runs the same application code. Defaults: the sources' choices (micro update5, \
-micro2 update10, micro3 read5,write5, bank transfer, tpcc new_order,payment, ticket create_order); \
+micro2 update10, micro3 read5,write5, bank transfer, tpcc new_order,payment, ticket create_order, \
+register read_write (range_read may be added), list-append append_read: every operation of a BASE \
+call its own alkaline subtransaction, so brine check --level salt checks Salt isolation under load); \
 `none` BASE-ifies nothing, `all` every procedure the workload can BASE-ify.",
         after_long_help = "Examples:\n  \
 brine bench micro\n  \
@@ -662,19 +665,22 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
     };
     match args.workload {
         WorkloadName::Register | WorkloadName::ListAppend => {
-            only(
-                args.base.is_some(),
-                "--base",
-                "micro, micro2, micro3, bank, tpcc and ticket",
-            )?;
             only(args.rows.is_some(), "--rows", "micro")?;
             only(args.accounts.is_some(), "--accounts", "bank")?;
             only(args.total_percent.is_some(), "--total-percent", "bank")?;
             let keys = args.keys.unwrap_or(checking::DEFAULT_KEYS);
             Ok(vec![if args.workload == WorkloadName::Register {
-                Arc::new(Register::new(keys)?)
+                let w = Register::new(keys)?;
+                Arc::new(match base(&checking::REGISTER_BASE_CAPABLE)? {
+                    Some(b) => w.with_base(b),
+                    None => w,
+                })
             } else {
-                Arc::new(ListAppend::new(keys)?)
+                let w = ListAppend::new(keys)?;
+                Arc::new(match base(&checking::LIST_APPEND_BASE_CAPABLE)? {
+                    Some(b) => w.with_base(b),
+                    None => w,
+                })
             }])
         }
         WorkloadName::Ticket => {
@@ -1343,7 +1349,14 @@ mod tests {
         assert_eq!(base(&["micro3", "--base", "write5"])?, "write5");
         assert!(workloads_from(&parse(&["tpcc", "--base", "neworder"])).is_err());
         assert!(workloads_from(&parse(&["ticket", "--base", "pay"])).is_err());
-        assert!(workloads_from(&parse(&["register", "--base", "none"])).is_err());
+        assert_eq!(base(&["register"])?, "read_write");
+        assert_eq!(
+            base(&["register", "--base", "all"])?,
+            "range_read,read_write"
+        );
+        assert_eq!(base(&["list-append"])?, "append_read");
+        assert_eq!(base(&["list-append", "--base", "none"])?, "none");
+        assert!(workloads_from(&parse(&["register", "--base", "read_only"])).is_err());
         Ok(())
     }
 

@@ -823,39 +823,47 @@ impl Partition {
             .and_then(|held| held.iter().position(|l| l.target == need.target));
         let already = pos.is_some();
         if b.release_order && !already {
-            // Every BASE transaction holding a saline write on the row...
-            let mut writers: smallvec::SmallVec<[TxnId; 4]> = smallvec::SmallVec::new();
-            self.locks.for_each_holder_with(
+            // Every BASE transaction holding a saline write on the row (on
+            // a row inside the range, for a range read: it observed those
+            // rows as a point read of each would)...
+            let mut writers: smallvec::SmallVec<[(TxnId, LockTarget); 4]> =
+                smallvec::SmallVec::new();
+            self.locks.for_each_point_holder_with(
                 &need.target,
                 Mode::new(LockClass::Saline, Access::Write),
                 b.owner,
-                |t| writers.push(t),
+                |t, at| writers.push((t, at)),
             );
-            // ...or only the last one, when it still holds its write: it
-            // depends in turn on the writer before it (whose value it
-            // read), so release order follows along the chain, and a row
-            // written by many concurrent BASE transactions (every one of
-            // them holding its saline write) costs one dependency, not one
-            // per holder.
-            if let Some(last) = self.last_writer.get(&need.target) {
-                if writers.contains(last) {
-                    let last = *last;
-                    writers.clear();
-                    writers.push(last);
-                }
-            }
+            // ...or, per row, only the last one, when it still holds its
+            // write: it depends in turn on the writer before it (whose
+            // value it read), so release order follows along the chain,
+            // and a row written by many concurrent BASE transactions (every
+            // one of them holding its saline write) costs one dependency,
+            // not one per holder.
+            let last_of = |at: &LockTarget| self.last_writer.get(at).copied();
+            let lasts: smallvec::SmallVec<[(TxnId, LockTarget); 4]> = writers
+                .iter()
+                .filter(|(w, at)| last_of(at) == Some(*w))
+                .cloned()
+                .collect();
+            writers
+                .retain(|(w, at)| last_of(at) == Some(*w) || !lasts.iter().any(|(_, l)| l == at));
             // A bound error leaves the dependency out; the cap is far
             // above what a transaction reads.
-            writers.retain(|w| {
+            writers.retain(|(w, at)| {
                 self.locks
-                    .add_release_dependency(b.owner, Some(&need.target), *w, Some(&need.target))
+                    .add_release_dependency(b.owner, Some(&need.target), *w, Some(at))
                     .is_ok()
             });
             if !writers.is_empty() {
                 dirty = true;
+                let mut on: smallvec::SmallVec<[TxnId; 4]> =
+                    writers.iter().map(|(w, _)| *w).collect();
+                on.sort_unstable();
+                on.dedup();
                 // The new edges may close a cycle that no new wait closed.
                 self.locks
-                    .detect_from_waiters(&need.target, &writers, &mut self.wakeups);
+                    .detect_from_waiters(&need.target, &on, &mut self.wakeups);
             }
         }
         if b.release_order && need.access == Access::Write {

@@ -1687,6 +1687,54 @@ impl LockTable {
         }
     }
 
+    /// Calls `f(holder, point)` for every holder other than `except` that
+    /// holds exactly `mode` on a point lock covered by `target`: `target`
+    /// itself if it is a point, every locked key inside it if it is a range
+    /// (Salt: the rows a range read observed, whose BASE writers it then
+    /// depends on, as a point read of each would).
+    pub fn for_each_point_holder_with(
+        &self,
+        target: &LockTarget,
+        mode: Mode,
+        except: TxnId,
+        mut f: impl FnMut(TxnId, LockTarget),
+    ) {
+        let (sk, local) = split(target);
+        let Some(space) = self.spaces.get(&sk) else {
+            return;
+        };
+        let mut visit = |key: &Key, e: &Entry| {
+            for h in e.holders.iter() {
+                if h.txn != except && h.mode == mode {
+                    f(
+                        h.txn,
+                        LockTarget::Point {
+                            table: sk.0,
+                            index: sk.1,
+                            key: key.clone(),
+                        },
+                    );
+                }
+            }
+        };
+        match local {
+            Local::Point(k) => {
+                if let Some(e) = space.points.get(k) {
+                    visit(k, e);
+                }
+            }
+            Local::Range(lo, hi) => {
+                if let (Some(ordered), true) = (&space.ordered, interval_nonempty(lo, hi)) {
+                    for k in ordered.range::<Key, _>((lo.as_ref(), hi.as_ref())) {
+                        if let Some(e) = space.points.get(k) {
+                            visit(k, e);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether a release-order dependency still holds back `txn`'s lock on
     /// `target` (whether or not a release of it was asked for).
     pub fn release_blocked(&self, txn: TxnId, target: &LockTarget) -> bool {
