@@ -145,6 +145,8 @@ pub fn notes(app: &str, proc: &str) -> Option<ProcNotes> {
         // such transactions could each come to depend on the other (a
         // commit-dependency cycle, broken only by the wait timeout).
         ("register", _) => Some(ProcNotes::new().looped(&["r", "w", "rr"])),
+        // run_list_ops(): the same, an append being `inc`, `n`, `a`.
+        ("list-append", _) => Some(ProcNotes::new().looped(&["r", "inc", "n", "a"])),
         _ => None,
     }
 }

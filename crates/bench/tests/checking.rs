@@ -342,17 +342,15 @@ fn base_shape(h: &History) -> (usize, usize) {
 // workloads run as BASE transactions (every operation an alkaline
 // subtransaction) beside ACID readers, at 32 to 128 clients; the recorded
 // histories hold BASE transactions with their subtransactions and must
-// satisfy Salt isolation.
-//
-// Ignored until Salt stays live here. These runs found that a BASE range
+// satisfy Salt isolation, and every run must end with its locks released
+// (the workload check). These runs found two engine faults: a BASE range
 // read took no release dependency on the BASE writers of the rows inside
-// it (G-salt on list-append; fixed, `fig_3_3_holds_when_the_dirty_read_is_a_range_read`
-// in crates/cluster/tests/salt.rs). With the release rules on, runs still
-// stall (a BASE call never ends, or locks outlive their transactions).
-// Figures: docs/results/checker-lists-salt.md. Run with `cargo test -p
-// brine-bench --test checking -- --ignored`.
+// it (G-salt on list-append; `fig_3_3_holds_when_the_dirty_read_is_a_range_read`
+// in crates/cluster/tests/salt.rs), and blind overwrites took
+// write-after-write release dependencies, whose cycles no one could break
+// (runs never ended; `blind_overwrites_of_each_other_s_rows_do_not_stall_the_releases`).
+// Figures: docs/results/checker-lists-salt.md.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "Salt stalls under these workloads: docs/results/checker-lists-salt.md"]
 async fn salt_runs_satisfy_salt_isolation() -> Result<(), BenchError> {
     let runs: [(u64, u32); 4] = [(0, 32), (1, 64), (2, 128), (3, 128)];
     for (seed, clients) in runs {

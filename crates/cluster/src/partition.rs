@@ -822,7 +822,19 @@ impl Partition {
             .get(&b.owner)
             .and_then(|held| held.iter().position(|l| l.target == need.target));
         let already = pos.is_some();
-        if b.release_order && !already {
+        // Read-after-write is the rule (seed 000 section 3.3): only an
+        // access that observes the row's value (a read, a range read, or a
+        // write that reads a column: `SET v = v + 1`, a filter on a
+        // column) takes a dependency. A blind overwrite of a row another
+        // BASE transaction wrote sees nothing of it; a dependency there
+        // (write-after-write) is no rule of the sources', and with releases
+        // staged per subtransaction it closed cycles no one could break:
+        // T1 overwrote row 1 after T2 and wrote row 5, which T2 then read;
+        // T1's release of 1 waited for T2's, T2's release of 5 for T1's,
+        // each behind its own earlier stage, both transactions done
+        // (register under Salt stalled for good at 8 clients).
+        let observes = need.access != Access::Write || !stmt.plan.access().columns_read.is_empty();
+        if b.release_order && !already && observes {
             // Every BASE transaction holding a saline write on the row (on
             // a row inside the range, for a range read: it observed those
             // rows as a point read of each would)...
