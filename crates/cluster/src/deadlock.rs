@@ -6,8 +6,10 @@
 //!  staged release adds edges) ──► rings the detector's doorbell (Nudge),
 //!  once per look, over the link
 //!                 │
-//!  detector (node 0): a look, at once when rung (at most one per MIN_GAP),
-//!  else every PERIOD; FOLLOW_UP after a look that broke something
+//!  detector (node 0): a look, at once when rung while cycles are being
+//!  found; after looks that found none, when rung but no sooner than a
+//!  gap that doubles from MIN_GAP to PERIOD; else every PERIOD;
+//!  FOLLOW_UP after a look that broke something
 //!     WaitGraph{began_by: start of the look} ──► every partition at once,
 //!     over the link ◄── edges of the transactions whose waits all began
 //!     by then, and of transactions releasing behind release-order deps
@@ -35,10 +37,12 @@
 //! Now a partition rings the detector when a request stays waiting after
 //! its own search (`LockTable::wait_for_changes`), and the detector looks
 //! at once: a cycle costs about two link round trips (the bell, the
-//! look, the break), not a period. Looks are at least `MIN_GAP` apart, so
-//! a storm of waits costs at most one look per `MIN_GAP`; without bells
-//! (peers over TCP, whose doorbell does not cross the wire) a look runs
-//! every `PERIOD`.
+//! look, the break), not a period. Where waits are frequent but cycles
+//! rare, the gap between looks grows back to `PERIOD` (the old cost,
+//! about fifty looks a second; the first cycle after a quiet stretch then
+//! waits up to a period, as every cycle used to). Without bells (peers
+//! over TCP, whose doorbell does not cross the wire) a look runs every
+//! `PERIOD`.
 //!
 //! **Only real cycles.** The partitions answer one after another, so a
 //! naive union could combine a wait that ended with one that began later
@@ -76,9 +80,10 @@ use crate::message::{Nudge, PartitionMsg, Reply, WaitGraph};
 
 /// The longest the detector goes without a look when no partition rings.
 pub const PERIOD: Duration = Duration::from_millis(20);
-/// The shortest time between the starts of two looks: bounds the cost of
-/// a storm of waits (each look costs every partition a pass over its
-/// waiting transactions).
+/// The shortest time between the starts of two looks once no cycle was
+/// found for `RECENT`; it doubles with every look that finds none, up to
+/// `PERIOD`. Bounds the cost of a storm of waits with no cycles (each
+/// look costs every partition a pass over its waiting transactions).
 pub const MIN_GAP: Duration = Duration::from_millis(1);
 /// After a look that broke a cycle, the next one comes this soon even if
 /// no partition rings: a victim's abort ends waits without adding any, so
@@ -100,6 +105,7 @@ pub(crate) struct Watched {
 pub(crate) async fn run(partitions: Vec<Watched>, link: Link, here: NodeId) {
     let (bell_tx, mut bell) = mpsc::unbounded_channel::<usize>();
     let mut last_found: Option<tokio::time::Instant> = None;
+    let mut gap = MIN_GAP;
     loop {
         // Bells that rang before this look began are answered by it.
         while bell.try_recv().is_ok() {}
@@ -152,19 +158,24 @@ pub(crate) async fn run(partitions: Vec<Watched>, link: Link, here: NodeId) {
         // answered at once: cycles are coming thick and fast, and each
         // look is paced by its own round trip. (The look right after a
         // break usually finds nothing: the victims' aborts are still on
-        // their way.) Otherwise looks keep MIN_GAP apart: waits may be
-        // frequent where cycles are rare, and each look costs the
-        // partitions a pass over their waits.
-        if !breaks.is_empty() {
+        // their way.) Otherwise the gap between looks doubles with every
+        // look that finds nothing, from MIN_GAP up to PERIOD: waits may
+        // be frequent where cycles are rare (ticketing's hot counters:
+        // sixty waiters on one row, thousands of edges per look), and a
+        // look costs every partition a pass over its waits.
+        let busy = if breaks.is_empty() {
+            last_found.is_some_and(|t| look.duration_since(t) < RECENT)
+        } else {
             last_found = Some(look);
-        }
-        let busy = last_found.is_some_and(|t| look.duration_since(t) < RECENT);
+            true
+        };
+        gap = if busy { MIN_GAP } else { (gap * 2).min(PERIOD) };
         let next = look + if busy { FOLLOW_UP } else { PERIOD };
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {}
             _ = bell.recv() => {
                 if !busy {
-                    tokio::time::sleep_until(look + MIN_GAP).await;
+                    tokio::time::sleep_until(look + gap).await;
                 }
             }
         }
