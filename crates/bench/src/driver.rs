@@ -600,6 +600,7 @@ fn point_result(p: PointInputs) -> PointResult {
         .collect(),
         queue_bypasses: d.queue_bypasses,
         searches_cut: d.searches_cut,
+        detector_breaks: d.detector_breaks,
         lock_wait_us_mean: if d.lock_waits > 0 {
             round2(d.lock_wait_us_total as f64 / d.lock_waits as f64)
         } else {

@@ -64,6 +64,9 @@ pub struct PointResult {
     /// Deadlock searches that gave up at their bound (the cycle, if any,
     /// was left to the periodic detector).
     pub searches_cut: u64,
+    /// Deadlocks the cluster's detector broke: cycles through several
+    /// partitions (or left by a cut search).
+    pub detector_breaks: u64,
     /// Mean one-way delay of the messages that crossed the simulated link
     /// during the measured interval (0 when none did).
     pub link_delay_us_measured: f64,
@@ -557,7 +560,7 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         .collect();
     let _ = writeln!(
         s,
-        "cluster: aborts {} ({}), retries {}; gave up {}; statements {:.0}/s; lock waits {} (mean {:.1} us); queue passes {}; searches cut {}",
+        "cluster: aborts {} ({}), retries {}; gave up {}; statements {:.0}/s; lock waits {} (mean {:.1} us); queue passes {}; searches cut {}; detector breaks {}",
         r.aborts,
         causes.join(", "),
         r.retries,
@@ -566,7 +569,8 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         r.lock_waits,
         r.lock_wait_us_mean,
         r.queue_bypasses,
-        r.searches_cut
+        r.searches_cut,
+        r.detector_breaks
     );
     for line in [
         waits_line("lock waits by table", &r.lock_waits_by_table),
@@ -702,6 +706,7 @@ mod tests {
             lock_wait_us_mean: 0.0,
             queue_bypasses: 0,
             searches_cut: 0,
+            detector_breaks: 0,
             link_delay_us_measured: 100.0,
             link_messages: 10,
             measured_s: 1.0,

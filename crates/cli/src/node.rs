@@ -333,6 +333,12 @@ async fn render_metrics(
     );
     counter(
         &mut out,
+        "brine_lock_detector_breaks_total",
+        "Deadlocks broken at this node's partitions at the cluster detector's request (cycles through several partitions).",
+        &[(n.clone(), s.detector_breaks)],
+    );
+    counter(
+        &mut out,
         "brine_lock_wait_microseconds_total",
         "Time statements spent waiting for locks at this node's partitions.",
         &[(n.clone(), s.lock_wait_us_total)],

@@ -471,13 +471,23 @@ impl Cluster {
             // own search gave up on (`MAX_SEARCH`). In one process: its
             // partitions. Across processes: node 0 watches every
             // partition, its peers' over the wire (`deadlock`).
+            // It runs on node 0, beside partition 0: its messages to the
+            // others cross the link.
+            let watch = |p: &PartitionRef| crate::deadlock::Watched {
+                node: p.node,
+                tx: p.tx.downgrade(),
+            };
             let watched: Vec<_> = match hosting_node {
-                None => local.values().map(|tx| tx.downgrade()).collect(),
-                Some(NodeId(0)) => partitions.iter().map(|p| p.tx.downgrade()).collect(),
+                None => partitions
+                    .iter()
+                    .filter(|p| local.contains_key(&p.id.0))
+                    .map(watch)
+                    .collect(),
+                Some(NodeId(0)) => partitions.iter().map(watch).collect(),
                 Some(_) => Vec::new(),
             };
             if !watched.is_empty() {
-                tokio::spawn(crate::deadlock::run(watched, link.clone()));
+                tokio::spawn(crate::deadlock::run(watched, link.clone(), NodeId(0)));
             }
         }
         let history = match &config.history {
@@ -711,6 +721,7 @@ impl Cluster {
             s.lock_waits += p.lock_waits.load(Ordering::Relaxed);
             s.queue_bypasses += p.queue_bypasses.load(Ordering::Relaxed);
             s.searches_cut += p.searches_cut.load(Ordering::Relaxed);
+            s.detector_breaks += p.detector_breaks.load(Ordering::Relaxed);
             s.lock_wait_us_total += p.lock_wait_ns.load(Ordering::Relaxed) / 1000;
             s.rank_holds += p.rank_holds.load(Ordering::Relaxed);
             s.rank_hold_us_total += p.rank_hold_ns.load(Ordering::Relaxed) / 1000;

@@ -2,91 +2,180 @@
 //! partitions, which no partition's own detector can see.
 //!
 //! ```text
-//!  every PERIOD:  WaitGraph ──► each partition of this process
-//!                 ◄── edges of requests waiting >= OLDER_THAN, and of
-//!                     transactions releasing behind release-order deps
-//!  union ──► strongly connected components ──► per cycle: the youngest
-//!  transaction that waits ──► BreakDeadlock ──► the partitions where it
-//!  waits abort its requests (cause: deadlock; its coordinator retries)
+//!  partition: a request is left waiting (or a release-order dependency /
+//!  staged release adds edges) ──► rings the detector's doorbell (Nudge),
+//!  once per look, over the link
+//!                 │
+//!  detector (node 0): a look, at once when rung while cycles are being
+//!  found; after looks that found none, when rung but no sooner than a
+//!  gap that doubles from MIN_GAP to PERIOD; else every PERIOD;
+//!  FOLLOW_UP after a look that broke something
+//!     WaitGraph{began_by: start of the look} ──► every partition at once,
+//!     over the link ◄── edges of the transactions whose waits all began
+//!     by then, and of transactions releasing behind release-order deps
+//!  union ──► strongly connected components ──► per cycle: a queue pass
+//!  (a member every one of whose waits conflicts with no holder), else
+//!  the youngest member that waits ──► BreakDeadlock, over the link ──►
+//!  the partitions where it waits grant the pass, or abort its requests
+//!  (cause: deadlock; its coordinator retries)
 //! ```
 //!
 //! A partition's lock table breaks every cycle made of its own edges the
 //! moment a wait closes it (`DeadlockPolicy::Detect`), unless its search
 //! gave up at `brine_lock::MAX_SEARCH` transactions: that cycle is found
-//! here, which is why this runs even over a single partition. A cycle through two
-//! partitions (T waits at A for U, U waits at B for T; or, under Salt, a
-//! BASE transaction releasing in stages at B behind a dependency whose
-//! holder waits at A) used to end only with the lock wait timeout, a stall
-//! of the whole wait (500 ms by default) for every request queued behind
-//! it. TPC-C and ticketing under Salt at 256 clients stalled that way.
+//! here, which is why this runs even over a single partition. A cycle
+//! through two partitions (T waits at A for U, U waits at B for T; or,
+//! under Salt, a BASE transaction releasing in stages at B behind a
+//! dependency whose holder waits at A) is found only here.
 //!
-//! Only waits older than `OLDER_THAN` count: a deadlock persists, and a
-//! passing wait left out keeps the snapshot, taken from the partitions one
-//! after the other, from showing cycles that no longer exist. A victim
-//! chosen on a stale edge is aborted and retried, as a timeout would have
-//! done later. The timeout stays the backstop. Across processes (`brine
-//! server`), node 0 runs the detector over every partition, asking its
-//! peers' over the wire (`WireMsg::WaitGraph`, `WireMsg::BreakDeadlock`);
-//! the other nodes run none, and while node 0 is down the timeout is the
-//! only handling of cycles across partitions. (Before, each process ran it
-//! over its own partitions: bank under Salt over three processes ran at
-//! 10.6 txn/s against `acid`'s 5,367, every cycle through two processes
-//! waiting out the 500 ms timeout.) The detector's messages do not cross
-//! the simulated link: it stands for a service of the cluster, not a
-//! client of it.
+//! **Promptness.** This used to look every 20 ms at waits 20 ms old or
+//! older, so every such cycle stalled its members, and every request
+//! queued behind them, for 20-40 ms. On `register` (8 hot keys over two
+//! partitions, 32 clients) almost every transaction was in one and the
+//! whole cluster advanced by one round of the detector at a time: 27
+//! txn/s against wait-die's 1,062 (`docs/results/deadlock-detector.md`).
+//! Now a partition rings the detector when a request stays waiting after
+//! its own search (`LockTable::wait_for_changes`), and the detector looks
+//! at once: a cycle costs about two link round trips (the bell, the
+//! look, the break), not a period. Where waits are frequent but cycles
+//! rare, the gap between looks grows back to `PERIOD` (the old cost,
+//! about fifty looks a second; the first cycle after a quiet stretch then
+//! waits up to a period, as every cycle used to). Without bells (peers
+//! over TCP, whose doorbell does not cross the wire) a look runs every
+//! `PERIOD`.
+//!
+//! **Only real cycles.** The partitions answer one after another, so a
+//! naive union could combine a wait that ended with one that began later
+//! into a cycle that never existed. Each look therefore counts only the
+//! waits that began by the moment the look began (`began_by`): each of
+//! them lasted, unbroken, from then until its partition answered, so all
+//! of them existed together at that moment and a cycle among them was a
+//! cycle then, and a deadlock persists. (It used to count waits 20 ms old
+//! instead, a heuristic that cost the 20 ms.) A queue pass is offered only
+//! to a member each of whose waits could pass, at every partition where
+//! it waits: passing one of two waits left the cycle in place (the member
+//! then held what it had queued for), and the next look had to abort it
+//! anyway. The lock wait timeout stays the backstop.
+//!
+//! **Messages.** The doorbell, the looks, their answers and the breaks
+//! cross the simulated link like every other message between nodes (the
+//! detector runs on node 0, beside partition 0): a cycle's cost includes
+//! the network. Across processes (`brine server`), node 0 runs the
+//! detector over every partition, asking its peers' over the wire
+//! (`WireMsg::WaitGraph`, `WireMsg::BreakDeadlock`); the other nodes run
+//! none, and while node 0 is down the timeout is the only handling of
+//! cycles across partitions. (Before, each process ran it over its own
+//! partitions: bank under Salt over three processes ran at 10.6 txn/s
+//! against `acid`'s 5,367, every cycle through two processes waiting out
+//! the 500 ms timeout.)
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use brine_core::{NodeId, TxnId};
-use tokio::sync::mpsc::WeakUnboundedSender;
+use tokio::sync::mpsc::{self, WeakUnboundedSender};
 
 use crate::link::Link;
-use crate::message::{PartitionMsg, Reply, WaitGraph};
+use crate::message::{Nudge, PartitionMsg, Reply, WaitGraph};
 
-/// How often the detector looks.
+/// The longest the detector goes without a look when no partition rings.
 pub const PERIOD: Duration = Duration::from_millis(20);
-/// How long a request must have waited to count.
-pub const OLDER_THAN: Duration = Duration::from_millis(20);
+/// The shortest time between the starts of two looks once no cycle was
+/// found for `RECENT`; it doubles with every look that finds none, up to
+/// `PERIOD`. Bounds the cost of a storm of waits with no cycles (each
+/// look costs every partition a pass over its waiting transactions).
+pub const MIN_GAP: Duration = Duration::from_millis(1);
+/// After a look that broke a cycle, the next one comes this soon even if
+/// no partition rings: a victim's abort ends waits without adding any, so
+/// a cycle its break left (or one a failed queue pass left) rings nothing.
+pub const FOLLOW_UP: Duration = Duration::from_millis(1);
 
-/// Runs the detector over `partitions` until they are gone (the cluster
-/// was dropped).
-pub(crate) async fn run(partitions: Vec<WeakUnboundedSender<PartitionMsg>>, link: Link) {
-    let mut tick = tokio::time::interval(PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    // Replies stay inside the process: `from == to` is never delayed.
-    let here = NodeId(0);
+/// How long after a look that broke a cycle bells are answered at once
+/// (no `MIN_GAP`).
+pub const RECENT: Duration = Duration::from_millis(10);
+
+/// A partition the detector watches: the node it lives on, and its queue.
+pub(crate) struct Watched {
+    pub node: NodeId,
+    pub tx: WeakUnboundedSender<PartitionMsg>,
+}
+
+/// Runs the detector, on node `here`, over `partitions` until they are
+/// gone (the cluster was dropped).
+pub(crate) async fn run(partitions: Vec<Watched>, link: Link, here: NodeId) {
+    let (bell_tx, mut bell) = mpsc::unbounded_channel::<usize>();
+    let mut last_found: Option<tokio::time::Instant> = None;
+    let mut gap = MIN_GAP;
     loop {
-        tick.tick().await;
-        let mut graphs = Vec::with_capacity(partitions.len());
-        for p in &partitions {
-            let Some(tx) = p.upgrade() else {
+        // Bells that rang before this look began are answered by it.
+        while bell.try_recv().is_ok() {}
+        let look = tokio::time::Instant::now();
+        let began_by = look.into_std();
+        let mut answers = Vec::with_capacity(partitions.len());
+        for (i, p) in partitions.iter().enumerate() {
+            let Some(tx) = p.tx.upgrade() else {
                 return;
             };
-            let (reply, rx) = Reply::channel(&link, here, here);
-            if tx
-                .send(PartitionMsg::WaitGraph {
-                    older_than: OLDER_THAN,
-                    reply,
-                })
-                .is_err()
-            {
-                return;
-            }
-            drop(tx);
+            let (reply, rx) = Reply::channel(&link, p.node, here);
+            let msg = PartitionMsg::WaitGraph {
+                began_by,
+                nudge: Some(Nudge::new(&link, p.node, here, i, bell_tx.clone())),
+                reply,
+            };
+            // All at once: a look costs one round trip, not one per
+            // partition.
+            link.send(here, p.node, move || {
+                let _ = tx.send(msg);
+            });
+            answers.push(rx);
+        }
+        let mut graphs = Vec::with_capacity(partitions.len());
+        for rx in answers {
             match rx.await {
                 Ok(g) => graphs.push(g),
                 Err(_) => return,
             }
         }
-        for b in victims(&graphs) {
+        let breaks = victims(&graphs);
+        tracing::debug!(
+            took_us = look.elapsed().as_micros() as u64,
+            edges = graphs.iter().map(|g| g.edges.len()).sum::<usize>(),
+            breaks = breaks.len(),
+            "deadlock detector look"
+        );
+        for b in &breaks {
             tracing::debug!(victim = %b.victim, pass = b.pass, "deadlock across partitions");
-            for i in b.at {
-                if let Some(tx) = partitions[i].upgrade() {
-                    let _ = tx.send(PartitionMsg::BreakDeadlock {
-                        victim: b.victim,
-                        pass: b.pass,
+            for &i in &b.at {
+                if let Some(tx) = partitions[i].tx.upgrade() {
+                    let (victim, pass) = (b.victim, b.pass);
+                    link.send(here, partitions[i].node, move || {
+                        let _ = tx.send(PartitionMsg::BreakDeadlock { victim, pass });
                     });
+                }
+            }
+        }
+        // While cycles are being found (one was within RECENT), a bell is
+        // answered at once: cycles are coming thick and fast, and each
+        // look is paced by its own round trip. (The look right after a
+        // break usually finds nothing: the victims' aborts are still on
+        // their way.) Otherwise the gap between looks doubles with every
+        // look that finds nothing, from MIN_GAP up to PERIOD: waits may
+        // be frequent where cycles are rare (ticketing's hot counters:
+        // sixty waiters on one row, thousands of edges per look), and a
+        // look costs every partition a pass over its waits.
+        let busy = if breaks.is_empty() {
+            last_found.is_some_and(|t| look.duration_since(t) < RECENT)
+        } else {
+            last_found = Some(look);
+            true
+        };
+        gap = if busy { MIN_GAP } else { (gap * 2).min(PERIOD) };
+        let next = look + if busy { FOLLOW_UP } else { PERIOD };
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            _ = bell.recv() => {
+                if !busy {
+                    tokio::time::sleep_until(look + gap).await;
                 }
             }
         }
@@ -104,10 +193,12 @@ pub(crate) struct Break {
 }
 
 /// How to break every cycle of the union of `graphs`, one strongly
-/// connected component with a cycle at a time: if a member waits somewhere only
-/// because FIFO queued it behind a request that waits for it, that
-/// request is granted ahead of the queue there (no abort; the youngest
-/// such member); otherwise the youngest member that waits is aborted
+/// connected component with a cycle at a time: if a member waits only
+/// because FIFO queued it behind requests that wait for it, at every
+/// partition where it waits, those requests are granted ahead of the
+/// queue (no abort; the youngest such member; a member that would still
+/// wait somewhere after its pass keeps every edge of the cycle);
+/// otherwise the youngest member that waits is aborted
 /// wherever it waits, one that can no longer roll back (protected at a
 /// partition) only if every member that waits is. Then its edges go and
 /// the components are found again, until none has a cycle.
@@ -147,7 +238,11 @@ pub(crate) fn victims(graphs: &[WaitGraph]) -> Vec<Break> {
             }
             let passing = scc
                 .iter()
-                .filter(|t| waits_at.get(t).is_some_and(|w| !w.1.is_empty()))
+                .filter(|t| {
+                    waits_at
+                        .get(t)
+                        .is_some_and(|w| !w.1.is_empty() && w.1.len() == w.0.len())
+                })
                 .max();
             let b = if let Some(v) = passing {
                 Break {
@@ -334,6 +429,20 @@ mod tests {
                 at: vec![1]
             }]
         );
+    }
+
+    #[test]
+    fn a_member_that_would_still_wait_elsewhere_is_aborted_not_passed() {
+        // Partition 0: t1 waits for t2 (a holder); t2, a broadcast, also
+        // waits there for the holder t3. Partition 1: t2 waits only
+        // behind t1's queued request (it could pass there). Passing it at
+        // 1 would leave it waiting at 0, and t1 waiting for it: the cycle
+        // would stay, and cost another look.
+        let graphs = vec![
+            g(&[(1, 2), (2, 3)], &[(1, false), (2, false)]),
+            g(&[(2, 1)], &[(2, true)]),
+        ];
+        assert_eq!(victims(&graphs), vec![abort(2, vec![0, 1])]);
     }
 
     #[test]

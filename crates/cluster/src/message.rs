@@ -139,9 +139,9 @@ pub enum Vote {
 pub struct WaitGraph {
     /// `(a, b)`: `a` waits for `b`.
     pub edges: Vec<(TxnId, TxnId)>,
-    /// Transactions with a request waiting here (long enough to count),
-    /// and whether one of their requests conflicts with no holder (it
-    /// could be granted ahead of the queue).
+    /// Transactions with requests waiting here (all begun by the look's
+    /// start), and whether each of those requests conflicts with no
+    /// holder (they could be granted ahead of the queue).
     pub waiting: Vec<(TxnId, bool)>,
     /// Those of `waiting` that can no longer roll back
     /// (`LockTable::protect`): a victim only when a cycle has no other.
@@ -260,11 +260,15 @@ pub enum PartitionMsg {
         reply: Reply<PartitionStatus>,
     },
     /// The partition's part of the wait-for graph (see `deadlock`): its
-    /// transactions with a request waiting at least `older_than`, and the
-    /// edges from them and from transactions releasing behind
-    /// release-order dependencies.
+    /// transactions whose requests waiting here all began by `began_by`
+    /// (the moment the detector's look began), and the edges from them and
+    /// from transactions releasing behind release-order dependencies.
+    /// `nudge`, if any, is the detector's doorbell: rung once, when the
+    /// lock table next records something that may close a cycle through
+    /// another partition (`LockTable::wait_for_changes`).
     WaitGraph {
-        older_than: std::time::Duration,
+        began_by: std::time::Instant,
+        nudge: Option<Nudge>,
         reply: Reply<WaitGraph>,
     },
     /// The cluster-wide detector chose `victim` to break a deadlock: its
@@ -330,6 +334,51 @@ impl GateNotice {
         // A coordinator that went away no longer needs it.
         self.link.send(self.from, self.to, move || {
             let _ = tx.send((index, ready));
+        });
+    }
+}
+
+/// The cluster's deadlock detector's doorbell at one partition (`index`:
+/// which of the detector's partitions this is): the partition rings it,
+/// over the link like any message, when a look may find a new cycle.
+pub struct Nudge {
+    index: usize,
+    tx: tokio::sync::mpsc::UnboundedSender<usize>,
+    from: NodeId,
+    to: NodeId,
+    link: Link,
+}
+
+impl Nudge {
+    /// A doorbell from node `from` (the partition's) to node `to` (the
+    /// detector's), ringing into `tx`.
+    pub fn new(
+        link: &Link,
+        from: NodeId,
+        to: NodeId,
+        index: usize,
+        tx: tokio::sync::mpsc::UnboundedSender<usize>,
+    ) -> Nudge {
+        Nudge {
+            index,
+            tx,
+            from,
+            to,
+            link: link.clone(),
+        }
+    }
+
+    pub fn ring(self) {
+        let Nudge {
+            index,
+            tx,
+            from,
+            to,
+            link,
+        } = self;
+        // A detector that went away (shutdown) no longer listens.
+        link.send(from, to, move || {
+            let _ = tx.send(index);
         });
     }
 }

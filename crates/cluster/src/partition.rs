@@ -54,6 +54,9 @@ pub struct PartitionCounters {
     /// Deadlock searches the lock table gave up (its `LockStats`, copied
     /// as `queue_bypasses` is).
     pub searches_cut: AtomicU64,
+    /// Deadlocks broken at the cluster detector's request (its
+    /// `LockStats`, copied as `queue_bypasses` is).
+    pub detector_breaks: AtomicU64,
     pub lock_wait_ns: AtomicU64,
     /// The same two by the waiting statement's table (tables past
     /// `TABLE_SLOTS - 1` share the last slot).
@@ -185,6 +188,11 @@ pub struct Partition {
     /// run by `process_wakeups`.
     rank_held: Vec<(Stmt, Instant)>,
     rank_ready: std::collections::VecDeque<Stmt>,
+    /// The cluster detector's doorbell from its last look, with the lock
+    /// table's `wait_for_changes` then: rung (once) after a message that
+    /// changed it, so a cycle through this and another partition is looked
+    /// for at once instead of at the detector's next period.
+    nudge: Option<(crate::message::Nudge, u64)>,
 }
 
 /// A long-term lock of a BASE transaction.
@@ -280,6 +288,7 @@ impl Partition {
             rp_reached: HashMap::default(),
             rank_held: Vec::new(),
             rank_ready: std::collections::VecDeque::new(),
+            nudge: None,
         }
     }
 
@@ -309,6 +318,7 @@ impl Partition {
                 msg = rx.recv() => match msg {
                     Some(msg) => {
                         self.handle(msg);
+                        self.maybe_nudge();
                         if let Some(wal) = &mut self.wal {
                             wal.maybe_checkpoint(&self.store);
                         }
@@ -324,14 +334,33 @@ impl Partition {
                     self.counters
                         .searches_cut
                         .store(stats.searches_cut, Ordering::Relaxed);
+                    self.counters
+                        .detector_breaks
+                        .store(stats.detector_breaks, Ordering::Relaxed);
                     if !self.parked.is_empty() {
                         self.locks.expire(now(), &mut self.wakeups);
                         self.process_wakeups();
+                        self.maybe_nudge();
                     }
                 }
             }
         }
         tracing::debug!(partition = self.id.0, "partition stopped");
+    }
+
+    /// Rings the detector's doorbell if the lock table recorded something
+    /// since the detector's last look that may close a cycle through
+    /// another partition (one `Option` check per message otherwise).
+    fn maybe_nudge(&mut self) {
+        if self
+            .nudge
+            .as_ref()
+            .is_some_and(|(_, seen)| *seen != self.locks.wait_for_changes())
+        {
+            if let Some((nudge, _)) = self.nudge.take() {
+                nudge.ring();
+            }
+        }
     }
 
     pub fn handle(&mut self, msg: PartitionMsg) {
@@ -502,10 +531,25 @@ impl Partition {
                         .map_err(|e| Error::Internal(format!("partition {id}: {e}"))),
                 );
             }
-            PartitionMsg::WaitGraph { older_than, reply } => {
+            PartitionMsg::WaitGraph {
+                began_by,
+                nudge,
+                reply,
+            } => {
                 let mut g = crate::message::WaitGraph::default();
-                self.locks
-                    .wait_for_graph(now(), older_than, &mut g.edges, &mut g.waiting);
+                let left_out = self
+                    .locks
+                    .wait_for_graph(began_by, &mut g.edges, &mut g.waiting);
+                // Armed with what this look saw: what changes from now on
+                // rings it. A wait that began after the look did (it
+                // crossed the link meanwhile) was left out: the bell rings
+                // at once, so the next look sees it.
+                let seen = if left_out {
+                    u64::MAX
+                } else {
+                    self.locks.wait_for_changes()
+                };
+                self.nudge = nudge.map(|n| (n, seen));
                 g.protected = g
                     .waiting
                     .iter()
@@ -515,6 +559,15 @@ impl Partition {
                 reply.send(g);
             }
             PartitionMsg::BreakDeadlock { victim, pass } => {
+                if let Some(p) = self.parked.get(&victim) {
+                    tracing::debug!(
+                        partition = self.id.0,
+                        %victim,
+                        pass,
+                        waited_us = now().saturating_duration_since(p.since).as_micros() as u64,
+                        "deadlock across partitions broken here"
+                    );
+                }
                 if self.locks.break_deadlock(victim, pass, &mut self.wakeups) {
                     self.process_wakeups();
                 }

@@ -444,10 +444,20 @@ async fn forward(
             };
             reply.send(answer);
         }
-        PartitionMsg::WaitGraph { older_than, reply } => {
+        PartitionMsg::WaitGraph {
+            began_by, reply, ..
+        } => {
             // A peer that cannot answer shows no waits: its cycles wait
             // for the detector's next round, or for the lock wait timeout.
-            let older_than_us = u64::try_from(older_than.as_micros()).unwrap_or(u64::MAX);
+            // The look's start crosses as an age (clocks of two processes
+            // do not compare); the peer counts it from when it reads the
+            // request, so its cut-off is later by the wire's one-way
+            // latency. The detector's doorbell does not cross the wire:
+            // a peer's cycles are found by the detector's periodic look.
+            let age = tokio::time::Instant::now()
+                .into_std()
+                .saturating_duration_since(began_by);
+            let older_than_us = u64::try_from(age.as_micros()).unwrap_or(u64::MAX);
             let graph = match client
                 .request(request(WireMsg::WaitGraph { older_than_us }))
                 .await
@@ -768,7 +778,12 @@ impl NodeService {
             ),
             WireMsg::WaitGraph { older_than_us } => ask!(
                 |reply| PartitionMsg::WaitGraph {
-                    older_than: Duration::from_micros(older_than_us),
+                    began_by: {
+                        let now = tokio::time::Instant::now().into_std();
+                        now.checked_sub(Duration::from_micros(older_than_us))
+                            .unwrap_or(now)
+                    },
+                    nudge: None,
                     reply
                 },
                 WireResponse::WaitGraph

@@ -68,6 +68,9 @@ pub struct StatsSnapshot {
     /// Deadlock searches that gave up at `brine_lock::MAX_SEARCH`
     /// transactions, leaving a cycle, if any, to the periodic detector.
     pub searches_cut: u64,
+    /// Deadlocks broken at the request of the cluster's detector (cycles
+    /// through several partitions, or left by a cut search).
+    pub detector_breaks: u64,
     pub base_accepted: u64,
     pub base_replays: u64,
     pub safe_mode_switches: u64,
@@ -101,6 +104,7 @@ impl StatsSnapshot {
             lock_wait_us_total: self.lock_wait_us_total - earlier.lock_wait_us_total,
             queue_bypasses: self.queue_bypasses - earlier.queue_bypasses,
             searches_cut: self.searches_cut - earlier.searches_cut,
+            detector_breaks: self.detector_breaks - earlier.detector_breaks,
             base_accepted: self.base_accepted - earlier.base_accepted,
             base_replays: self.base_replays - earlier.base_replays,
             safe_mode_switches: self.safe_mode_switches - earlier.safe_mode_switches,

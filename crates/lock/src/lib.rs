@@ -46,8 +46,11 @@
 //!   backstop for cycles spanning partitions. Every victim is counted by
 //!   cause in [`LockStats`]. One search visits at most [`MAX_SEARCH`]
 //!   transactions: past that it gives up ([`LockStats::searches_cut`]) and
-//!   the cycle, if there is one, is left to the cluster's periodic detector,
-//!   which reads [`LockTable::wait_for_graph`]. Without the bound, under
+//!   the cycle, if there is one, is left to the cluster's detector, which
+//!   reads [`LockTable::wait_for_graph`] (only the waits begun by the
+//!   moment its look began) and breaks cycles through several partitions
+//!   with [`LockTable::break_deadlock`]; [`LockTable::wait_for_changes`]
+//!   tells the partition when to ring it. Without the bound, under
 //!   heavy contention (ticketing at 256 clients) the searches made at every
 //!   wait took most of a partition's time and throughput collapsed.
 //! - **Bounds.** Queues per target and release-order dependencies per

@@ -23,7 +23,9 @@ pub enum DeadlockPolicy {
     /// every other: it never dies, and whoever would wait for it does.
     WaitDie,
     /// Wait-for graph of this table, checked on every new wait; the
-    /// youngest transaction of a cycle is the victim.
+    /// youngest transaction of a cycle is the victim. Cycles through
+    /// several partitions are the cluster's detector's (see
+    /// [`LockTable::wait_for_graph`] and [`LockTable::wait_for_changes`]).
     Detect,
     /// Waits are ended only by the timeout.
     TimeoutOnly,
@@ -124,6 +126,11 @@ pub struct LockStats {
     /// [`LockTable::detect_from_waiters`]); a cycle they missed is left to
     /// the cluster's periodic detector and the wait timeout.
     pub searches_cut: u64,
+    /// Deadlocks broken at the request of the cluster's detector
+    /// ([`LockTable::break_deadlock`]): cycles through several partitions,
+    /// or one a cut search left. Each is also counted as an abort or a
+    /// queue bypass.
+    pub detector_breaks: u64,
 }
 
 impl LockStats {
@@ -153,7 +160,7 @@ impl fmt::Display for LockStats {
             f,
             "acquires={} granted_immediately={} already_held={} waits={} granted_after_wait={} \
              aborts_wait_die={} aborts_deadlock={} aborts_lock_timeout={} bound_errors={} \
-             deferred_releases={} queue_bypasses={} searches_cut={}",
+             deferred_releases={} queue_bypasses={} searches_cut={} detector_breaks={}",
             self.acquires,
             self.granted_immediately,
             self.already_held,
@@ -165,7 +172,8 @@ impl fmt::Display for LockStats {
             self.bound_errors,
             self.deferred_releases,
             self.queue_bypasses,
-            self.searches_cut
+            self.searches_cut,
+            self.detector_breaks
         )
     }
 }
@@ -672,6 +680,11 @@ pub struct LockTable {
     /// Gated requests whose readiness changed since the last
     /// `take_gate_changes`: `(txn, ticket, ready)`.
     gate_changes: Vec<(TxnId, Ticket, bool)>,
+    /// Counts what may have added a wait-for edge that this table's own
+    /// search cannot close into a cycle: a wait left waiting, a
+    /// release-order dependency recorded, a staged release begun. See
+    /// [`LockTable::wait_for_changes`].
+    graph_changes: u64,
     stats: LockStats,
 }
 
@@ -689,6 +702,7 @@ impl LockTable {
             gated: 0,
             gated_ready: 0,
             gate_changes: Vec::new(),
+            graph_changes: 0,
             stats: LockStats::default(),
         }
     }
@@ -916,16 +930,21 @@ impl LockTable {
             self.unready_behind(txn, target, mode, Some(ord));
         }
 
-        match self.config.policy {
+        let answer = match self.config.policy {
             DeadlockPolicy::WaitDie => {
                 if upgrade {
                     self.kill_younger_bypassed(txn, target, mode, (ord, false), wakeups);
                 }
-                Ok(Acquire::Waiting(ticket))
+                Acquire::Waiting(ticket)
             }
-            DeadlockPolicy::Detect => Ok(self.resolve_deadlocks(txn, ticket, wakeups)),
-            DeadlockPolicy::TimeoutOnly => Ok(Acquire::Waiting(ticket)),
+            DeadlockPolicy::Detect => self.resolve_deadlocks(txn, ticket, wakeups),
+            DeadlockPolicy::TimeoutOnly => Acquire::Waiting(ticket),
+        };
+        if matches!(answer, Acquire::Waiting(_)) {
+            // Its edges may close a cycle through another partition.
+            self.graph_changes += 1;
         }
+        Ok(answer)
     }
 
     /// Releases the locks of `txn` on exactly `target` with access `access`
@@ -1160,6 +1179,7 @@ impl LockTable {
             )));
         }
         st.deps.push(dep);
+        self.graph_changes += 1;
         if let Some(on_state) = self.txns.get_mut(&on) {
             if !on_state.dependants.contains(&txn) {
                 on_state.dependants.push(txn);
@@ -1187,6 +1207,7 @@ impl LockTable {
         if st.deps.is_empty() || self.config.policy != DeadlockPolicy::Detect {
             return;
         }
+        self.graph_changes += 1;
         // Every cycle the new edges close runs through `txn`.
         self.break_cycles_through(txn, wakeups);
     }
@@ -1251,34 +1272,55 @@ impl LockTable {
 
     /// This table's part of the cluster-wide wait-for graph, for the
     /// detector of cycles that span partitions (each table sees only its
-    /// own). Appends to `waiting` every transaction with a request that
-    /// has waited at least `older_than` at `now`, and to `edges` its
-    /// wait-for edges (holders, requests queued ahead, release-order
-    /// dependencies behind held-back locks); appends the edges of
-    /// transactions releasing in stages, or all at once, to the
-    /// transactions their release-order dependencies name. Younger waits
-    /// are left out: a deadlock outlives them, a passing wait does not.
+    /// own). Appends to `waiting` every transaction whose every waiting
+    /// request here began at or before `began_by`, with whether each of
+    /// those requests conflicts with no holder (it could pass the queue),
+    /// and to `edges` its wait-for edges (holders, requests queued ahead,
+    /// release-order dependencies behind held-back locks); appends the
+    /// edges of transactions releasing in stages, or all at once, to the
+    /// transactions their release-order dependencies name.
+    ///
+    /// The detector passes the moment its look began, so every wait it
+    /// combines, from every partition, existed at that one moment (a wait
+    /// is one unbroken interval): a cycle made of them was a cycle then,
+    /// not a mix of waits that never overlapped. A wait that began later
+    /// is left for the next look; returns whether one was.
     pub fn wait_for_graph(
         &self,
-        now: Instant,
-        older_than: Duration,
+        began_by: Instant,
         edges: &mut Vec<(TxnId, TxnId)>,
         waiting: &mut Vec<(TxnId, bool)>,
-    ) {
+    ) -> bool {
+        let mut left_out = false;
         for (&txn, st) in self.txns.iter() {
-            let old = st.waiting.iter().any(|t| {
-                self.waits
-                    .get(t)
-                    .is_some_and(|w| now.saturating_duration_since(w.since) >= older_than)
-            });
-            if old {
-                let passable = st.waiting.iter().any(|t| self.blocked_only_by_queue(*t));
+            let counted = !st.waiting.is_empty()
+                && st
+                    .waiting
+                    .iter()
+                    .all(|t| self.waits.get(t).is_some_and(|w| w.since <= began_by));
+            left_out |= !counted && !st.waiting.is_empty();
+            if counted {
+                // Passable only if every wait of it here can pass: a pass
+                // that leaves it waiting for something else here breaks
+                // nothing (it then also holds what it passed for).
+                let passable = st.waiting.iter().all(|t| self.blocked_only_by_queue(*t));
                 waiting.push((txn, passable));
             }
-            if old || ((st.staged || st.releasing) && !st.deps.is_empty()) {
+            if counted || ((st.staged || st.releasing) && !st.deps.is_empty()) {
                 edges.extend(self.wait_for_edges(txn).into_iter().map(|to| (txn, to)));
             }
         }
+        left_out
+    }
+
+    /// Grows whenever something happened here that may have added a
+    /// wait-for edge this table's own search does not resolve: a request
+    /// left waiting (its cycle, if any, runs through another partition),
+    /// a release-order dependency recorded, a staged release begun. The
+    /// partition compares it with the value at the detector's last look to
+    /// tell the detector, once, that a new look may find something.
+    pub fn wait_for_changes(&self) -> u64 {
+        self.graph_changes
     }
 
     /// Breaks a cycle that spans partitions at `victim`, chosen by a
@@ -1291,6 +1333,7 @@ impl LockTable {
         if self.txns.get(&victim).is_none_or(|s| s.waiting.is_empty()) {
             return false;
         }
+        self.stats.detector_breaks += 1;
         if !(pass && self.pass_queue(victim, wakeups)) {
             self.abort_waits_of(victim, wakeups);
         }

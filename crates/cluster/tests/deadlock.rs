@@ -1,0 +1,80 @@
+//! The cluster's deadlock detector breaks a cycle through two partitions,
+//! which neither partition's lock table sees, without the lock wait
+//! timeout, and at once: the partition where the cycle closed rings the
+//! detector, instead of the cycle waiting for the detector's period.
+//!
+//! The runtime runs on tokio's paused clock with an immediate link, so
+//! "at once" is a statement about the virtual clock (deterministic), not
+//! about the machine's speed.
+
+mod common;
+
+use std::time::Duration;
+
+use brine_cluster::{deadlock, DeadlockPolicy, Isolation};
+use brine_core::{AbortCause, Error, Value};
+use common::*;
+
+const BUMP: &str = "UPDATE account SET balance = balance + $a WHERE id = $id";
+
+#[test]
+fn a_cycle_through_two_partitions_is_broken_by_the_detector_at_once() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut config = config(Isolation::Serializable, DeadlockPolicy::Detect);
+        // The backstop is out of reach: only the detector can end it.
+        config.lock.wait_timeout = Duration::from_secs(3600);
+        let c = bank_with(config, 4).await;
+        // Accounts 1 and 2 live on different partitions (`id mod 4`).
+        let mut t1 = c.client().begin();
+        let mut t2 = c.client().begin();
+        t1.execute(BUMP, vec![money(1), Value::Int(1)])
+            .await
+            .expect("t1 locks account 1");
+        t2.execute(BUMP, vec![money(1), Value::Int(2)])
+            .await
+            .expect("t2 locks account 2");
+        let before = c.stats();
+        let start = tokio::time::Instant::now();
+        // t1 waits at account 2's partition for t2; t2 at account 1's for
+        // t1. Whichever arrives second closes the cycle.
+        let a = tokio::spawn(async move {
+            let r = t1.execute(BUMP, vec![money(1), Value::Int(2)]).await;
+            // A victim's commit ends it and reports (and counts) the abort.
+            let done = t1.commit().await;
+            r.map(|_| ()).and(done)
+        });
+        let b = tokio::spawn(async move {
+            let r = t2.execute(BUMP, vec![money(1), Value::Int(1)]).await;
+            // A victim's commit ends it and reports (and counts) the abort.
+            let done = t2.commit().await;
+            r.map(|_| ()).and(done)
+        });
+        let (r1, r2) = (a.await.expect("t1's task"), b.await.expect("t2's task"));
+        let took = start.elapsed();
+
+        // The partitions copy their lock tables' counters every tick
+        // (5 ms): let that happen before reading them.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let victims: Vec<_> = [&r1, &r2].into_iter().filter(|r| r.is_err()).collect();
+        assert_eq!(victims.len(), 1, "exactly one victim: {r1:?} {r2:?}");
+        assert_eq!(victims[0], &Err(Error::Aborted(AbortCause::Deadlock)));
+        let s = c.stats().since(&before);
+        assert_eq!(s.aborts_timeout, 0);
+        assert_eq!(s.aborts_deadlock, 1);
+        assert_eq!(s.detector_breaks, 1, "broken by the cluster's detector");
+        // Rung by the partition, not found by the periodic look.
+        assert!(
+            took < deadlock::PERIOD,
+            "the cycle lasted {took:?} of virtual time"
+        );
+        // The survivor's two bumps are kept, the victim's one undone.
+        let one = balance(&c, 1).await;
+        let two = balance(&c, 2).await;
+        assert_eq!([one, two], [money(101), money(101)]);
+    });
+}
