@@ -74,7 +74,7 @@ async fn pipelined_run(seed: u64, policy: DeadlockPolicy) -> Result<Report, Benc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_range_reads_stay_serializable() -> Result<(), BenchError> {
     for seed in 0..8 {
-        for policy in [DeadlockPolicy::WaitDie] {
+        for policy in [DeadlockPolicy::WaitDie, DeadlockPolicy::Detect] {
             let report = pipelined_run(seed, policy).await?;
             assert!(report.valid, "seed {seed} {policy:?}: {}", report.render(3));
         }

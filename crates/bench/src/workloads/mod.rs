@@ -39,12 +39,16 @@ pub(crate) fn decimal_cmp(a: Decimal, b: Decimal) -> Option<Ordering> {
     Some(a.units_at(s)?.cmp(&b.units_at(s)?))
 }
 
-/// Reads one aggregate with an interactive transaction, after a run (no
-/// contention is expected, but a concurrency-control abort is retried).
+/// Reads one aggregate with an interactive transaction, after a run. A
+/// concurrency-control abort is retried for up to 10 s: accepted BASE
+/// transactions go on after their clients stopped (their later
+/// subtransactions and staged releases), and under wait-die the check, the
+/// youngest transaction, dies against each of them in turn.
 pub(crate) async fn read_scalar(cluster: &Cluster, sql: &str) -> Result<Value> {
     let client = cluster.client();
     let mut last = None;
-    for _ in 0..20 {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < until {
         let mut txn = client.begin();
         match txn.execute(sql, vec![]).await {
             Ok(q) => {
