@@ -5,24 +5,15 @@
 //! waits that began by the moment a look began
 //! (`LockTable::wait_for_graph`).
 
-use brine_core::{AbortCause, Access, IndexId, Key, LockTarget, TableId, TxnId, Value};
+use brine_core::{AbortCause, Access};
 use brine_lock::{
     Acquire, DeadlockPolicy, LockClass, LockConfig, LockTable, Mode, StandardCompat, Wakeup,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn txn(n: u64) -> TxnId {
-    TxnId { ts: n, id: n }
-}
-
-fn row(k: i64) -> LockTarget {
-    LockTarget::Point {
-        table: TableId(1),
-        index: IndexId(0),
-        key: Key::new([Value::Int(k)]),
-    }
-}
+mod common;
+use common::{row, txn};
 
 fn detecting() -> LockTable {
     LockTable::new(

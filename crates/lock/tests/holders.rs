@@ -6,20 +6,11 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Instant;
 
-use brine_core::{Access, IndexId, Key, LockTarget, TableId, TxnId, Value};
+use brine_core::{Access, IndexId, Key, LockTarget, TableId, Value};
 use brine_lock::{Acquire, LockClass, LockConfig, LockTable, Mode, StandardCompat};
 
-fn txn(n: u64) -> TxnId {
-    TxnId { ts: n, id: n }
-}
-
-fn row(k: i64) -> LockTarget {
-    LockTarget::Point {
-        table: TableId(1),
-        index: IndexId(0),
-        key: Key::new([Value::Int(k)]),
-    }
-}
+mod common;
+use common::{row, txn};
 
 fn range(lo: i64, hi: i64) -> LockTarget {
     LockTarget::Range {

@@ -1,7 +1,7 @@
 //! The deadlock search's bound and its search from a new release-order
 //! dependency (`LockTable::detect_from_waiters`).
 
-use brine_core::{Access, IndexId, Key, LockTarget, TableId, TxnId, Value};
+use brine_core::{Access, TxnId};
 use brine_lock::{
     Acquire, DeadlockPolicy, LockClass, LockConfig, LockTable, Mode, StandardCompat, Wakeup,
     MAX_SEARCH,
@@ -9,17 +9,8 @@ use brine_lock::{
 use std::sync::Arc;
 use std::time::Instant;
 
-fn txn(n: u64) -> TxnId {
-    TxnId { ts: n, id: n }
-}
-
-fn row(k: i64) -> LockTarget {
-    LockTarget::Point {
-        table: TableId(1),
-        index: IndexId(0),
-        key: Key::new([Value::Int(k)]),
-    }
-}
+mod common;
+use common::{row, txn};
 
 fn detecting() -> LockTable {
     LockTable::new(
