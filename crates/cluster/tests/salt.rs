@@ -44,7 +44,8 @@ fn app(gates: Gates) -> Application {
                     Ok(vec![])
                 }),
             // BASE: alkaline1 sets k := v1, waits at `<gate>-in` inside the
-            // subtransaction and at `<gate>-between` after it, then
+            // subtransaction, opens gate `<signal>` (a fifth argument, if
+            // given) once it committed, waits at `<gate>-between`, then
             // alkaline2 sets k := v2.
             ProcedureDef::new("two_step")
                 .base()
@@ -58,6 +59,9 @@ fn app(gates: Gates) -> Application {
                         ctx.exec("set", vec![v1, k.clone()]).await?;
                         gates.wait(&format!("{gate}-in")).await;
                         ctx.end_alkaline().await?;
+                        if let Some(signal) = args.get(4).and_then(Value::as_str) {
+                            gates.open(signal);
+                        }
                         gates.wait(&format!("{gate}-between")).await;
                         ctx.exec("set", vec![v2, k]).await?;
                         Ok(vec![])
@@ -438,9 +442,18 @@ async fn blind_overwrites_of_each_other_s_rows_do_not_stall_the_releases() {
         let base1 = call(
             &c,
             "two_step",
-            vec![Value::Int(5), Value::Int(1), Value::Int(2), s("b1")],
+            vec![
+                Value::Int(5),
+                Value::Int(1),
+                Value::Int(2),
+                s("b1"),
+                s("b1-wrote"),
+            ],
         );
         gates.open("b1-in");
+        // BASE1's first subtransaction committed: it holds a saline write
+        // on x that BASE2 meets.
+        gates.wait("b1-wrote").await;
         c.client().call(second, args).await.expect("BASE2 ends");
         let only_base1 = lock_txns_become(&c, 1).await;
         assert_eq!(only_base1, released, "{second}: BASE2 released at its end");
