@@ -1710,26 +1710,6 @@ impl LockTable {
             .unwrap_or_default()
     }
 
-    /// Calls `f` for every other transaction that holds a lock of `mode`
-    /// on exactly `target` (Salt: the BASE transactions whose saline
-    /// writes a new access depends on). Allocation-free.
-    pub fn for_each_holder_with(
-        &self,
-        target: &LockTarget,
-        mode: Mode,
-        except: TxnId,
-        mut f: impl FnMut(TxnId),
-    ) {
-        let (sk, local) = split(target);
-        if let Some(e) = self.spaces.get(&sk).and_then(|s| s.entry(local)) {
-            for h in e.holders.iter() {
-                if h.txn != except && h.mode == mode {
-                    f(h.txn);
-                }
-            }
-        }
-    }
-
     /// Calls `f(holder, point)` for every holder other than `except` that
     /// holds exactly `mode` on a point lock covered by `target`: `target`
     /// itself if it is a point, every locked key inside it if it is a range

@@ -71,9 +71,9 @@ mod result;
 
 pub use ddl::parse_schema;
 pub use plan::{
-    arith, interval_is_nonempty, limit_value, merge_agg, AccessDescriptor, AggFunc, Aggregate,
-    ArithOp, Assignment, CmpOp, DeletePlan, Filter, InsertPlan, KeyBinding, Operand, Param, Plan,
-    Predicate, Projection, Route, SelectPlan, SetExpr, Statement, StatementKind, UpdatePlan,
+    arith, limit_value, merge_agg, AccessDescriptor, AggFunc, Aggregate, ArithOp, Assignment,
+    CmpOp, DeletePlan, Filter, InsertPlan, KeyBinding, Operand, Param, Plan, Predicate, Projection,
+    Route, SelectPlan, SetExpr, Statement, StatementKind, UpdatePlan,
 };
 pub use planner::prepare;
 pub use result::QueryResult;

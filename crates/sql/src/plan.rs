@@ -178,18 +178,6 @@ impl Predicate {
     }
 }
 
-/// True if the interval `[lo, hi]` can contain a key. `BTreeMap::range`
-/// panics on inverted intervals, so callers check first.
-pub fn interval_is_nonempty(lo: &Bound<Key>, hi: &Bound<Key>) -> bool {
-    match (lo, hi) {
-        (Bound::Included(l), Bound::Included(h)) => l <= h,
-        (Bound::Included(l), Bound::Excluded(h))
-        | (Bound::Excluded(l), Bound::Included(h))
-        | (Bound::Excluded(l), Bound::Excluded(h)) => l < h,
-        _ => true,
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AggFunc {
     Count,

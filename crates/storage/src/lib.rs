@@ -59,14 +59,15 @@
 //! Needs that depend on data (rows returned, old secondary keys) are
 //! computed against the current state; the partition re-asks after waiting.
 
+use brine_core::access::interval_nonempty;
 use brine_core::schema::coerce_value;
 use brine_core::{
     Access, Catalog, Error, IndexId, Key, LockNeed, LockTarget, Result, Row, TableDef, TableId,
     TxnId, Value,
 };
 use brine_sql::{
-    arith, interval_is_nonempty, limit_value, AggFunc, Aggregate, ArithOp, Assignment, InsertPlan,
-    Plan, Predicate, Projection, QueryResult, SetExpr, Statement,
+    arith, limit_value, AggFunc, Aggregate, ArithOp, Assignment, InsertPlan, Plan, Predicate,
+    Projection, QueryResult, SetExpr, Statement,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -235,7 +236,7 @@ impl PartitionStore {
         let Some(data) = self.tables.get(table.0 as usize) else {
             return Box::new(std::iter::empty());
         };
-        if !interval_is_nonempty(&lo, &hi) {
+        if !interval_nonempty(&lo, &hi) {
             return Box::new(std::iter::empty());
         }
         if index == IndexId::PRIMARY {
@@ -854,7 +855,7 @@ fn visit(
         return Ok(());
     }
     let (lo, hi) = pred.bounds(params)?;
-    if !interval_is_nonempty(&lo, &hi) {
+    if !interval_nonempty(&lo, &hi) {
         return Ok(());
     }
     if pred.index == IndexId::PRIMARY {

@@ -209,7 +209,7 @@ impl Recorder {
                 }
             })
             .collect();
-        if index == IndexId::PRIMARY && brine_sql::interval_is_nonempty(&lo, &hi) {
+        if index == IndexId::PRIMARY && brine_core::access::interval_nonempty(&lo, &hi) {
             let map = &self.tables[def.id.0 as usize];
             seen.extend(
                 map.range((lo.clone(), hi.clone()))
