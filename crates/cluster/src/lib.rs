@@ -26,6 +26,7 @@ pub mod decision;
 pub mod durability;
 pub mod history;
 pub mod link;
+mod load;
 pub mod message;
 mod nexus_uses;
 pub mod partition;
