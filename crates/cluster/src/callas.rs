@@ -262,7 +262,7 @@ pub(crate) struct CallasState {
     /// The current piece's last statement (`Placed::ends_piece`) ran: its
     /// locks where it ran are nexus locks already, so another statement
     /// of the piece means the body and the analysis disagree.
-    pub piece_ended: Option<String>,
+    pub piece_ended: bool,
     /// The rank-progress wait of the current piece left to the partitions
     /// (`LockSpec::after_rank`): the transaction followed, the rank, and
     /// its progress. Its statements carry it until the coordinator sees
@@ -354,16 +354,30 @@ impl ProcPieces {
     /// none (the body runs a statement its procedure did not declare to
     /// the analysis).
     pub(crate) fn piece_of(&self, statement: &str, safe: bool) -> Result<Placed> {
-        let map = if safe {
+        self.placements(safe)
+            .get(statement)
+            .copied()
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "statement `{statement}` is not in the chopping analysis of its procedure"
+                ))
+            })
+    }
+
+    /// The statement that ends `piece` where it runs (`Placed::ends_piece`).
+    fn piece_end(&self, piece: u32, safe: bool) -> Option<&str> {
+        self.placements(safe)
+            .iter()
+            .find(|(_, p)| p.piece == piece && p.ends_piece)
+            .map(|(name, _)| name.as_str())
+    }
+
+    fn placements(&self, safe: bool) -> &HashMap<String, Placed> {
+        if safe {
             &self.safe_by_statement
         } else {
             &self.by_statement
-        };
-        map.get(statement).copied().ok_or_else(|| {
-            Error::Internal(format!(
-                "statement `{statement}` is not in the chopping analysis of its procedure"
-            ))
-        })
+        }
     }
 }
 
@@ -830,7 +844,10 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
         let Placed { piece, rank, .. } = placed;
         match c.piece {
             Some((cur, _)) if piece == cur => {
-                if let Some(last) = &c.piece_ended {
+                if c.piece_ended {
+                    let last = pieces
+                        .piece_end(piece, c.safe)
+                        .unwrap_or("its last statement");
                     // Its partitions already turned the piece's locks into
                     // nexus locks: running on would let same-group
                     // transactions see the piece half done.
@@ -842,9 +859,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
                         piece + 1
                     )));
                 }
-                if placed.ends_piece {
-                    c.piece_ended = Some(statement.to_string());
-                }
+                c.piece_ended |= placed.ends_piece;
                 return Ok(Some(placed));
             }
             Some((cur, _)) if piece < cur => {
@@ -862,7 +877,7 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
             .piece
             .map(|(_, r)| (r, std::mem::take(&mut c.piece_parts)));
         c.piece = Some((piece, rank));
-        c.piece_ended = placed.ends_piece.then(|| statement.to_string());
+        c.piece_ended = placed.ends_piece;
         c.rank_hold = None;
         let wait: SmallVec<[(TxnId, Arc<Progress>); 4]> = match rank {
             Some(_) => c
@@ -1319,7 +1334,7 @@ pub(crate) async fn run_grouped(
             pieces: pieces.clone(),
             piece: None,
             piece_parts: SmallVec::new(),
-            piece_ended: None,
+            piece_ended: false,
             rank_hold: None,
             progress: progress.clone(),
             sc: (mechanism == Mechanism::Sc).then(Box::default),
