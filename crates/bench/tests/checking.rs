@@ -355,20 +355,18 @@ fn base_shape(h: &History) -> (usize, usize) {
 // subtransaction) beside ACID readers, at 32 to 128 clients; the recorded
 // histories hold BASE transactions with their subtransactions and must
 // satisfy Salt isolation, and every run must end with its locks released
-// (the workload check). These runs found three engine faults, two fixed: a
-// BASE range read took no release dependency on the BASE writers of the
-// rows inside it (G-salt on list-append;
-// `fig_3_3_holds_when_the_dirty_read_is_a_range_read`), and blind
-// overwrites took write-after-write release dependencies whose cycles no
-// one could break (`blind_overwrites_of_each_other_s_rows_do_not_stall_the_releases`).
-// Ignored until the third is fixed: release dependencies still close
-// cycles when a BASE transaction touches a row again in a later
-// subtransaction (the row's lock moves to the later release stage, behind
-// reads made in between), so list-append under Salt, and register at 128
-// clients now and then, never finish releasing (docs/results/checker-lists-salt.md).
-// Run with `cargo test -p brine-bench --test checking -- --ignored`.
+// (the workload check). These runs found four engine faults: a BASE range
+// read took no release dependency on the BASE writers of the rows inside
+// it (G-salt on list-append;
+// `fig_3_3_holds_when_the_dirty_read_is_a_range_read`), blind overwrites
+// took write-after-write release dependencies whose cycles no one could
+// break (`blind_overwrites_of_each_other_s_rows_do_not_stall_the_releases`),
+// a row touched again in a later subtransaction moved its whole lock to the
+// later release stage, behind reads others depended on
+// (`a_row_written_again_later_keeps_its_first_release_stage`), and a
+// subtransaction run again after a rollback put the rolled-back attempt's
+// locks behind its own dirty reads (docs/results/checker-lists-salt.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "Salt's release dependencies still close cycles here: docs/results/checker-lists-salt.md"]
 async fn salt_runs_satisfy_salt_isolation() -> Result<(), BenchError> {
     let runs: [(u64, u32); 4] = [(0, 32), (1, 64), (2, 128), (3, 128)];
     for (seed, clients) in runs {

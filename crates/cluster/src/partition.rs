@@ -148,6 +148,10 @@ pub struct Partition {
     /// Salt: the long-term locks of each BASE transaction here, with the
     /// position of the latest statement that took each.
     base_locks: HashMap<TxnId, Vec<BaseLock>>,
+    /// Salt: the BASE transaction of each holder its locks were forked to,
+    /// and the other way round.
+    forked: HashMap<TxnId, TxnId>,
+    forks: HashMap<TxnId, SmallVec<[TxnId; 2]>>,
     /// Salt: releases still held back by release-order dependencies, by
     /// owner.
     releases: HashMap<TxnId, Vec<PendingRelease>>,
@@ -198,6 +202,13 @@ pub struct Partition {
 /// A long-term lock of a BASE transaction.
 struct BaseLock {
     target: LockTarget,
+    /// Who holds it in the lock table: the BASE transaction, or, once a
+    /// later subtransaction accessed the row again, the subtransaction
+    /// that took it (`LockTable::fork_hold`), so each keeps its own
+    /// release stage.
+    holder: TxnId,
+    /// The alkaline subtransaction whose statement took it.
+    sub: TxnId,
     accesses: [bool; 3],
     /// The latest statement that needed it: the write-after-read rule
     /// holds the lock until every dirty read before that statement is
@@ -226,7 +237,7 @@ struct PendingRelease {
     /// `Some`: a partial one, answered once no release-order dependency
     /// holds back any of these targets (those whose release was held back,
     /// and those of the stage's dirty reads that a later statement keeps).
-    targets: Option<Vec<LockTarget>>,
+    targets: Option<Vec<(TxnId, LockTarget)>>,
     /// The stages of the same `Release` still to run once this one is
     /// done; answered after the last.
     rest: std::vec::IntoIter<Option<u32>>,
@@ -275,6 +286,8 @@ impl Partition {
             wakeups: Vec::new(),
             wal: None,
             base_locks: HashMap::default(),
+            forked: HashMap::default(),
+            forks: HashMap::default(),
             releases: HashMap::default(),
             progressed: Vec::new(),
             gate_changes: Vec::new(),
@@ -753,57 +766,95 @@ impl Partition {
             reply.send(());
             return;
         };
-        let Some(upto) = upto else {
-            if let Some(wal) = &mut self.wal {
-                wal.base_end(owner);
+        if let Some(upto) = upto {
+            self.locks.begin_staged_release(owner, &mut self.wakeups);
+            for alias in self.forks.get(&owner).into_iter().flatten() {
+                self.locks.begin_staged_release(*alias, &mut self.wakeups);
             }
-            self.base_locks.remove(&owner);
-            self.forget_callas(owner);
-            self.count_holds(owner);
-            match self.locks.release_all(owner, &mut self.wakeups) {
-                ReleaseOutcome::Done => reply.send(()),
-                ReleaseOutcome::Deferred => {
-                    self.releases
-                        .entry(owner)
-                        .or_default()
-                        .push(PendingRelease {
-                            targets: None,
-                            rest: Vec::new().into_iter(),
-                            reply,
-                        })
-                }
-            }
-            // Partial releases still waiting are answered once their
-            // targets went (now, or with the whole release).
-            self.answer_releases(owner, false);
-            self.process_wakeups();
+            self.release_stage(owner, Some(upto), stages, reply);
             return;
-        };
-        self.locks.begin_staged_release(owner, &mut self.wakeups);
+        }
+        if self
+            .base_locks
+            .get(&owner)
+            .is_some_and(|held| held.iter().any(|l| l.holder != owner))
+        {
+            // Forked locks are not the owner's to release all at once:
+            // they go in a stage of their own, then the end.
+            let rest: Vec<_> = std::iter::once(None).chain(stages).collect();
+            self.release_stage(owner, None, rest.into_iter(), reply);
+            return;
+        }
+        if let Some(wal) = &mut self.wal {
+            wal.base_end(owner);
+        }
+        self.base_locks.remove(&owner);
+        for alias in self.forks.remove(&owner).unwrap_or_default() {
+            self.forked.remove(&alias);
+            let _ = self.locks.release_all(alias, &mut self.wakeups);
+        }
+        self.forget_callas(owner);
+        self.count_holds(owner);
+        match self.locks.release_all(owner, &mut self.wakeups) {
+            ReleaseOutcome::Done => reply.send(()),
+            ReleaseOutcome::Deferred => {
+                self.releases
+                    .entry(owner)
+                    .or_default()
+                    .push(PendingRelease {
+                        targets: None,
+                        rest: Vec::new().into_iter(),
+                        reply,
+                    })
+            }
+        }
+        // Partial releases still waiting are answered once their
+        // targets went (now, or with the whole release).
+        self.answer_releases(owner, false);
+        self.process_wakeups();
+    }
+
+    /// One stage of `release_base`: the locks of `owner` taken by
+    /// statements up to `upto` (with `None`: its forked locks, whatever
+    /// their stage), each now or once its dependencies allow; the rest of
+    /// the stages run once all of them went.
+    fn release_stage(
+        &mut self,
+        owner: TxnId,
+        upto: Option<u32>,
+        stages: std::vec::IntoIter<Option<u32>>,
+        reply: Reply<()>,
+    ) {
         let mut held_back = Vec::new();
         if let Some(held) = self.base_locks.get_mut(&owner) {
-            let (now, later): (Vec<_>, Vec<_>) = std::mem::take(held)
-                .into_iter()
-                .partition(|l| l.seq <= upto);
-            // A dirty read of this stage on a row a later statement needed
-            // again: the lock stays for its own stage, but this stage (and
-            // so every write after the read) waits for the dependency.
-            for l in &later {
-                if l.dirty_at.is_some_and(|d| d <= upto)
-                    && self.locks.release_blocked(owner, &l.target)
-                {
-                    held_back.push(l.target.clone());
+            let (now, later): (Vec<_>, Vec<_>) =
+                std::mem::take(held).into_iter().partition(|l| match upto {
+                    Some(upto) => l.seq <= upto,
+                    None => l.holder != owner,
+                });
+            // A dirty read of this stage on a row a later statement of the
+            // same subtransaction needed again: the lock stays for its own
+            // stage, but this stage (and so every write after the read)
+            // waits for the dependency.
+            if let Some(upto) = upto {
+                for l in &later {
+                    if l.dirty_at.is_some_and(|d| d <= upto)
+                        && self.locks.release_blocked(l.holder, &l.target)
+                    {
+                        held_back.push((l.holder, l.target.clone()));
+                    }
                 }
             }
             *held = later;
             for l in now {
                 for (i, a) in ACCESSES.iter().enumerate() {
                     if l.accesses[i] {
-                        self.locks.release(owner, &l.target, *a, &mut self.wakeups);
+                        self.locks
+                            .release(l.holder, &l.target, *a, &mut self.wakeups);
                     }
                 }
-                if self.locks.holds(owner, &l.target) {
-                    held_back.push(l.target);
+                if self.locks.holds(l.holder, &l.target) {
+                    held_back.push((l.holder, l.target));
                 }
             }
         }
@@ -835,7 +886,7 @@ impl Partition {
             let done = match &r.targets {
                 Some(ts) => ts
                     .iter()
-                    .all(|t| !self.locks.holds(owner, t) || !self.locks.release_blocked(owner, t)),
+                    .all(|(h, t)| !self.locks.holds(*h, t) || !self.locks.release_blocked(*h, t)),
                 None => whole,
             };
             if !done {
@@ -865,71 +916,98 @@ impl Partition {
             return false;
         };
         let mut dirty = false;
-        // Dependencies point only to transactions that held the row before
-        // this one first took it (the prototype's per-row pointer, seed 000
-        // section 3.4.3): a later access to a row it already holds adds
-        // none, so two BASE transactions writing the same row in turn
-        // cannot wait for each other's release forever.
-        let pos = self
-            .base_locks
-            .get(&b.owner)
-            .and_then(|held| held.iter().position(|l| l.target == need.target));
-        let already = pos.is_some();
+        // The owner's own lock on the row, if it has one.
+        let mut pos = self.base_locks.get(&b.owner).and_then(|held| {
+            held.iter()
+                .position(|l| l.holder == b.owner && l.target == need.target)
+        });
+        // A later access of the same subtransaction adds no dependency:
+        // its alkaline lock kept every other BASE transaction off the row
+        // since the first.
+        let already = pos.is_some_and(|i| self.base_locks[&b.owner][i].sub == stmt.txn);
         // Read-after-write is the rule (seed 000 section 3.3): only an
         // access that observes the row's value (a read, a range read, or a
         // write that reads a column: `SET v = v + 1`, a filter on a
         // column) takes a dependency. A blind overwrite of a row another
         // BASE transaction wrote sees nothing of it; a dependency there
-        // (write-after-write) is no rule of the sources', and with releases
-        // staged per subtransaction it closed cycles no one could break:
-        // T1 overwrote row 1 after T2 and wrote row 5, which T2 then read;
-        // T1's release of 1 waited for T2's, T2's release of 5 for T1's,
-        // each behind its own earlier stage, both transactions done
-        // (register under Salt stalled for good at 8 clients).
+        // (write-after-write) is no rule of the sources'.
         let observes = need.access != Access::Write || !stmt.plan.access().columns_read.is_empty();
+        let mut writers: SmallVec<[(TxnId, LockTarget); 4]> = SmallVec::new();
         if b.release_order && !already && observes {
-            // Every BASE transaction holding a saline write on the row (on
-            // a row inside the range, for a range read: it observed those
-            // rows as a point read of each would)...
-            let mut writers: smallvec::SmallVec<[(TxnId, LockTarget); 4]> =
-                smallvec::SmallVec::new();
+            // Every other BASE transaction holding a saline write on the
+            // row (on a row inside the range, for a range read: it
+            // observed those rows as a point read of each would); not the
+            // locks forked from this one's own earlier operations...
+            let forked = &self.forked;
             self.locks.for_each_point_holder_with(
                 &need.target,
                 Mode::new(LockClass::Saline, Access::Write),
                 b.owner,
-                |t, at| writers.push((t, at)),
+                |t, at| {
+                    if forked.get(&t) != Some(&b.owner) {
+                        writers.push((t, at))
+                    }
+                },
             );
             // ...or, per row, only the last one, when it still holds its
-            // write: it depends in turn on the writer before it (whose
+            // write (the prototype's per-row pointer, seed 000 section
+            // 3.4.3): it depends in turn on the writer before it (whose
             // value it read), so release order follows along the chain,
             // and a row written by many concurrent BASE transactions (every
             // one of them holding its saline write) costs one dependency,
             // not one per holder.
             let last_of = |at: &LockTarget| self.last_writer.get(at).copied();
-            let lasts: smallvec::SmallVec<[(TxnId, LockTarget); 4]> = writers
+            let lasts: SmallVec<[(TxnId, LockTarget); 4]> = writers
                 .iter()
                 .filter(|(w, at)| last_of(at) == Some(*w))
                 .cloned()
                 .collect();
             writers
                 .retain(|(w, at)| last_of(at) == Some(*w) || !lasts.iter().any(|(_, l)| l == at));
-            // A bound error leaves the dependency out; the cap is far
-            // above what a transaction reads.
-            writers.retain(|(w, at)| {
-                self.locks
-                    .add_release_dependency(b.owner, Some(&need.target), *w, Some(at))
-                    .is_ok()
-            });
-            if !writers.is_empty() {
-                dirty = true;
-                let mut on: smallvec::SmallVec<[TxnId; 4]> =
-                    writers.iter().map(|(w, _)| *w).collect();
-                on.sort_unstable();
-                on.dedup();
-                // The new edges may close a cycle that no new wait closed.
-                self.locks
-                    .detect_from_waiters(&need.target, &on, &mut self.wakeups);
+        }
+        // A later subtransaction's access to a row an earlier one locked,
+        // kept past the statement: the earlier lock goes on at its own
+        // release stage under a holder of its own, and this access takes a
+        // lock of its own, with its own dependencies (the rules are per
+        // operation: one lock for both would hold the earlier operation's
+        // release back behind the dirty reads in between, on which other
+        // BASE transactions that read the row meanwhile may depend).
+        if let Some(i) = pos.filter(|_| !already && (!short || !writers.is_empty())) {
+            let alias = self.base_locks[&b.owner][i].sub;
+            if self.locks.fork_hold(b.owner, &need.target, alias) {
+                let l = &mut self.base_locks.get_mut(&b.owner).expect("held")[i];
+                l.holder = alias;
+                // Its stage comes before this statement's. Program order is
+                // time order, except for a subtransaction run again after a
+                // rollback: its statements take the positions of the
+                // attempt that rolled back, whose locks came earlier.
+                l.seq = l.seq.min(b.seq.saturating_sub(1));
+                if self.forked.insert(alias, b.owner).is_none() {
+                    self.forks.entry(b.owner).or_default().push(alias);
+                }
+                if let Some(w) = self.last_writer.get_mut(&need.target) {
+                    if *w == b.owner {
+                        *w = alias;
+                    }
+                }
+                pos = None;
             }
+        }
+        // A bound error leaves the dependency out; the cap is far above
+        // what a transaction reads.
+        writers.retain(|(w, at)| {
+            self.locks
+                .add_release_dependency(b.owner, Some(&need.target), *w, Some(at))
+                .is_ok()
+        });
+        if !writers.is_empty() {
+            dirty = true;
+            let mut on: SmallVec<[TxnId; 4]> = writers.iter().map(|(w, _)| *w).collect();
+            on.sort_unstable();
+            on.dedup();
+            // The new edges may close a cycle that no new wait closed.
+            self.locks
+                .detect_from_waiters(&need.target, &on, &mut self.wakeups);
         }
         if b.release_order && need.access == Access::Write {
             self.note_last_writer(&need.target, b.owner);
@@ -942,12 +1020,17 @@ impl Partition {
             Some(l) => {
                 l.accesses[access_index(need.access)] = true;
                 l.seq = l.seq.max(b.seq);
+                if dirty && l.dirty_at.is_none() {
+                    l.dirty_at = Some(b.seq);
+                }
             }
             None => {
                 let mut accesses = [false; 3];
                 accesses[access_index(need.access)] = true;
                 held.push(BaseLock {
                     target: need.target.clone(),
+                    holder: b.owner,
+                    sub: stmt.txn,
                     accesses,
                     seq: b.seq,
                     dirty_at: dirty.then_some(b.seq),
@@ -1399,7 +1482,8 @@ impl Partition {
         }
         let mut progressed = std::mem::take(&mut self.progressed);
         self.locks.take_released_held_back(&mut progressed);
-        for owner in progressed.drain(..) {
+        for holder in progressed.drain(..) {
+            let owner = self.forked.get(&holder).copied().unwrap_or(holder);
             self.answer_releases(owner, false);
         }
         self.progressed = progressed;

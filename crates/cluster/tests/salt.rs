@@ -29,6 +29,7 @@ CREATE TABLE ledger (id INT NOT NULL, amt INT NOT NULL, PRIMARY KEY (id)) PARTIT
 fn app(gates: Gates) -> Application {
     let g1 = gates.clone();
     let gates_for_xz = gates.clone();
+    let gates_for_wrw = gates.clone();
     let g2 = gates;
     Application {
         name: "salt-scenarios".into(),
@@ -155,6 +156,33 @@ fn app(gates: Gates) -> Application {
                         ctx.end_alkaline().await?;
                     }
                     Ok(vec![])
+                }),
+            // BASE: sets k := v1, opens gate `<signal>`, waits at
+            // `<gate>`, reads j, then sets k := v2: three single-statement
+            // subtransactions, the last one on the row the first wrote.
+            ProcedureDef::new("write_read_write")
+                .base()
+                .statement("get", "SELECT v FROM kv WHERE k = $k")
+                .statement("set", "UPDATE kv SET v = $v WHERE k = $k")
+                .body({
+                    let gates = gates_for_wrw.clone();
+                    move |mut ctx, args| {
+                        let gates = gates.clone();
+                        async move {
+                            let (k, v1, j, v2) = (
+                                args[0].clone(),
+                                args[1].clone(),
+                                args[2].clone(),
+                                args[3].clone(),
+                            );
+                            ctx.exec("set", vec![v1, k.clone()]).await?;
+                            gates.open(args[5].as_str().expect("signal name"));
+                            gates.wait(args[4].as_str().expect("gate name")).await;
+                            ctx.exec("get", vec![j]).await?;
+                            ctx.exec("set", vec![v2, k]).await?;
+                            Ok(vec![])
+                        }
+                    }
                 }),
             fig_3_1_transfer(Some(g2)),
         ],
@@ -461,6 +489,77 @@ async fn blind_overwrites_of_each_other_s_rows_do_not_stall_the_releases() {
         base1.await.unwrap().expect("BASE1 ends");
         assert!(lock_txns_become(&c, 0).await, "{second}: every lock went");
     }
+}
+
+/// Waits until some statement waits for a lock (a parked statement at
+/// some partition); false if none does after 5 s.
+async fn some_statement_waits(c: &Cluster) -> bool {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let parked: usize = c
+            .status()
+            .await
+            .expect("status")
+            .iter()
+            .map(|p| p.parked_statements)
+            .sum();
+        if parked > 0 {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+// The release rules are per operation (seed 000 section 3.3; the
+// prototype queues a lock per operation, section 3.4.3). BASE1 writes x
+// (alkaline1); BASE2 copies x into y (a dirty read of x: its release waits
+// for BASE1's write of x) and ends; BASE1 then reads y (a dirty read of
+// BASE2's write) and writes x again. The two writes of x are two
+// operations: the first, which BASE2 depends on, is released at its own
+// stage, ahead of the read of y; only the second waits behind that read.
+// With one lock per row the first write's release moved behind the read
+// of y, which waited for BASE2, which waited for BASE1's x: both
+// transactions finished and never released (register and list-append
+// under Salt stalled, docs/results/checker-lists-salt.md). Meanwhile an
+// ACID reader of y waits (y derives from BASE1's unfinished state) and
+// reads the copy once BASE1 ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_written_again_later_keeps_its_first_release_stage() {
+    let (c, gates) = start("salt", None).await;
+    let base1 = call(
+        &c,
+        "write_read_write",
+        vec![
+            Value::Int(5),
+            Value::Int(10),
+            Value::Int(1),
+            Value::Int(30),
+            s("b1-go"),
+            s("b1-wrote"),
+        ],
+    );
+    gates.wait("b1-wrote").await;
+    c.client()
+        .call("copy", vec![Value::Int(5), Value::Int(1)])
+        .await
+        .expect("BASE2 ends");
+    let c2 = c.clone();
+    let reader = tokio::spawn(async move { acid_get(&c2, 1).await });
+    assert!(
+        some_statement_waits(&c).await,
+        "the ACID reader of y waits while BASE1 runs"
+    );
+    gates.open("b1-go");
+    base1.await.unwrap().expect("BASE1 ends");
+    assert_eq!(reader.await.unwrap(), 10, "the reader saw BASE2's copy");
+    assert!(
+        lock_txns_become(&c, 0).await,
+        "both BASE transactions released every lock"
+    );
+    assert_eq!(acid_get(&c, 5).await, 30);
 }
 
 // FIFO: a stream of BASE transactions on x cannot starve an ACID waiter.

@@ -637,6 +637,15 @@ struct TxnState {
     /// partitions): a gated request does not wait for its shared locks
     /// as for those of a reader that may upgrade.
     gate_granted: bool,
+    /// Salt: this "transaction" only holds locks forked from `parent`
+    /// ([`LockTable::fork_hold`]): an earlier operation's long-term locks,
+    /// released on their own schedule, never before `parent` ends its
+    /// body. It never requests a lock; it waits, for the deadlock
+    /// searches, for its parent.
+    parent: Option<TxnId>,
+    /// The holders its locks were forked to: a stage of its release waits
+    /// for theirs, so their dependencies are its edges too.
+    children: SmallVec<[TxnId; 1]>,
 }
 
 impl TxnState {
@@ -653,7 +662,7 @@ impl TxnState {
             && self.pending.is_empty()
             && self.deps.is_empty()
             && !self.releasing
-            && !self.protected
+            && (!self.protected || self.parent.is_some())
     }
 }
 
@@ -1188,6 +1197,124 @@ impl LockTable {
         Ok(())
     }
 
+    /// Salt: moves `txn`'s saline locks on exactly `target` to `alias`, a
+    /// holder of its own whose parent is `txn`, with the release-order
+    /// dependencies that lock carries and those others carry on it. An
+    /// operation of a later subtransaction on a row an earlier one locked
+    /// then holds a lock of its own, released at its own stage: the seed's
+    /// rules are per operation (seed 000 section 3.3; the prototype queues
+    /// one lock per operation, section 3.4.3), and one lock per row moved
+    /// the earlier operation's release behind the later one's, behind
+    /// dependencies other BASE transactions depended on in turn, closing
+    /// release cycles among finished transactions. `alias` keeps `txn`'s
+    /// protection and waits, for the deadlock searches, for `txn`. Returns
+    /// whether `txn` held a saline lock there to move.
+    pub fn fork_hold(&mut self, txn: TxnId, target: &LockTarget, alias: TxnId) -> bool {
+        debug_assert_ne!(txn, alias);
+        let (sk, local) = split(target);
+        let Some(e) = self.spaces.get_mut(&sk).and_then(|s| s.entry_mut(local)) else {
+            return false;
+        };
+        let mut moved = false;
+        let mut still_holds = false;
+        for h in e.holders.iter_mut().filter(|h| h.txn == txn) {
+            if h.mode.class == LockClass::Saline {
+                h.txn = alias;
+                moved = true;
+            } else {
+                still_holds = true;
+            }
+        }
+        if !moved {
+            return false;
+        }
+        // Two saline holders of the same mode under `alias` (a second fork
+        // of the same row into the same alias) are one.
+        let mut seen: SmallVec<[Mode; 4]> = SmallVec::new();
+        e.holders.retain(|h| {
+            if h.txn != alias {
+                return true;
+            }
+            if seen.contains(&h.mode) {
+                return false;
+            }
+            seen.push(h.mode);
+            true
+        });
+        let Some(st) = self.txns.get_mut(&txn) else {
+            return true;
+        };
+        if !still_holds {
+            st.held.retain(|t| t != target);
+        }
+        let (protected, gate_granted) = (st.protected, st.gate_granted);
+        let mut carried = Vec::new();
+        st.deps.retain(|d| {
+            let mine = d.target.as_ref() == Some(target);
+            if mine {
+                carried.push(d.clone());
+            }
+            !mine
+        });
+        let dependants = st.dependants.clone();
+        if !st.children.contains(&alias) {
+            st.children.push(alias);
+        }
+        let a = self.txns.entry(alias).or_default();
+        a.parent = Some(txn);
+        a.protected |= protected;
+        a.gate_granted |= gate_granted;
+        if !a.held.contains(target) {
+            a.held.push(target.clone());
+        }
+        for d in &carried {
+            if !a.deps.contains(d) {
+                a.deps.push(d.clone());
+            }
+        }
+        for d in &carried {
+            if let Some(on) = self.txns.get_mut(&d.on) {
+                if !on.dependants.contains(&alias) {
+                    on.dependants.push(alias);
+                }
+            }
+        }
+        // Those who depend on the lock now depend on the alias's.
+        for d in dependants {
+            let Some(ds) = self.txns.get_mut(&d) else {
+                continue;
+            };
+            let mut repointed = false;
+            for dep in ds.deps.iter_mut() {
+                if dep.on == txn && dep.on_target.as_ref() == Some(target) {
+                    dep.on = alias;
+                    repointed = true;
+                }
+            }
+            if repointed {
+                let mut i = 0;
+                while i < ds.deps.len() {
+                    if ds.deps[..i].contains(&ds.deps[i]) {
+                        ds.deps.remove(i);
+                    } else {
+                        i += 1;
+                    }
+                }
+                let a = self.txns.get_mut(&alias).expect("alias state");
+                if !a.dependants.contains(&d) {
+                    a.dependants.push(d);
+                }
+            }
+        }
+        true
+    }
+
+    /// The transaction whose lock `alias` holds since
+    /// [`LockTable::fork_hold`], if it is such a holder.
+    pub fn parent_of(&self, alias: TxnId) -> Option<TxnId> {
+        self.txns.get(&alias).and_then(|s| s.parent)
+    }
+
     /// Salt: `txn` has begun releasing its locks in stages, each stage only
     /// after the one before it went (the coordinator sends them in order).
     /// From now on a request waiting for any of its locks also waits for
@@ -1306,7 +1433,10 @@ impl LockTable {
                 let passable = st.waiting.iter().all(|t| self.blocked_only_by_queue(*t));
                 waiting.push((txn, passable));
             }
-            if counted || ((st.staged || st.releasing) && !st.deps.is_empty()) {
+            if counted
+                || st.parent.is_some()
+                || ((st.staged || st.releasing) && !(st.deps.is_empty() && st.children.is_empty()))
+            {
                 edges.extend(self.wait_for_edges(txn).into_iter().map(|to| (txn, to)));
             }
         }
@@ -2189,10 +2319,17 @@ impl LockTable {
         // the transactions its release-order dependencies name: its
         // remaining locks go only after theirs.
         if st.staged || st.releasing {
-            for d in &st.deps {
+            let forked = st.children.iter().filter_map(|c| self.txns.get(c));
+            for d in st.deps.iter().chain(forked.flat_map(|c| c.deps.iter())) {
                 if !out.contains(&d.on) {
                     out.push(d.on);
                 }
+            }
+        }
+        // Locks forked from a transaction go no earlier than it ends.
+        if let Some(p) = st.parent {
+            if self.txns.contains_key(&p) && !out.contains(&p) {
+                out.push(p);
             }
         }
         for ticket in &st.waiting {
@@ -2621,7 +2758,11 @@ fn rank(txns: &Map<TxnId, TxnState>, txn: TxnId) -> (bool, TxnId) {
 }
 
 fn is_protected(txns: &Map<TxnId, TxnState>, txn: TxnId) -> bool {
-    txns.get(&txn).is_some_and(|s| s.protected)
+    txns.get(&txn).is_some_and(|s| {
+        s.protected
+            || s.parent
+                .is_some_and(|p| txns.get(&p).is_some_and(|ps| ps.protected))
+    })
 }
 
 /// Whether a holder's shared lock keeps a gated request from being ready:
@@ -2763,12 +2904,21 @@ impl fmt::Display for LockTable {
         let mut txns: Vec<_> = self
             .txns
             .iter()
-            .filter(|(_, s)| !s.deps.is_empty() || !s.pending.is_empty() || s.releasing || s.staged)
+            .filter(|(_, s)| {
+                !s.deps.is_empty()
+                    || !s.pending.is_empty()
+                    || s.releasing
+                    || s.staged
+                    || s.parent.is_some()
+            })
             .collect();
         txns.sort_by_key(|(t, _)| **t);
         for (txn, st) in txns {
             any = true;
             write!(f, "txn {txn}:")?;
+            if let Some(p) = st.parent {
+                write!(f, " forked from {p}")?;
+            }
             if st.releasing {
                 write!(f, " releasing")?;
             }

@@ -19,6 +19,8 @@
 //! - `downgrade txn= from= to= [key=|lo,hi]`, `release-class txn= class=`
 //!   (classes also `memberG`, Callas' running-transaction class)
 //! - `dep txn= [key=] on= [on-key=]`
+//! - `fork txn= key= alias= [ts=]` (Salt: the txn's saline locks on the
+//!   key move to a holder of their own, `LockTable::fork_hold`)
 //! - `protect txn= [ts=]` (the txn can no longer roll back: Callas `chop`, `sc`)
 //! - `expire now=ms`, `print`, `stats`
 
@@ -285,6 +287,13 @@ impl Harness {
                 {
                     out.push_str(&format!("error: {e}\n"));
                 }
+            }
+            "fork" => {
+                let txn = self.txn(tc, "txn", None);
+                let target = Self::target(tc, "key").expect("key");
+                let alias = self.txn(tc, "alias", Some("ts"));
+                let moved = self.table.fork_hold(txn, &target, alias);
+                out.push_str(&format!("moved: {moved}\n"));
             }
             "expire" => {
                 let now = self.now(tc);
