@@ -276,6 +276,7 @@ pub fn generate(cfg: &GenConfig) -> History {
             group: None,
             outcome,
             accepted: false,
+            read_committed: false,
             start_us,
             end_us,
             ops,

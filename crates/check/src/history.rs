@@ -123,6 +123,13 @@ pub struct TxnRecord {
     /// (the client was told "accepted").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accepted: bool,
+    /// It ran at read committed in a run recorded at a stronger level (a
+    /// procedure that needs no more, e.g. TPC-C's stock-level, clause
+    /// 3.4.1): its reads promise nothing past themselves, so the checker
+    /// drops the anti-dependencies out of it (Adya's mixed-level rule: an
+    /// edge binds a transaction only where its own level asks for it).
+    #[serde(rename = "rc", default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_committed: bool,
     /// Microseconds since the run started, at the client.
     pub start_us: u64,
     pub end_us: u64,
@@ -413,6 +420,7 @@ mod tests {
             group: None,
             outcome: Outcome::Committed,
             accepted: false,
+            read_committed: false,
             start_us: 10,
             end_us: 20,
             ops: vec![

@@ -3,10 +3,11 @@
 //! One transaction per line, in file order; `#` starts a comment line.
 //!
 //! ```text
-//! t1 [committed|aborted|unknown] [acid|base|group] [proc=NAME]: OP OP ...
+//! t1 [committed|aborted|unknown] [acid|base|group] [rc] [proc=NAME]: OP OP ...
 //! ```
 //!
-//! The outcome defaults to committed and the class to acid. The id is the
+//! The outcome defaults to committed and the class to acid; `rc` marks a
+//! transaction that ran at read committed in a run at a stronger level. The id is the
 //! number after `t`; `ts` equals the id; line `n` runs from `10n` to
 //! `10n+5` microseconds. Operations (no spaces inside one):
 //!
@@ -81,6 +82,7 @@ fn parse_txn(line: &str, pos: u64) -> Result<TxnRecord, String> {
         group: None,
         outcome: Outcome::Committed,
         accepted: false,
+        read_committed: false,
         start_us: pos * 10,
         end_us: pos * 10 + 5,
         ops: Vec::new(),
@@ -93,6 +95,7 @@ fn parse_txn(line: &str, pos: u64) -> Result<TxnRecord, String> {
             "acid" => rec.class = TxnClass::Acid,
             "base" => rec.class = TxnClass::Base,
             "group" => rec.class = TxnClass::Group,
+            "rc" => rec.read_committed = true,
             _ => match w.strip_prefix("proc=") {
                 Some(p) => rec.procedure = Some(p.to_string()),
                 None => return Err(format!("unknown word {w:?}")),

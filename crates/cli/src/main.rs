@@ -416,6 +416,12 @@ struct BenchArgs {
     #[arg(long, value_name = "ORDER")]
     tpcc_order: Option<String>,
 
+    /// tpcc: the isolation stock-level needs: read-committed (the default; clause 3.4.1
+    /// requires no more of it) or serializable (its scan holds its read locks to its end).
+    /// It runs at the weaker of this and --isolation.
+    #[arg(long, value_name = "LEVEL")]
+    stock_level_isolation: Option<String>,
+
     /// tpcc: database size per warehouse, standard (clause 4.3) or small (non-standard:
     /// 1,000 items, 100 customers per district; for quick runs).
     #[arg(long, value_name = "SCALE")]
@@ -618,6 +624,11 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
         only(args.tpcc_scale.is_some(), "--tpcc-scale", "tpcc")?;
         only(args.delivery.is_some(), "--delivery", "tpcc")?;
         only(args.tpcc_order.is_some(), "--tpcc-order", "tpcc")?;
+        only(
+            args.stock_level_isolation.is_some(),
+            "--stock-level-isolation",
+            "tpcc",
+        )?;
     }
     if args.workload != WorkloadName::Ticket {
         only(args.seats.is_some(), "--seats", "ticket")?;
@@ -721,6 +732,15 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
                     args.tpcc_order.as_deref().unwrap_or("hot-last"),
                 )
                 .map_err(|e| BenchError::Config(e.to_string()))?,
+            )
+            .with_stock_level_isolation(
+                args.stock_level_isolation
+                    .as_deref()
+                    .unwrap_or("read-committed")
+                    .parse()
+                    .map_err(|e: brine_core::Error| {
+                        BenchError::Config(format!("--stock-level-isolation: {e}"))
+                    })?,
             )
             .with_measure_window(
                 seconds(args.warmup, "--warmup")?,

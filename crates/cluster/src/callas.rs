@@ -1318,7 +1318,7 @@ pub(crate) async fn run_grouped(
             Mechanism::Rp | Mechanism::Sc => (mechanism, shared.pieces.get(&proc.name).cloned()),
             m => (m, None),
         };
-        let mut st = TxnState::begin(shared, txn, Some(&proc.name));
+        let mut st = TxnState::begin(shared, txn, Some(proc));
         if !cascaded {
             st.lock_class = Some(brine_lock::LockClass::Member(group));
         }

@@ -231,9 +231,16 @@ impl TxnState {
 
     /// A new attempt of `procedure` (`None`: interactive), recording its
     /// operations if the run records a history.
-    pub fn begin(shared: &Shared, txn: TxnId, procedure: Option<&str>) -> Self {
+    pub fn begin(shared: &Shared, txn: TxnId, procedure: Option<&PreparedProc>) -> Self {
         let mut st = TxnState::new(txn);
-        st.rec = shared.history.as_ref().map(|h| h.begin(procedure));
+        st.rec = shared.history.as_ref().map(|h| {
+            let mut rec = h.begin(procedure.map(|p| p.name.as_str()));
+            rec.read_committed = procedure.is_some_and(|p| {
+                p.isolation_in(shared.isolation) == Isolation::ReadCommitted
+                    && shared.isolation > Isolation::ReadCommitted
+            });
+            rec
+        });
         st
     }
 
@@ -559,7 +566,10 @@ impl ProcCtx {
     /// group's member class; `callas_deps`: the partitions report
     /// same-group dependencies), bent by the mutation if one is set.
     pub(crate) fn lock_spec(&self, class: Option<LockClass>, callas_deps: bool) -> LockSpec {
-        let mut lock = self.shared.protocol.lock_spec(self.shared.isolation);
+        let isolation = self.proc.as_ref().map_or(self.shared.isolation, |p| {
+            p.isolation_in(self.shared.isolation)
+        });
+        let mut lock = self.shared.protocol.lock_spec(isolation);
         if let Some(class) = class {
             lock.class = class;
             lock.callas_deps = callas_deps;
@@ -888,7 +898,7 @@ pub async fn run_procedure(
         attempt += 1;
         let txn = shared.new_txn(ts);
         ts = Some(txn.ts);
-        let state = Arc::new(Mutex::new(TxnState::begin(shared, txn, Some(&proc.name))));
+        let state = Arc::new(Mutex::new(TxnState::begin(shared, txn, Some(proc))));
         let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
         let body_result = (proc.body)(ctx, args.clone()).await;
         let doomed = state.lock().doomed;

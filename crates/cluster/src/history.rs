@@ -50,6 +50,9 @@ pub struct TxnRecording {
     pub class: TxnClass,
     /// BASE: its first alkaline subtransaction committed.
     pub accepted: bool,
+    /// It ran at read committed in a run at a stronger level
+    /// (`ProcedureDef::isolation`).
+    pub read_committed: bool,
 }
 
 impl HistorySink {
@@ -90,6 +93,7 @@ impl HistorySink {
             ops: Vec::new(),
             class: TxnClass::Acid,
             accepted: false,
+            read_committed: false,
         })
     }
 
@@ -107,6 +111,7 @@ impl HistorySink {
             group: None,
             outcome,
             accepted: rec.accepted,
+            read_committed: rec.read_committed,
             start_us: us(rec.start),
             end_us: us(Instant::now()),
             ops: rec.ops,

@@ -25,6 +25,7 @@ use brine_core::{Catalog, Error, Result, Value};
 use brine_sql::Plan;
 
 use crate::coordinator::ProcCtx;
+use crate::protocol::Isolation;
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -45,6 +46,9 @@ pub struct ProcedureDef {
     /// Other bodies of the same procedure that run its statements in
     /// another order (see [`ProcedureDef::reordered`]).
     pub reorderings: Vec<Reordering>,
+    /// The isolation the procedure needs, if less than the cluster's: it
+    /// runs at the weaker of the two (see [`ProcedureDef::isolation`]).
+    pub isolation: Option<Isolation>,
 }
 
 /// A body equivalent to a procedure's own (same arguments, results and
@@ -81,6 +85,7 @@ impl ProcedureDef {
             statements: Vec::new(),
             base: false,
             reorderings: Vec::new(),
+            isolation: None,
             body: Arc::new(move |_, _| {
                 let missing = missing.clone();
                 Box::pin(async move {
@@ -95,6 +100,18 @@ impl ProcedureDef {
     /// Marks the procedure BASE (Salt). See [`ProcedureDef::base`] field.
     pub fn base(mut self) -> Self {
         self.base = true;
+        self
+    }
+
+    /// The procedure needs no more than `isolation`: it runs at the weaker
+    /// of this and the cluster's level, never at a stronger one. TPC-C's
+    /// stock-level needs only read committed (clause 3.4.1: Level 1
+    /// isolation relative to every other transaction), and its long scan
+    /// then holds no read lock past each statement. A recorded history
+    /// marks its attempts (`rc`), so the checker does not hold it to the
+    /// run's level.
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = Some(isolation);
         self
     }
 
@@ -168,6 +185,8 @@ impl ProcedureDef {
 pub struct PreparedProc {
     pub name: String,
     pub base: bool,
+    /// See [`ProcedureDef::isolation`].
+    pub isolation: Option<Isolation>,
     pub statements: HashMap<String, Arc<Plan>>,
     pub statement_order: Vec<String>,
     pub body: ProcBody,
@@ -193,10 +212,16 @@ impl PreparedProc {
         Ok(PreparedProc {
             name: def.name,
             base: def.base,
+            isolation: def.isolation,
             statements,
             statement_order,
             body: def.body,
         })
+    }
+
+    /// The level the procedure runs at in a cluster at `cluster`.
+    pub fn isolation_in(&self, cluster: Isolation) -> Isolation {
+        self.isolation.map_or(cluster, |i| i.min(cluster))
     }
 
     pub fn plan(&self, statement: &str) -> Result<&Arc<Plan>> {

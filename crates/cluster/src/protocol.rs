@@ -18,7 +18,8 @@ use crate::message::LockSpec;
 
 /// Isolation levels, defined as in seed 000 section 3.2.1 by which operations
 /// take long (L) and short (S) locks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// Ordered from weakest to strongest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum Isolation {
     /// L = {W}, S = {R, W}: reads lock only while they run. The sources'
     /// setting (MySQL Cluster's only level).

@@ -667,7 +667,7 @@ pub(crate) async fn run_base(
             None => {
                 let txn = shared.new_txn(ts);
                 ts = Some(txn.ts);
-                let mut st = TxnState::begin(shared, txn, Some(&proc.name));
+                let mut st = TxnState::begin(shared, txn, Some(proc));
                 if let Some(rec) = &mut st.rec {
                     rec.class = TxnClass::Base;
                 }

@@ -293,3 +293,87 @@ async fn secondary_indexes_stay_consistent_under_concurrent_commits_and_aborts()
     t.commit().await.unwrap();
     assert_eq!(found, 24);
 }
+
+/// Whether a writer of account 1 must wait while a procedure that read it
+/// is still running, when that procedure asks for `needs` in a
+/// serializable cluster. The writer's wait is observed as a parked
+/// statement.
+async fn writer_waits_for_a_reader_needing(needs: Option<Isolation>) -> bool {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let read = Arc::new(tokio::sync::Semaphore::new(0));
+    let (g, r) = (gate.clone(), read.clone());
+    let mut peek = brine_cluster::ProcedureDef::new("peek")
+        .statement("get", "SELECT balance FROM account WHERE id = $id")
+        .body(move |mut ctx, _| {
+            let (g, r) = (g.clone(), r.clone());
+            async move {
+                ctx.exec("get", vec![Value::Int(1)]).await?;
+                r.add_permits(1);
+                g.acquire().await.expect("gate").forget();
+                Ok(vec![])
+            }
+        });
+    if let Some(i) = needs {
+        peek = peek.isolation(i);
+    }
+    let app = brine_cluster::Application {
+        name: "peek".into(),
+        ddl: DDL.into(),
+        procedures: vec![peek],
+    };
+    let c =
+        brine_cluster::Cluster::start(config(Isolation::Serializable, DeadlockPolicy::Detect), app)
+            .expect("cluster starts");
+    c.load(
+        "account",
+        vec![vec![Value::Int(1), Value::str("a"), money(100)]],
+    )
+    .await
+    .expect("load");
+    let client = c.client();
+    let reader = tokio::spawn(async move { client.call("peek", vec![]).await });
+    read.acquire().await.expect("read").forget();
+    let c2 = c.clone();
+    let mut writer = tokio::spawn(async move {
+        let mut t = c2.client().begin();
+        t.execute(
+            "UPDATE account SET balance = $b WHERE id = $id",
+            vec![money(5), Value::Int(1)],
+        )
+        .await?;
+        t.commit().await
+    });
+    // Either the writer ends while the reader is held at its gate, or it
+    // parks on the reader's lock.
+    let waited = loop {
+        if writer.is_finished() {
+            break false;
+        }
+        let parked: usize = c
+            .status()
+            .await
+            .expect("status")
+            .iter()
+            .map(|p| p.parked_statements)
+            .sum();
+        if parked > 0 {
+            break true;
+        }
+        tokio::task::yield_now().await;
+    };
+    gate.add_permits(1);
+    reader.await.unwrap().expect("the reader ends");
+    (&mut writer).await.unwrap().expect("the writer ends");
+    waited
+}
+
+// A procedure may need less than the cluster's level
+// (`ProcedureDef::isolation`; TPC-C's stock-level needs read committed,
+// clause 3.4.1): in a serializable cluster its reads then lock only while
+// they run. It never runs stronger than the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_procedure_runs_at_the_weaker_of_its_level_and_the_cluster_s() {
+    assert!(writer_waits_for_a_reader_needing(None).await);
+    assert!(writer_waits_for_a_reader_needing(Some(Isolation::Serializable)).await);
+    assert!(!writer_waits_for_a_reader_needing(Some(Isolation::ReadCommitted)).await);
+}

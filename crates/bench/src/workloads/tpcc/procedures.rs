@@ -72,7 +72,7 @@
 
 use std::collections::BTreeSet;
 
-use brine_cluster::{Application, ProcCtx, ProcedureDef, QueryResult};
+use brine_cluster::{Application, Isolation, ProcCtx, ProcedureDef, QueryResult};
 use brine_core::{Decimal, Error, Result, Row, Value};
 
 use super::schema::{DDL, DISTRICTS};
@@ -987,7 +987,7 @@ fn reorderable(
 /// `order`'s body and offers the other's as a reordering; payment's two
 /// bodies are not reorderings of each other (clause 2's reads the
 /// customer once more, `find_customer`).
-pub fn application(base: &BaseSet, order: StatementOrder) -> Application {
+pub fn application(base: &BaseSet, order: StatementOrder, stock: Isolation) -> Application {
     Application {
         name: "tpcc".into(),
         ddl: DDL.into(),
@@ -996,7 +996,7 @@ pub fn application(base: &BaseSet, order: StatementOrder) -> Application {
             payment(order),
             order_status(),
             delivery(),
-            stock_level(),
+            stock_level().isolation(stock),
         ]
         .into_iter()
         .map(|p| base.apply(p))
