@@ -436,17 +436,22 @@ impl<'h> Checker<'h> {
             // relations to ACID transactions order them.
             return;
         }
-        if matches!(e.kind, EdgeKind::Rw | EdgeKind::PredRw)
-            && self.txns[e.from as usize].read_committed
-        {
-            // A read-committed transaction's reads bind it to nothing after
-            // them (Adya's mixed levels: an anti-dependency is an
-            // obligation only of a transaction at repeatable read or above).
+        if !self.binds(&e) {
             return;
         }
         if self.edge_set.insert((e.from, e.to, e.kind)) {
             self.edges.push(e);
         }
+    }
+
+    /// Whether `e` obliges its source: an anti-dependency out of a
+    /// transaction that ran at read committed does not (its reads bind it
+    /// to nothing after them; Adya's mixed levels: an anti-dependency is
+    /// an obligation only of a transaction at repeatable read or above).
+    fn binds(&self, e: &Edge) -> bool {
+        !(matches!(e.kind, EdgeKind::Rw | EdgeKind::PredRw)
+            && !self.is_hop(e.from)
+            && self.txns[e.from as usize].read_committed)
     }
 
     /// The nearest installed ancestor of installed version `v` (0 for the
@@ -651,6 +656,9 @@ impl<'h> Checker<'h> {
     /// An edge to or from a hop: no Salt filter (hops are only used below
     /// the Salt level).
     fn add_hop_edge(&mut self, e: Edge) {
+        if !self.binds(&e) {
+            return;
+        }
         if self.edge_set.insert((e.from, e.to, e.kind)) {
             self.edges.push(e);
         }

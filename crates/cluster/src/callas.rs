@@ -1319,6 +1319,7 @@ pub(crate) async fn run_grouped(
             m => (m, None),
         };
         let mut st = TxnState::begin(shared, txn, Some(proc));
+        st.at_cluster_level();
         if !cascaded {
             st.lock_class = Some(brine_lock::LockClass::Member(group));
         }

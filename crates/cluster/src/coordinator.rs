@@ -213,6 +213,9 @@ pub struct TxnState {
     pub(crate) lock_class: Option<brine_lock::LockClass>,
     /// Set when the transaction runs in a Callas group.
     pub(crate) callas: Option<Box<crate::callas::CallasState>>,
+    /// The level its statements lock at: the cluster's, or less for a
+    /// procedure that needs less (`ProcedureDef::isolation`).
+    pub(crate) isolation: Option<Isolation>,
 }
 
 impl TxnState {
@@ -226,6 +229,7 @@ impl TxnState {
             base: None,
             lock_class: None,
             callas: None,
+            isolation: None,
         }
     }
 
@@ -233,15 +237,24 @@ impl TxnState {
     /// operations if the run records a history.
     pub fn begin(shared: &Shared, txn: TxnId, procedure: Option<&PreparedProc>) -> Self {
         let mut st = TxnState::new(txn);
+        st.isolation = procedure.map(|p| p.isolation_in(shared.isolation));
         st.rec = shared.history.as_ref().map(|h| {
             let mut rec = h.begin(procedure.map(|p| p.name.as_str()));
-            rec.read_committed = procedure.is_some_and(|p| {
-                p.isolation_in(shared.isolation) == Isolation::ReadCommitted
-                    && shared.isolation > Isolation::ReadCommitted
-            });
+            rec.read_committed = st.isolation == Some(Isolation::ReadCommitted)
+                && shared.isolation > Isolation::ReadCommitted;
             rec
         });
         st
+    }
+
+    /// Runs the attempt at the cluster's level, whatever its procedure
+    /// needs (Callas: its analysis, group dependencies and chopping
+    /// assume every member at one level).
+    pub(crate) fn at_cluster_level(&mut self) {
+        self.isolation = None;
+        if let Some(rec) = &mut self.rec {
+            rec.read_committed = false;
+        }
     }
 
     /// Hands the attempt's record to the history, with its outcome.
@@ -566,9 +579,7 @@ impl ProcCtx {
     /// group's member class; `callas_deps`: the partitions report
     /// same-group dependencies), bent by the mutation if one is set.
     pub(crate) fn lock_spec(&self, class: Option<LockClass>, callas_deps: bool) -> LockSpec {
-        let isolation = self.proc.as_ref().map_or(self.shared.isolation, |p| {
-            p.isolation_in(self.shared.isolation)
-        });
+        let isolation = self.state.lock().isolation.unwrap_or(self.shared.isolation);
         let mut lock = self.shared.protocol.lock_spec(isolation);
         if let Some(class) = class {
             lock.class = class;

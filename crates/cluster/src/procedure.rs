@@ -109,7 +109,9 @@ impl ProcedureDef {
     /// isolation relative to every other transaction), and its long scan
     /// then holds no read lock past each statement. A recorded history
     /// marks its attempts (`rc`), so the checker does not hold it to the
-    /// run's level.
+    /// run's level. Under Callas every transaction runs at the cluster's
+    /// level: its analysis, group dependencies and chopping assume one
+    /// level for all.
     pub fn isolation(mut self, isolation: Isolation) -> Self {
         self.isolation = Some(isolation);
         self

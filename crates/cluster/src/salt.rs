@@ -525,7 +525,8 @@ pub(crate) async fn exec(
             commit_first,
         )
     };
-    let mut lock = shared.protocol.lock_spec(shared.isolation);
+    let isolation = ctx.state.lock().isolation.unwrap_or(shared.isolation);
+    let mut lock = shared.protocol.lock_spec(isolation);
     lock.class = LockClass::Alkaline;
     let autocommit = implicit && opts.local_commit && targets.len() == 1;
     {
