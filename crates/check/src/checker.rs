@@ -29,6 +29,7 @@ use brine_core::access::key_in_range;
 use brine_core::Key;
 use smallvec::SmallVec;
 
+use crate::chains::{ChainGraph, ChainRead, Link, CHAIN_EDGES_MAX, CHAIN_LINKS_MAX};
 use crate::cycles::Graph;
 use crate::history::{Op, Outcome, TxnClass, TxnRecord, WriteKind, INITIAL_VERSION};
 use crate::report::{
@@ -72,7 +73,8 @@ struct Edge {
     key: KeyId,
     v1: u64,
     v2: u64,
-    /// Index into `Checker::chains` for chain-wr edges.
+    /// For chain-wr edges, the link of its witness chain in
+    /// `Checker::chain_links`.
     chain: Option<u32>,
 }
 
@@ -180,7 +182,14 @@ struct Checker<'h> {
     hops: u32,
     edges: Vec<Edge>,
     edge_set: HashSet<(TxnIdx, TxnIdx, EdgeKind)>,
-    chains: Vec<Vec<ChainHop>>,
+    /// Witness chains of chain-wr edges, as parent-linked steps.
+    chain_links: Vec<Link>,
+    /// ACID transactions whose chains were not searched (a bound hit).
+    chains_cut: u64,
+    /// Bounds of the chain search ([`CHAIN_EDGES_MAX`],
+    /// [`CHAIN_LINKS_MAX`]; tests lower them).
+    chain_edges_max: usize,
+    chain_links_max: usize,
     anomalies: Vec<Anomaly>,
 }
 
@@ -193,43 +202,55 @@ pub fn check(txns: &[TxnRecord], level: Level) -> Report {
 /// nodes ([`RunIndex`]) rather than one edge per version (tests compare
 /// the two).
 fn check_with(txns: &[TxnRecord], level: Level, hops: bool) -> Report {
-    let mut c = Checker {
-        txns,
-        level,
-        tables: HashMap::new(),
-        table_names: Vec::new(),
-        key_ids: Vec::new(),
-        keys: Vec::new(),
-        versions: HashMap::new(),
-        installed: vec![false; txns.len()],
-        promoted: vec![false; txns.len()],
-        kids: HashMap::new(),
-        parent: HashMap::new(),
-        runs_cut: 0,
-        runs: HashMap::new(),
-        run_pos: HashMap::new(),
-        hops: 0,
-        edges: Vec::new(),
-        edge_set: HashSet::new(),
-        chains: Vec::new(),
-        anomalies: Vec::new(),
-    };
-    c.index_versions();
-    c.decide_installed();
-    // At the Salt level edges between BASE transactions are dropped, which
-    // hops through a run (shared by every reader) cannot do.
-    c.version_order(hops && level != Level::Salt);
-    c.item_reads();
-    c.predicates();
-    if level == Level::Salt {
-        c.salt_chains();
-    }
+    let mut c = Checker::new(txns, level);
+    c.build(hops);
     let cyclic = c.cycles();
     let stats = c.stats(cyclic);
     Report::new(level, stats, c.anomalies)
 }
 
 impl<'h> Checker<'h> {
+    fn new(txns: &'h [TxnRecord], level: Level) -> Checker<'h> {
+        Checker {
+            txns,
+            level,
+            tables: HashMap::new(),
+            table_names: Vec::new(),
+            key_ids: Vec::new(),
+            keys: Vec::new(),
+            versions: HashMap::new(),
+            installed: vec![false; txns.len()],
+            promoted: vec![false; txns.len()],
+            kids: HashMap::new(),
+            parent: HashMap::new(),
+            runs_cut: 0,
+            runs: HashMap::new(),
+            run_pos: HashMap::new(),
+            hops: 0,
+            edges: Vec::new(),
+            edge_set: HashSet::new(),
+            chain_links: Vec::new(),
+            chains_cut: 0,
+            chain_edges_max: CHAIN_EDGES_MAX,
+            chain_links_max: CHAIN_LINKS_MAX,
+            anomalies: Vec::new(),
+        }
+    }
+
+    /// The graph and the anomalies found while building it.
+    fn build(&mut self, hops: bool) {
+        self.index_versions();
+        self.decide_installed();
+        // At the Salt level edges between BASE transactions are dropped, which
+        // hops through a run (shared by every reader) cannot do.
+        self.version_order(hops && self.level != Level::Salt);
+        self.item_reads();
+        self.predicates();
+        if self.level == Level::Salt {
+            self.salt_chains();
+        }
+    }
+
     fn key_id(&mut self, table: &str, key: &Key) -> KeyId {
         let t = match self.tables.get(table) {
             Some(&t) => t,
@@ -1350,70 +1371,97 @@ impl<'h> Checker<'h> {
     /// transaction's version, the BASE transactions whose writes that BASE
     /// transaction had read earlier in its program, transitively, get a
     /// chain-wr edge to the ACID reader (Salt Lemma 3.3.2: they must all
-    /// have finished before the ACID read).
+    /// have finished before the ACID read). One search per ACID
+    /// transaction over the graph of BASE writes (see [`crate::chains`]);
+    /// past [`CHAIN_EDGES_MAX`] edges or [`CHAIN_LINKS_MAX`] witness links
+    /// the remaining ACID transactions are not searched and the report
+    /// says how many.
     fn salt_chains(&mut self) {
+        let mut graph = ChainGraph::new();
+        for b in 0..self.txns.len() as TxnIdx {
+            if !self.installed[b as usize] || !self.is_base(b) {
+                continue;
+            }
+            for br in self.reads_of(b) {
+                let Some(bi) = self.versions.get(&br.version) else {
+                    continue;
+                };
+                let src = bi.txn;
+                if src == b || !self.is_base(src) || !self.installed[src as usize] {
+                    continue;
+                }
+                let node = graph.node(src, bi.op);
+                graph.add_read(
+                    b,
+                    ChainRead {
+                        op: br.op,
+                        node,
+                        key: br.key,
+                        version: br.version,
+                    },
+                );
+            }
+        }
+        let mut added = 0usize;
+        let mut starts: Vec<(u32, Link)> = Vec::new();
         for a in 0..self.txns.len() as TxnIdx {
             if !self.installed[a as usize] || self.is_base(a) {
                 continue;
             }
+            if added >= self.chain_edges_max || self.chain_links.len() >= self.chain_links_max {
+                self.chains_cut += 1;
+                continue;
+            }
+            starts.clear();
             for r in self.reads_of(a) {
-                let Some(info) = self.versions.get(&r.version).cloned() else {
+                let Some(info) = self.versions.get(&r.version) else {
                     continue;
                 };
                 if !self.is_base(info.txn) || !self.installed[info.txn as usize] || info.txn == a {
                     continue;
                 }
-                let acid_hop = ChainHop {
-                    txn: self.txns[a as usize].id,
-                    table: self.key_name(r.key).0,
-                    key: self.key_name(r.key).1,
+                let node = graph.node(info.txn, info.op);
+                let link = Link {
+                    txn: a,
+                    key: r.key,
                     version: r.version,
+                    up: u32::MAX,
                 };
-                // (BASE txn, its op position, hops from it to the ACID read)
-                let mut stack: Vec<(TxnIdx, u32, Vec<ChainHop>)> =
-                    vec![(info.txn, info.op, vec![acid_hop])];
-                let mut reached: HashMap<TxnIdx, u32> = HashMap::new();
-                reached.insert(info.txn, info.op);
-                while let Some((b, pos, hops)) = stack.pop() {
-                    for br in self.reads_of(b) {
-                        if br.op >= pos {
-                            continue;
-                        }
-                        let Some(bi) = self.versions.get(&br.version).cloned() else {
-                            continue;
-                        };
-                        let src = bi.txn;
-                        if src == b || !self.is_base(src) || !self.installed[src as usize] {
-                            continue;
-                        }
-                        if reached.get(&src).is_some_and(|&p| p >= bi.op) {
-                            continue;
-                        }
-                        reached.insert(src, bi.op);
-                        let (table, key) = self.key_name(br.key);
-                        let mut via = vec![ChainHop {
-                            txn: self.txns[b as usize].id,
-                            table,
-                            key,
-                            version: br.version,
-                        }];
-                        via.extend(hops.iter().cloned());
-                        let ci = self.chains.len() as u32;
-                        self.chains.push(via.clone());
-                        self.add_edge(Edge {
-                            from: src,
-                            to: a,
-                            kind: EdgeKind::ChainWr,
-                            key: br.key,
-                            v1: br.version,
-                            v2: br.version,
-                            chain: Some(ci),
-                        });
-                        stack.push((src, bi.op, via));
-                    }
-                }
+                starts.push((node, link));
+            }
+            if starts.is_empty() {
+                continue;
+            }
+            for f in graph.search(&starts, &mut self.chain_links) {
+                added += 1;
+                self.add_edge(Edge {
+                    from: f.from,
+                    to: a,
+                    kind: EdgeKind::ChainWr,
+                    key: f.key,
+                    v1: f.version,
+                    v2: f.version,
+                    chain: Some(f.link),
+                });
             }
         }
+    }
+
+    /// The hops of the witness chain of a chain-wr edge, from the reader
+    /// of the first BASE write to the ACID read.
+    fn chain_hops(&self, link: u32) -> Vec<ChainHop> {
+        ChainGraph::chain(&self.chain_links, link)
+            .into_iter()
+            .map(|l| {
+                let (table, key) = self.key_name(l.key);
+                ChainHop {
+                    txn: self.txns[l.txn as usize].id,
+                    table,
+                    key,
+                    version: l.version,
+                }
+            })
+            .collect()
     }
 
     fn edge_info(&self, e: &Edge) -> EdgeInfo {
@@ -1426,10 +1474,7 @@ impl<'h> Checker<'h> {
             key,
             version_from: e.v1,
             version_to: e.v2,
-            via: e
-                .chain
-                .and_then(|c| self.chains.get(c as usize).cloned())
-                .unwrap_or_default(),
+            via: e.chain.map(|c| self.chain_hops(c)).unwrap_or_default(),
         }
     }
 
@@ -1604,6 +1649,7 @@ impl<'h> Checker<'h> {
             txns: self.txns.len() as u64,
             cyclic_components: cyclic,
             increment_runs_cut: self.runs_cut,
+            salt_chains_cut: self.chains_cut,
             ..Stats::default()
         };
         for (i, r) in self.txns.iter().enumerate() {
@@ -1854,6 +1900,161 @@ mod tests {
         let h = crate::script::parse(&cycle).expect("script");
         let r = check(&h.txns, Level::Serializable);
         assert_eq!(classes(&r), vec![AnomalyClass::GSingle], "{}", r.render(3));
+    }
+
+    impl Checker<'_> {
+        /// The chain-wr pairs as the checker found them before the shared
+        /// search (`crate::chains`): a depth-first search per ACID read,
+        /// kept as the reference the shared search must agree with.
+        fn chain_pairs_per_read(&self) -> std::collections::BTreeSet<(TxnIdx, TxnIdx)> {
+            let mut out = std::collections::BTreeSet::new();
+            for a in 0..self.txns.len() as TxnIdx {
+                if !self.installed[a as usize] || self.is_base(a) {
+                    continue;
+                }
+                for r in self.reads_of(a) {
+                    let Some(info) = self.versions.get(&r.version) else {
+                        continue;
+                    };
+                    if !self.is_base(info.txn)
+                        || !self.installed[info.txn as usize]
+                        || info.txn == a
+                    {
+                        continue;
+                    }
+                    let mut stack = vec![(info.txn, info.op)];
+                    let mut reached: HashMap<TxnIdx, u32> = HashMap::new();
+                    reached.insert(info.txn, info.op);
+                    while let Some((b, pos)) = stack.pop() {
+                        for br in self.reads_of(b) {
+                            if br.op >= pos {
+                                continue;
+                            }
+                            let Some(bi) = self.versions.get(&br.version) else {
+                                continue;
+                            };
+                            let src = bi.txn;
+                            if src == b || !self.is_base(src) || !self.installed[src as usize] {
+                                continue;
+                            }
+                            if reached.get(&src).is_some_and(|&p| p >= bi.op) {
+                                continue;
+                            }
+                            reached.insert(src, bi.op);
+                            out.insert((src, a));
+                            stack.push((src, bi.op));
+                        }
+                    }
+                }
+            }
+            out
+        }
+    }
+
+    /// A random Salt history: BASE and ACID transactions over a few keys,
+    /// every read of a version any transaction wrote (so BASE read chains
+    /// branch, join and loop back to their own writer).
+    fn random_salt_history(seed: u64) -> String {
+        use rand::rngs::SmallRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let keys = ["x", "y", "z", "v"];
+        let n = rng.gen_range(2..12u64);
+        // (txn, is write, key, version or prev>version)
+        let mut plan: Vec<Vec<(bool, usize, u64, u64)>> = Vec::new();
+        let mut last = [0u64; 4];
+        let mut pool: Vec<Vec<u64>> = vec![vec![0]; keys.len()];
+        let mut next = 1u64;
+        for _ in 0..n {
+            let mut ops = Vec::new();
+            for _ in 0..rng.gen_range(1..6) {
+                let k = rng.gen_range(0..keys.len());
+                if rng.gen_bool(0.5) {
+                    ops.push((false, k, 0, 0));
+                } else {
+                    ops.push((true, k, last[k], next));
+                    last[k] = next;
+                    pool[k].push(next);
+                    next += 1;
+                }
+            }
+            plan.push(ops);
+        }
+        let mut text = String::new();
+        for (i, ops) in plan.iter().enumerate() {
+            let base = rng.gen_bool(0.6);
+            let outcome = if rng.gen_ratio(1, 12) { " aborted" } else { "" };
+            let class = if base { " base" } else { "" };
+            text.push_str(&format!("t{}{outcome}{class}:", i + 1));
+            let mut sub = 1;
+            for &(w, k, p, v) in ops {
+                let tag = if base {
+                    sub += usize::from(rng.gen_bool(0.4));
+                    format!("#{sub}")
+                } else {
+                    String::new()
+                };
+                if w {
+                    text.push_str(&format!(" w({},{p}>{v}){tag}", keys[k]));
+                } else {
+                    let seen = pool[k][rng.gen_range(0..pool[k].len())];
+                    text.push_str(&format!(" r({},{seen}){tag}", keys[k]));
+                }
+            }
+            text.push('\n');
+        }
+        text
+    }
+
+    /// The shared chain search finds exactly the chain-wr pairs of one
+    /// search per read, and every witness is a chain of reads from the
+    /// edge's source to its ACID reader.
+    #[test]
+    fn shared_chain_search_agrees_with_one_search_per_read() {
+        let mut with_chains = 0;
+        for seed in 0..2000u64 {
+            let text = random_salt_history(seed);
+            let h = crate::script::parse(&text).expect("script");
+            let mut c = Checker::new(&h.txns, Level::Salt);
+            c.build(true);
+            let found: std::collections::BTreeSet<(TxnIdx, TxnIdx)> = c
+                .edges
+                .iter()
+                .filter(|e| e.kind == EdgeKind::ChainWr)
+                .map(|e| (e.from, e.to))
+                .collect();
+            assert_eq!(found, c.chain_pairs_per_read(), "seed {seed}:\n{text}");
+            with_chains += usize::from(!found.is_empty());
+            for e in c.edges.iter().filter(|e| e.kind == EdgeKind::ChainWr) {
+                let hops = ChainGraph::chain(&c.chain_links, e.chain.expect("witness"));
+                assert_eq!(hops.last().map(|l| l.txn), Some(e.to), "seed {seed}");
+                let mut writer = e.from;
+                for l in &hops {
+                    let w = c.versions.get(&l.version).map(|i| i.txn);
+                    assert_eq!(w, Some(writer), "seed {seed}:\n{text}");
+                    writer = l.txn;
+                }
+            }
+        }
+        assert!(with_chains > 100, "{with_chains} histories with chains");
+    }
+
+    /// Past its bound the chain search stops and the report says so.
+    #[test]
+    fn the_chain_search_bound_is_reported() {
+        let text = "t1 base: w(x,0>1)#1 w(z,0>3)#2\n\
+                    t2 base: r(x,1)#1 w(y,0>2)#1\n\
+                    t3: r(y,2) r(z,0)\n\
+                    t4: r(y,2)";
+        let h = crate::script::parse(text).expect("script");
+        let mut c = Checker::new(&h.txns, Level::Salt);
+        c.chain_edges_max = 1;
+        c.build(true);
+        let cyclic = c.cycles();
+        let r = Report::new(Level::Salt, c.stats(cyclic), c.anomalies);
+        assert_eq!(r.stats.salt_chains_cut, 1, "{}", r.render(3));
+        assert!(r.render(3).contains("not checked"), "{}", r.render(3));
+        assert_eq!(classes(&r), vec![AnomalyClass::GSalt], "{}", r.render(3));
     }
 
     /// Random histories over a few keys, increments and plain writes,

@@ -9,12 +9,14 @@
 //! * [`history`]: the file format (the contract with the recorder).
 //! * [`reader`]: streaming, line-numbered parsing of history files.
 //! * [`checker`]: Adya's direct serialization graph and the anomaly search.
+//! * [`chains`]: Salt's search for chains of BASE reads (chain-wr edges).
 //! * [`columns`]: column-level checking (each column of a row an item).
 //! * [`elle`], [`edn`]: export to Jepsen/Elle EDN histories and a reader
 //!   for them.
 //! * [`gen`]: seeded generator of large valid histories (tests, benchmark).
 //! * [`script`]: a compact text notation for hand-made histories.
 
+pub mod chains;
 pub mod checker;
 pub mod columns;
 pub mod command;

@@ -340,6 +340,10 @@ pub struct Stats {
     /// `RUN_WALK_MAX` increments of one run were not added.
     #[serde(skip_serializing_if = "is_zero")]
     pub increment_runs_cut: u64,
+    /// ACID transactions whose Salt read chains were not searched: the
+    /// chain search stopped at its bound on edges or witness links.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub salt_chains_cut: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -411,6 +415,16 @@ impl Report {
                 out,
                 "note: {} walks of long runs of increments were cut; edges past the cut were not checked",
                 s.increment_runs_cut
+            );
+        }
+        if s.salt_chains_cut > 0 {
+            let _ = writeln!(
+                out,
+                "note: the Salt chain search hit its bound ({} chain-wr edges or {} witness links); \
+                 {} ACID transactions' read chains were not checked",
+                crate::chains::CHAIN_EDGES_MAX,
+                crate::chains::CHAIN_LINKS_MAX,
+                s.salt_chains_cut
             );
         }
         if self.anomalies.is_empty() {
