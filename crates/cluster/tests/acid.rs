@@ -2,6 +2,7 @@
 //! isolation levels, deadlock handling, retries.
 
 mod common;
+mod salt_common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -349,14 +350,7 @@ async fn writer_waits_for_a_reader_needing(needs: Option<Isolation>) -> bool {
         if writer.is_finished() {
             break false;
         }
-        let parked: usize = c
-            .status()
-            .await
-            .expect("status")
-            .iter()
-            .map(|p| p.parked_statements)
-            .sum();
-        if parked > 0 {
+        if salt_common::parked_statements(&c).await > 0 {
             break true;
         }
         tokio::task::yield_now().await;

@@ -429,20 +429,12 @@ async fn fig_3_3_indirect_dirty_read_appears_without_the_saline_release_rules() 
     );
 }
 
-/// Waits until the partitions' lock tables keep exactly `n` transactions
-/// (polled: releases finish after the calls return); `false` if they still
-/// keep another number after 5 s.
-async fn lock_txns_become(c: &Cluster, n: usize) -> bool {
+/// Polls `holds` until it answers true (`false` if it has not after 5 s):
+/// releases finish after the calls return.
+async fn within_5s<F: std::future::Future<Output = bool>>(mut holds: impl FnMut() -> F) -> bool {
     let until = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let held: usize = c
-            .status()
-            .await
-            .expect("status")
-            .iter()
-            .map(|p| p.lock_txns)
-            .sum();
-        if held == n {
+        if holds().await {
             return true;
         }
         if std::time::Instant::now() >= until {
@@ -450,6 +442,15 @@ async fn lock_txns_become(c: &Cluster, n: usize) -> bool {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Waits until the partitions' lock tables keep exactly `n` transactions.
+async fn lock_txns_become(c: &Cluster, n: usize) -> bool {
+    within_5s(|| async {
+        let status = c.status().await.expect("status");
+        status.iter().map(|p| p.lock_txns).sum::<usize>() == n
+    })
+    .await
 }
 
 // Read-after-write is the release rule, not write-after-write (seed 000
@@ -492,25 +493,9 @@ async fn blind_overwrites_of_each_other_s_rows_do_not_stall_the_releases() {
 }
 
 /// Waits until some statement waits for a lock (a parked statement at
-/// some partition); false if none does after 5 s.
+/// some partition).
 async fn some_statement_waits(c: &Cluster) -> bool {
-    let until = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let parked: usize = c
-            .status()
-            .await
-            .expect("status")
-            .iter()
-            .map(|p| p.parked_statements)
-            .sum();
-        if parked > 0 {
-            return true;
-        }
-        if std::time::Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    within_5s(|| async { salt_common::parked_statements(c).await > 0 }).await
 }
 
 // The release rules are per operation (seed 000 section 3.3; the

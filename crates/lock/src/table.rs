@@ -266,6 +266,23 @@ impl Entry {
     fn is_empty(&self) -> bool {
         self.holders.is_empty() && self.queue.is_empty()
     }
+
+    /// Keeps one holder per mode of `txn` (after its modes changed class
+    /// or owner); returns its modes.
+    fn merge_modes_of(&mut self, txn: TxnId) -> SmallVec<[Mode; 4]> {
+        let mut seen: SmallVec<[Mode; 4]> = SmallVec::new();
+        self.holders.retain(|h| {
+            if h.txn != txn {
+                return true;
+            }
+            if seen.contains(&h.mode) {
+                return false;
+            }
+            seen.push(h.mode);
+            true
+        });
+        seen
+    }
 }
 
 struct RangeEntry {
@@ -1117,18 +1134,7 @@ impl LockTable {
         if !changed {
             return;
         }
-        let mut seen: SmallVec<[Mode; 4]> = SmallVec::new();
-        e.holders.retain(|h| {
-            if h.txn != txn {
-                return true;
-            }
-            if seen.contains(&h.mode) {
-                return false;
-            }
-            seen.push(h.mode);
-            true
-        });
-        for mode in seen {
+        for mode in e.merge_modes_of(txn) {
             debug_assert!(
                 !self.conflicts_with_holders(txn, target, mode),
                 "downgrade of {txn} on {target:?} to {mode} conflicts with another holder"
@@ -1230,17 +1236,7 @@ impl LockTable {
         }
         // Two saline holders of the same mode under `alias` (a second fork
         // of the same row into the same alias) are one.
-        let mut seen: SmallVec<[Mode; 4]> = SmallVec::new();
-        e.holders.retain(|h| {
-            if h.txn != alias {
-                return true;
-            }
-            if seen.contains(&h.mode) {
-                return false;
-            }
-            seen.push(h.mode);
-            true
-        });
+        e.merge_modes_of(alias);
         let Some(st) = self.txns.get_mut(&txn) else {
             return true;
         };

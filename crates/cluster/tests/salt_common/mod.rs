@@ -44,6 +44,16 @@ pub fn call(
     tokio::spawn(async move { client.call(proc, args).await.map(|o| o.values) })
 }
 
+/// Statements waiting for a lock, over every partition.
+pub async fn parked_statements(c: &Cluster) -> usize {
+    c.status()
+        .await
+        .expect("status")
+        .iter()
+        .map(|p| p.parked_statements)
+        .sum()
+}
+
 pub fn int(v: &Value) -> i64 {
     v.as_int().expect("INT")
 }
