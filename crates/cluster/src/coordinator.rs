@@ -575,11 +575,17 @@ impl ProcCtx {
     }
 
     /// How a statement of this transaction locks: the protocol's way at
-    /// the cluster's isolation level, in `class` if given (Callas: the
+    /// `isolation` (the transaction's `TxnState::isolation`; `None`: the
+    /// cluster's level), in `class` if given (Callas: the
     /// group's member class; `callas_deps`: the partitions report
     /// same-group dependencies), bent by the mutation if one is set.
-    pub(crate) fn lock_spec(&self, class: Option<LockClass>, callas_deps: bool) -> LockSpec {
-        let isolation = self.state.lock().isolation.unwrap_or(self.shared.isolation);
+    pub(crate) fn lock_spec(
+        &self,
+        isolation: Option<Isolation>,
+        class: Option<LockClass>,
+        callas_deps: bool,
+    ) -> LockSpec {
+        let isolation = isolation.unwrap_or(self.shared.isolation);
         let mut lock = self.shared.protocol.lock_spec(isolation);
         if let Some(class) = class {
             lock.class = class;
@@ -610,7 +616,7 @@ impl ProcCtx {
         if self.state.lock().base.is_some() {
             return crate::salt::exec(self, plan, args).await;
         }
-        let (txn, lock_class, chop, callas_deps) = {
+        let (txn, lock_class, chop, callas_deps, isolation) = {
             let st = self.state.lock();
             if let Some(cause) = st.doomed {
                 return Err(Error::Aborted(cause));
@@ -627,7 +633,7 @@ impl ProcCtx {
                 .callas
                 .as_ref()
                 .is_some_and(|c| c.mechanism != crate::callas::Mechanism::TwoPl);
-            (st.txn, st.lock_class, chop, callas_deps)
+            (st.txn, st.lock_class, chop, callas_deps, st.isolation)
         };
         let params = plan.bind(args)?;
         let hold = placed.and_then(|_| crate::callas::rank_hold(&self.state));
@@ -636,7 +642,7 @@ impl ProcCtx {
             end_row: placed.is_some_and(|p| p.ends_row),
             ends_piece: placed.filter(|p| p.ends_piece).and_then(|p| p.rank),
             after_rank: hold.as_ref().map(|(t, r, _)| (*t, *r)),
-            ..self.lock_spec(lock_class, callas_deps)
+            ..self.lock_spec(isolation, lock_class, callas_deps)
         };
         if let Some(seq) = chop {
             return crate::callas::exec_piece(self, plan, params, lock, seq).await;

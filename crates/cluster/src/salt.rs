@@ -466,8 +466,10 @@ pub(crate) async fn exec(
         (release_order, protect),
         intro,
         commit_first,
+        isolation,
     ) = {
         let mut st = ctx.state.lock();
+        let isolation = st.isolation.unwrap_or(shared.isolation);
         if let Some(cause) = st.doomed {
             return Err(Error::Aborted(cause));
         }
@@ -523,9 +525,9 @@ pub(crate) async fn exec(
             (b.release_order, b.accepted),
             intro,
             commit_first,
+            isolation,
         )
     };
-    let isolation = ctx.state.lock().isolation.unwrap_or(shared.isolation);
     let mut lock = shared.protocol.lock_spec(isolation);
     lock.class = LockClass::Alkaline;
     let autocommit = implicit && opts.local_commit && targets.len() == 1;

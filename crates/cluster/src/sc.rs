@@ -226,7 +226,8 @@ async fn run_in_piece(
     lock_class: Option<brine_lock::LockClass>,
 ) -> Result<QueryResult> {
     let params = plan.bind(args)?;
-    let lock = ctx.lock_spec(lock_class, true);
+    // Callas runs every transaction at the cluster's level.
+    let lock = ctx.lock_spec(None, lock_class, true);
     let targets = ctx.shared.targets(&plan, &params);
     ctx.execute_on(&targets, sub, &plan, params, lock, Some(base))
         .await

@@ -1305,12 +1305,6 @@ impl LockTable {
         true
     }
 
-    /// The transaction whose lock `alias` holds since
-    /// [`LockTable::fork_hold`], if it is such a holder.
-    pub fn parent_of(&self, alias: TxnId) -> Option<TxnId> {
-        self.txns.get(&alias).and_then(|s| s.parent)
-    }
-
     /// Salt: `txn` has begun releasing its locks in stages, each stage only
     /// after the one before it went (the coordinator sends them in order).
     /// From now on a request waiting for any of its locks also waits for

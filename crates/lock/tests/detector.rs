@@ -7,7 +7,7 @@
 
 use brine_core::{AbortCause, Access};
 use brine_lock::{
-    Acquire, DeadlockPolicy, LockClass, LockConfig, LockTable, Mode, StandardCompat, Wakeup,
+    Acquire, DeadlockPolicy, LockClass, LockConfig, LockTable, Mode, StandardCompat, Ticket, Wakeup,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +48,20 @@ fn acquire(
         .expect("acquire")
 }
 
+/// `releasing` ends; its release grants `waiter`'s request `ticket`, and
+/// nothing else happens.
+fn granted_when_released(t: &mut LockTable, releasing: u64, waiter: u64, ticket: Ticket) {
+    let mut w = Vec::new();
+    t.release_all(txn(releasing), &mut w);
+    assert_eq!(
+        w,
+        vec![Wakeup::Granted {
+            txn: txn(waiter),
+            ticket
+        }]
+    );
+}
+
 /// Two readers of one row both upgrade (read, then write: `register`'s
 /// read-then-write): the second upgrade closes the cycle, and is answered
 /// `Abort(Deadlock)` on the spot, with no wait left behind and nothing
@@ -86,14 +100,7 @@ fn an_upgrade_deadlock_is_broken_at_the_wait_that_closes_it() {
         "nothing left to ring for"
     );
 
-    t.release_all(txn(2), &mut w);
-    assert_eq!(
-        w,
-        vec![Wakeup::Granted {
-            txn: txn(1),
-            ticket
-        }]
-    );
+    granted_when_released(&mut t, 2, 1, ticket);
 }
 
 /// The same cycle, closed by the older transaction: the victim is the
@@ -123,14 +130,7 @@ fn a_cycle_closed_by_the_older_transaction_aborts_the_younger_waiter_at_once() {
         panic!("t1 waits for t2's release: {got:?}");
     };
     w.clear();
-    t.release_all(txn(2), &mut w);
-    assert_eq!(
-        w,
-        vec![Wakeup::Granted {
-            txn: txn(1),
-            ticket
-        }]
-    );
+    granted_when_released(&mut t, 2, 1, ticket);
 }
 
 /// A look counts only the waits that began by the moment it began, so

@@ -1,0 +1,367 @@
+//! Salt at the partition: the long-term locks of BASE transactions, the
+//! saline release-order dependencies their accesses take, and the staged
+//! release that ends a BASE transaction here (seed 000 section 3.3;
+//! `docs/salt.md`).
+
+use brine_core::{Access, LockNeed, LockTarget, TxnId};
+use brine_lock::{LockClass, Mode, ReleaseOutcome};
+use smallvec::SmallVec;
+
+use super::{Partition, Stmt};
+use crate::message::Reply;
+
+/// A long-term lock of a BASE transaction.
+pub(super) struct BaseLock {
+    target: LockTarget,
+    /// Who holds it in the lock table: the BASE transaction, or, once a
+    /// later subtransaction accessed the row again, the subtransaction
+    /// that took it (`LockTable::fork_hold`), so each keeps its own
+    /// release stage.
+    holder: TxnId,
+    /// The alkaline subtransaction whose statement took it.
+    sub: TxnId,
+    accesses: [bool; 3],
+    /// The latest statement of its subtransaction that needed it: the
+    /// write-after-read rule holds the lock until every dirty read before
+    /// that statement is released. A forked lock's position is at most
+    /// the forking statement's minus one (a re-run subtransaction reuses
+    /// the positions of the attempt that rolled back).
+    seq: u32,
+    /// The first statement whose access to it was a dirty read (it carries
+    /// a read-after-write dependency): the release stage of that statement
+    /// waits for the dependency even when a later statement of the same
+    /// subtransaction moved the lock itself to a later stage.
+    dirty_at: Option<u32>,
+}
+
+fn access_index(a: Access) -> usize {
+    match a {
+        Access::Read => 0,
+        Access::RangeRead => 1,
+        Access::Write => 2,
+    }
+}
+
+const ACCESSES: [Access; 3] = [Access::Read, Access::RangeRead, Access::Write];
+
+/// A `Release` waiting for some of its locks.
+pub(super) struct PendingRelease {
+    /// `None`: a whole release (`release_all`), answered on `Released`.
+    /// `Some`: a partial one, answered once no release-order dependency
+    /// holds back any of these targets (those whose release was held back,
+    /// and those of the stage's dirty reads that a later statement keeps).
+    targets: Option<Vec<(TxnId, LockTarget)>>,
+    /// The stages of the same `Release` still to run once this one is
+    /// done; answered after the last.
+    rest: std::vec::IntoIter<Option<u32>>,
+    reply: Reply<()>,
+}
+
+impl Partition {
+    /// Salt: runs the stages of a `Release` of BASE transaction `owner`, in
+    /// order. A stage releases the locks
+    /// taken by statements up to its position (all of them, and the end of
+    /// the transaction here, with `None`), each once its release-order
+    /// dependencies allow; the next stage starts when all of them went,
+    /// and the reply goes after the last.
+    pub(super) fn release_base(
+        &mut self,
+        owner: TxnId,
+        mut stages: std::vec::IntoIter<Option<u32>>,
+        reply: Reply<()>,
+    ) {
+        let Some(upto) = stages.next() else {
+            reply.send(());
+            return;
+        };
+        if let Some(upto) = upto {
+            self.locks.begin_staged_release(owner, &mut self.wakeups);
+            for alias in self.forks.get(&owner).into_iter().flatten() {
+                self.locks.begin_staged_release(*alias, &mut self.wakeups);
+            }
+            self.release_stage(owner, Some(upto), stages, reply);
+            return;
+        }
+        if self
+            .base_locks
+            .get(&owner)
+            .is_some_and(|held| held.iter().any(|l| l.holder != owner))
+        {
+            // Forked locks are not the owner's to release all at once:
+            // they go in a stage of their own, then the end.
+            let rest: Vec<_> = std::iter::once(None).chain(stages).collect();
+            self.release_stage(owner, None, rest.into_iter(), reply);
+            return;
+        }
+        if let Some(wal) = &mut self.wal {
+            wal.base_end(owner);
+        }
+        self.base_locks.remove(&owner);
+        for alias in self.forks.remove(&owner).unwrap_or_default() {
+            self.forked.remove(&alias);
+            let _ = self.locks.release_all(alias, &mut self.wakeups);
+        }
+        self.forget_callas(owner);
+        self.count_holds(owner);
+        match self.locks.release_all(owner, &mut self.wakeups) {
+            ReleaseOutcome::Done => reply.send(()),
+            ReleaseOutcome::Deferred => {
+                self.releases
+                    .entry(owner)
+                    .or_default()
+                    .push(PendingRelease {
+                        targets: None,
+                        rest: Vec::new().into_iter(),
+                        reply,
+                    })
+            }
+        }
+        // Partial releases still waiting are answered once their
+        // targets went (now, or with the whole release).
+        self.answer_releases(owner, false);
+        self.process_wakeups();
+    }
+
+    /// One stage of `release_base`: the locks of `owner` taken by
+    /// statements up to `upto` (with `None`: its forked locks, whatever
+    /// their stage), each now or once its dependencies allow; the rest of
+    /// the stages run once all of them went.
+    fn release_stage(
+        &mut self,
+        owner: TxnId,
+        upto: Option<u32>,
+        stages: std::vec::IntoIter<Option<u32>>,
+        reply: Reply<()>,
+    ) {
+        let mut held_back = Vec::new();
+        if let Some(held) = self.base_locks.get_mut(&owner) {
+            let (now, later): (Vec<_>, Vec<_>) =
+                std::mem::take(held).into_iter().partition(|l| match upto {
+                    Some(upto) => l.seq <= upto,
+                    None => l.holder != owner,
+                });
+            // A dirty read of this stage on a row a later statement of the
+            // same subtransaction needed again: the lock stays for its own
+            // stage, but this stage (and so every write after the read)
+            // waits for the dependency.
+            if let Some(upto) = upto {
+                for l in &later {
+                    if l.dirty_at.is_some_and(|d| d <= upto)
+                        && self.locks.release_blocked(l.holder, &l.target)
+                    {
+                        held_back.push((l.holder, l.target.clone()));
+                    }
+                }
+            }
+            *held = later;
+            for l in now {
+                for (i, a) in ACCESSES.iter().enumerate() {
+                    if l.accesses[i] {
+                        self.locks
+                            .release(l.holder, &l.target, *a, &mut self.wakeups);
+                    }
+                }
+                if self.locks.holds(l.holder, &l.target) {
+                    held_back.push((l.holder, l.target));
+                }
+            }
+        }
+        if held_back.is_empty() {
+            self.process_wakeups();
+            self.release_base(owner, stages, reply);
+            return;
+        }
+        self.releases
+            .entry(owner)
+            .or_default()
+            .push(PendingRelease {
+                targets: Some(held_back),
+                rest: stages,
+                reply,
+            });
+        self.process_wakeups();
+    }
+
+    /// Answers the partial releases of `owner` whose held-back targets are
+    /// all released now (`whole`: and its whole release, which completed).
+    pub(super) fn answer_releases(&mut self, owner: TxnId, whole: bool) {
+        let Some(pending) = self.releases.remove(&owner) else {
+            return;
+        };
+        let mut kept = Vec::new();
+        let mut next = Vec::new();
+        for r in pending {
+            let done = match &r.targets {
+                Some(ts) => ts
+                    .iter()
+                    .all(|(h, t)| !self.locks.holds(*h, t) || !self.locks.release_blocked(*h, t)),
+                None => whole,
+            };
+            if !done {
+                kept.push(r);
+            } else if r.rest.as_slice().is_empty() {
+                r.reply.send(());
+            } else {
+                next.push((r.rest, r.reply));
+            }
+        }
+        if !kept.is_empty() {
+            self.releases.insert(owner, kept);
+        }
+        // The next stages of the same releases, now that these went.
+        for (rest, reply) in next {
+            self.release_base(owner, rest, reply);
+        }
+    }
+
+    /// Salt, after a BASE statement's lock on `target` was granted:
+    /// remembers it as long-term (with the statement's position) and, if
+    /// other BASE transactions hold saline writes on the row, records the
+    /// read-after-write release dependencies. Returns whether it did (a
+    /// dirty access, whose lock must then outlive the statement).
+    pub(super) fn base_granted(&mut self, stmt: &Stmt, need: &LockNeed, short: bool) -> bool {
+        let Some(b) = stmt.base else {
+            return false;
+        };
+        let mut dirty = false;
+        // The owner's own lock on the row, if it has one.
+        let mut pos = self.base_locks.get(&b.owner).and_then(|held| {
+            held.iter()
+                .position(|l| l.holder == b.owner && l.target == need.target)
+        });
+        // A later access of the same subtransaction adds no dependency:
+        // its alkaline lock kept every other BASE transaction off the row
+        // since the first.
+        let already = pos.is_some_and(|i| self.base_locks[&b.owner][i].sub == stmt.txn);
+        // Read-after-write is the rule (seed 000 section 3.3): only an
+        // access that observes the row's value (a read, a range read, or a
+        // write that reads a column: `SET v = v + 1`, a filter on a
+        // column) takes a dependency. A blind overwrite of a row another
+        // BASE transaction wrote sees nothing of it; a dependency there
+        // (write-after-write) is no rule of the sources'.
+        let observes = need.access != Access::Write || !stmt.plan.access().columns_read.is_empty();
+        let mut writers: SmallVec<[(TxnId, LockTarget); 4]> = SmallVec::new();
+        if b.release_order && !already && observes {
+            // Every other BASE transaction holding a saline write on the
+            // row (on a row inside the range, for a range read: it
+            // observed those rows as a point read of each would); not the
+            // locks forked from this one's own earlier operations...
+            let forked = &self.forked;
+            self.locks.for_each_point_holder_with(
+                &need.target,
+                Mode::new(LockClass::Saline, Access::Write),
+                b.owner,
+                |t, at| {
+                    if forked.get(&t) != Some(&b.owner) {
+                        writers.push((t, at))
+                    }
+                },
+            );
+            // ...or, per row, only the last one, when it still holds its
+            // write (the prototype's per-row pointer, seed 000 section
+            // 3.4.3): it depends in turn on the writer before it (whose
+            // value it read), so release order follows along the chain,
+            // and a row written by many concurrent BASE transactions (every
+            // one of them holding its saline write) costs one dependency,
+            // not one per holder.
+            let last_of = |at: &LockTarget| self.last_writer.get(at).copied();
+            let lasts: SmallVec<[(TxnId, LockTarget); 4]> = writers
+                .iter()
+                .filter(|(w, at)| last_of(at) == Some(*w))
+                .cloned()
+                .collect();
+            writers
+                .retain(|(w, at)| last_of(at) == Some(*w) || !lasts.iter().any(|(_, l)| l == at));
+        }
+        // A later subtransaction's access to a row an earlier one locked,
+        // kept past the statement: the earlier lock goes on at its own
+        // release stage under a holder of its own, and this access takes a
+        // lock of its own, with its own dependencies (the rules are per
+        // operation: one lock for both would hold the earlier operation's
+        // release back behind the dirty reads in between, on which other
+        // BASE transactions that read the row meanwhile may depend).
+        if let Some(i) = pos.filter(|_| !already && (!short || !writers.is_empty())) {
+            let alias = self.base_locks[&b.owner][i].sub;
+            if self.locks.fork_hold(b.owner, &need.target, alias) {
+                let l = &mut self.base_locks.get_mut(&b.owner).expect("held")[i];
+                l.holder = alias;
+                // Its stage comes before this statement's. Program order is
+                // time order, except for a subtransaction run again after a
+                // rollback: its statements take the positions of the
+                // attempt that rolled back, whose locks came earlier.
+                l.seq = l.seq.min(b.seq.saturating_sub(1));
+                if self.forked.insert(alias, b.owner).is_none() {
+                    self.forks.entry(b.owner).or_default().push(alias);
+                }
+                if let Some(w) = self.last_writer.get_mut(&need.target) {
+                    if *w == b.owner {
+                        *w = alias;
+                    }
+                }
+                pos = None;
+            }
+        }
+        // A bound error leaves the dependency out; the cap is far above
+        // what a transaction reads.
+        writers.retain(|(w, at)| {
+            self.locks
+                .add_release_dependency(b.owner, Some(&need.target), *w, Some(at))
+                .is_ok()
+        });
+        if !writers.is_empty() {
+            dirty = true;
+            let mut on: SmallVec<[TxnId; 4]> = writers.iter().map(|(w, _)| *w).collect();
+            on.sort_unstable();
+            on.dedup();
+            // The new edges may close a cycle that no new wait closed.
+            self.locks
+                .detect_from_waiters(&need.target, &on, &mut self.wakeups);
+        }
+        if b.release_order && need.access == Access::Write {
+            self.note_last_writer(&need.target, b.owner);
+        }
+        if short && !dirty {
+            return false;
+        }
+        let held = self.base_locks.entry(b.owner).or_default();
+        match pos.map(|i| &mut held[i]) {
+            Some(l) => {
+                l.accesses[access_index(need.access)] = true;
+                l.seq = l.seq.max(b.seq);
+                if dirty && l.dirty_at.is_none() {
+                    l.dirty_at = Some(b.seq);
+                }
+            }
+            None => {
+                let mut accesses = [false; 3];
+                accesses[access_index(need.access)] = true;
+                held.push(BaseLock {
+                    target: need.target.clone(),
+                    holder: b.owner,
+                    sub: stmt.txn,
+                    accesses,
+                    seq: b.seq,
+                    dirty_at: dirty.then_some(b.seq),
+                });
+            }
+        }
+        dirty
+    }
+
+    /// Salt: `owner` is now the last BASE writer of `target`. Sweeps the
+    /// pointers of writers that no longer hold their row when the map
+    /// grows past a bound.
+    fn note_last_writer(&mut self, target: &LockTarget, owner: TxnId) {
+        const SWEEP_AT: usize = 1 << 16;
+        match self.last_writer.get_mut(target) {
+            Some(w) => *w = owner,
+            None => {
+                if self.last_writer.len() >= SWEEP_AT {
+                    let locks = &self.locks;
+                    self.last_writer.retain(|t, w| locks.holds(*w, t));
+                }
+                self.last_writer.insert(target.clone(), owner);
+            }
+        }
+    }
+}
