@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use brine_cluster::protocol::protocol_by_name;
-use brine_cluster::{Client, Cluster, ClusterConfig, StatsSnapshot};
+use brine_cluster::{Client, Cluster, ClusterConfig, DeadlockPolicy, StatsSnapshot};
 use brine_core::Error;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -56,11 +56,20 @@ pub struct BenchSpec {
     /// The cluster of every point; `protocol` is replaced by each entry of
     /// `protocols` in turn.
     pub cluster: ClusterConfig,
-    /// Protocols to run; the first is the baseline of the ratios. A
-    /// `callas@LABEL` entry runs Callas under the grouping `groupings`
-    /// labels LABEL (plain `callas`: `cluster.grouping`), so one run can
-    /// compare several groupings.
+    /// Protocols to run; the first `baseline` entries are the baseline of
+    /// the ratios. A `callas@LABEL` entry runs Callas under the grouping
+    /// `groupings` labels LABEL (plain `callas`: `cluster.grouping`), so
+    /// one run can compare several groupings; any other protocol's label
+    /// is a deadlock handling it runs under (`acid@wait-die`,
+    /// `acid@detect`, `acid@timeout`), whatever `deadlock_per_protocol`
+    /// and `cluster.lock.policy` say.
     pub protocols: Vec<String>,
+    /// How many leading `protocols` entries form the baseline: each
+    /// point's ratio is against the best of them at its client count, and
+    /// each peak ratio against the best of their peaks. 1: the first entry
+    /// alone; [`best_acid_baseline`] makes `acid` one entry per deadlock
+    /// handling, all of them the baseline.
+    pub baseline: usize,
     /// Labelled Callas groupings, for `callas@LABEL` entries.
     pub groupings: Vec<(String, brine_cluster::Grouping)>,
     /// Client counts to sweep, in order.
@@ -91,6 +100,42 @@ fn split_label(protocol: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// The deadlock handlings `acid` is measured under by the `best`
+/// baseline policy. Timeout-only is not among them: it handles a deadlock
+/// by waiting out the lock wait timeout (500 ms), so it can only tie the
+/// detector where there are none and loses wherever there are
+/// (`docs/results/baselines.md`); `acid@timeout` still runs it.
+pub const BEST_OF: [DeadlockPolicy; 2] = [DeadlockPolicy::WaitDie, DeadlockPolicy::Detect];
+
+/// The `best` baseline policy: when `protocols` compares something
+/// against a plain `acid` first, `acid` becomes one entry per deadlock
+/// handling in [`BEST_OF`] (`acid@wait-die`, `acid@detect`), and the
+/// ratios are against the best of them at each client count. Returns how
+/// many leading entries form the baseline (`BenchSpec::baseline`): 1
+/// when nothing was expanded.
+pub fn best_acid_baseline(protocols: &mut Vec<String>) -> usize {
+    if protocols.len() < 2 || protocols[0] != "acid" {
+        return 1;
+    }
+    let variants: Vec<String> = BEST_OF
+        .iter()
+        .map(|p| format!("acid@{}", deadlock_name(p)))
+        .collect();
+    let n = variants.len();
+    protocols.splice(0..1, variants);
+    n
+}
+
+/// The deadlock handling a `protocol@LABEL` label names.
+fn deadlock_label(label: &str) -> Option<DeadlockPolicy> {
+    match label {
+        "wait-die" => Some(DeadlockPolicy::WaitDie),
+        "detect" => Some(DeadlockPolicy::Detect),
+        "timeout" => Some(DeadlockPolicy::TimeoutOnly),
+        _ => None,
+    }
+}
+
 impl BenchSpec {
     /// The grouping labelled `label`.
     fn grouping(&self, label: &str) -> Result<&brine_cluster::Grouping> {
@@ -105,21 +150,45 @@ impl BenchSpec {
             })
     }
 
+    /// The deadlock handling the `protocol` entry runs under: its label's
+    /// (`acid@detect`), else its protocol's default with
+    /// `deadlock_per_protocol`, else `cluster.lock.policy`.
+    pub fn deadlock_policy(&self, protocol: &str) -> DeadlockPolicy {
+        let (name, label) = split_label(protocol);
+        match label.filter(|_| name != "callas").and_then(deadlock_label) {
+            Some(policy) => policy,
+            None if self.deadlock_per_protocol => {
+                brine_cluster::protocol::default_deadlock_policy(name)
+            }
+            None => self.cluster.lock.policy,
+        }
+    }
+
     /// Rejects what cannot run, before anything is started.
     pub fn validate(&self) -> Result<()> {
         if self.protocols.is_empty() {
             return Err(BenchError::Config("no protocol to run".into()));
         }
+        if self.baseline == 0 || self.baseline > self.protocols.len() {
+            return Err(BenchError::Config(format!(
+                "the baseline is {} of the {} compared protocols: it must be at least the first and at most all",
+                self.baseline,
+                self.protocols.len()
+            )));
+        }
         for p in &self.protocols {
             let (name, label) = split_label(p);
             protocol_by_name(name).map_err(|e| BenchError::Config(e.to_string()))?;
-            if let Some(label) = label {
-                if name != "callas" {
+            match label {
+                Some(label) if name == "callas" => {
+                    self.grouping(label)?;
+                }
+                Some(label) if deadlock_label(label).is_none() => {
                     return Err(BenchError::Config(format!(
-                        "`{p}`: only callas takes a grouping label (callas@LABEL)"
+                        "`{p}`: after @, callas takes a grouping label and every other protocol a deadlock handling (wait-die, detect, timeout)"
                     )));
                 }
-                self.grouping(label)?;
+                _ => {}
             }
         }
         for (label, _) in &self.groupings {
@@ -174,6 +243,38 @@ impl BenchSpec {
             .map_err(|e| BenchError::Config(e.to_string()))
     }
 
+    /// Says at which level the compared protocols run when that is not
+    /// simply the cluster's for every one of them: procedures that declare
+    /// they need less (`ProcedureDef::isolation`) run at it, except under
+    /// Callas, which runs every procedure at the cluster's level. `None`
+    /// when every procedure runs at the cluster's level under every
+    /// protocol.
+    fn isolation_note(&self, workloads: &[Arc<dyn Workload>]) -> Option<String> {
+        let level = self.cluster.isolation;
+        let app = workloads.first()?.application();
+        let weaker: Vec<String> = app
+            .procedures
+            .iter()
+            .filter_map(|p| {
+                let own = p.isolation.filter(|i| *i < level)?;
+                Some(format!("{} at {own}", p.name))
+            })
+            .collect();
+        if weaker.is_empty() {
+            return None;
+        }
+        let callas = self.protocols.iter().any(|p| split_label(p).0 == "callas");
+        Some(format!(
+            "{level} for every protocol; {} (declared: needs no more){}",
+            weaker.join(", "),
+            if callas {
+                format!(", except under callas, which runs every procedure at {level}")
+            } else {
+                String::new()
+            }
+        ))
+    }
+
     /// The report's `config` object.
     pub fn config_json(&self, workloads: &[Arc<dyn Workload>]) -> Map<String, Json> {
         let c = &self.cluster;
@@ -188,12 +289,21 @@ impl BenchSpec {
         m.insert("link_jitter_us".into(), json!(c.link.jitter_us));
         m.insert("seed".into(), json!(c.seed));
         m.insert("isolation".into(), json!(c.isolation.to_string()));
-        let deadlock = if self.deadlock_per_protocol {
-            "per-protocol (acid: wait-die; salt: detect)".to_string()
+        if let Some(note) = self.isolation_note(workloads) {
+            m.insert("isolation_note".into(), json!(note));
+        }
+        // What each compared entry ran under: one name when they agree.
+        let deadlocks: Map<String, Json> = self
+            .protocols
+            .iter()
+            .map(|p| (p.clone(), json!(deadlock_name(&self.deadlock_policy(p)))))
+            .collect();
+        let first = deadlocks.values().next().cloned().unwrap_or(Json::Null);
+        if deadlocks.values().all(|d| *d == first) {
+            m.insert("deadlock".into(), first);
         } else {
-            deadlock_name(&c.lock.policy)
-        };
-        m.insert("deadlock".into(), json!(deadlock));
+            m.insert("deadlock".into(), Json::Object(deadlocks));
+        }
         m.insert(
             "lock_timeout_ms".into(),
             json!(c.lock.wait_timeout.as_millis() as u64),
@@ -218,7 +328,18 @@ impl BenchSpec {
                 .collect();
             m.insert("groupings".into(), Json::Object(labelled));
         }
-        m.insert("baseline".into(), json!(self.protocols.first()));
+        let baseline = &self.protocols[..self.baseline.min(self.protocols.len())];
+        m.insert(
+            "baseline".into(),
+            if baseline.len() > 1 {
+                json!({
+                    "rule": "best at each client count",
+                    "of": baseline,
+                })
+            } else {
+                json!(baseline.first())
+            },
+        );
         m.insert("clients".into(), json!(self.clients));
         m.insert("warmup_s".into(), json!(self.warmup.as_secs_f64()));
         m.insert("duration_s".into(), json!(self.duration.as_secs_f64()));
@@ -313,7 +434,12 @@ pub async fn run_bench(
         }
         results.push(r);
     }
-    Ok(BenchReport::new(name, spec.config_json(workloads), results))
+    Ok(BenchReport::with_baseline(
+        name,
+        spec.config_json(workloads),
+        results,
+        spec.baseline,
+    ))
 }
 
 /// One measured point on a freshly started and loaded cluster. With
@@ -350,12 +476,11 @@ async fn measure_point(
     if name != "callas" {
         config.grouping = None;
     }
-    if let Some(label) = label {
+    if let Some(label) = label.filter(|_| name == "callas") {
         config.grouping = Some(spec.grouping(label)?.clone());
     }
-    if spec.deadlock_per_protocol {
-        config.lock.policy = brine_cluster::protocol::default_deadlock_policy(name);
-    }
+    config.lock.policy = spec.deadlock_policy(&protocol);
+    let deadlock = deadlock_name(&config.lock.policy);
     // A durable point gets a fresh data directory (removed when `_data`
     // drops, after the cluster).
     let _data = crate::durability::point_data(&mut config)?;
@@ -507,6 +632,7 @@ async fn measure_point(
         measured_s,
         warmup_s: spec.warmup.as_secs_f64(),
         isolation,
+        deadlock,
         topology,
         workload_metrics: workload.metrics(),
         durability,
@@ -535,6 +661,7 @@ struct PointInputs {
     measured_s: f64,
     warmup_s: f64,
     isolation: String,
+    deadlock: String,
     topology: String,
     workload_metrics: Map<String, Json>,
     check: String,
@@ -615,9 +742,11 @@ fn point_result(p: PointInputs) -> PointResult {
         measured_s: p.measured_s,
         warmup_s: p.warmup_s,
         isolation: p.isolation,
+        deadlock: p.deadlock,
         topology: p.topology,
         peak: false,
         throughput_ratio_vs_baseline: None,
+        baseline: None,
         round: 1,
         workload_metrics: p.workload_metrics,
         check: p.check,
@@ -931,6 +1060,7 @@ mod tests {
             deadlock_per_protocol: false,
             remote: None,
             rounds: 1,
+            baseline: 1,
         };
         let e = spec.validate().unwrap_err().to_string();
         assert!(e.contains("nope"), "{e}");

@@ -184,5 +184,10 @@ pub async fn run_bench_durability(
         "group_commit_window_us".into(),
         json!(spec.cluster.durability.group_commit_window.as_micros() as u64),
     );
-    Ok(BenchReport::new(name, config, results))
+    Ok(BenchReport::with_baseline(
+        name,
+        config,
+        results,
+        spec.baseline,
+    ))
 }

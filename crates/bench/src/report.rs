@@ -74,6 +74,9 @@ pub struct PointResult {
     pub measured_s: f64,
     pub warmup_s: f64,
     pub isolation: String,
+    /// The deadlock handling the point ran under (`wait-die`, `detect`,
+    /// `timeout`).
+    pub deadlock: String,
     /// The cluster's topology line (`ClusterConfig`'s Display).
     pub topology: String,
     /// True for the point of highest throughput among the points of the same
@@ -83,6 +86,10 @@ pub struct PointResult {
     /// client count and variant (absent without `--compare`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub throughput_ratio_vs_baseline: Option<f64>,
+    /// The baseline point that ratio is against: the best of the baseline
+    /// series at this client count, variant and round (`acid@detect`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
     /// Which measurement of the point this is (1 to `--rounds`).
     pub round: u32,
     /// Workload-specific counters (e.g. the bank's `total_violations`).
@@ -205,12 +212,47 @@ pub struct BenchReport {
     /// point's median over the rounds.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub round_ratios: BTreeMap<String, Vec<f64>>,
+    /// The baseline when it is the best of several series (`acid` under
+    /// each deadlock handling): which one was best where.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineReport>,
+    /// When `raw` was compared: each other series' peak over raw's peak,
+    /// the share of the ceiling that no protocol passes on this machine.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub raw_share: BTreeMap<String, f64>,
+}
+
+/// A baseline made of several series: the ratios are against the best of
+/// them at each client count (and peak against the best peak).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct BaselineReport {
+    /// The series the baseline is the best of.
+    pub of: Vec<String>,
+    /// The name the ratios give it (`salt/acid`).
+    pub name: String,
+    /// Per workload variant and client count, the best series and its
+    /// (median) throughput.
+    pub chosen: Vec<Peak>,
+    /// The best of their peaks: the denominator of `ratios`.
+    pub peak: Vec<Peak>,
 }
 
 impl BenchReport {
-    /// Builds the report: marks peaks and computes ratios. A point
-    /// measured in several rounds counts with its median throughput.
-    pub fn new(workload: &str, config: Map<String, Json>, mut results: Vec<PointResult>) -> Self {
+    /// Builds the report with the first compared protocol as the baseline.
+    pub fn new(workload: &str, config: Map<String, Json>, results: Vec<PointResult>) -> Self {
+        BenchReport::with_baseline(workload, config, results, 1)
+    }
+
+    /// Builds the report: marks peaks and computes ratios against the
+    /// best of the first `baseline` protocols (`BenchSpec::baseline`). A
+    /// point measured in several rounds counts with its median throughput.
+    pub fn with_baseline(
+        workload: &str,
+        config: Map<String, Json>,
+        mut results: Vec<PointResult>,
+        baseline: usize,
+    ) -> Self {
+        let in_base = |pi: usize| pi < baseline.max(1);
         let mut runs: BTreeMap<(usize, usize, u32), Vec<f64>> = BTreeMap::new();
         for r in &results {
             runs.entry((r.variant, r.protocol_index, r.clients))
@@ -244,22 +286,25 @@ impl BenchReport {
             })
             .collect();
 
-        // Per-point ratios against the baseline at the same variant,
-        // clients and round.
-        let base: BTreeMap<(usize, u32, u32), f64> = results
-            .iter()
-            .filter(|r| r.protocol_index == 0)
-            .map(|r| ((r.variant, r.clients, r.round), r.throughput_tps))
-            .collect();
-        let compared = results.iter().any(|r| r.protocol_index > 0);
+        let by_durability = durability_compared(&results);
+        // Per-point ratios against the best baseline point at the same
+        // variant, clients and round.
+        let mut base: BTreeMap<(usize, u32, u32), (f64, String)> = BTreeMap::new();
+        for r in results.iter().filter(|r| in_base(r.protocol_index)) {
+            let best = base
+                .entry((r.variant, r.clients, r.round))
+                .or_insert((f64::NEG_INFINITY, String::new()));
+            if r.throughput_tps > best.0 {
+                *best = (r.throughput_tps, r.series(by_durability));
+            }
+        }
+        let compared = results.iter().any(|r| !in_base(r.protocol_index));
         for r in results.iter_mut() {
-            r.throughput_ratio_vs_baseline = if compared {
-                base.get(&(r.variant, r.clients, r.round))
-                    .filter(|b| **b > 0.0)
-                    .map(|b| ratio(r.throughput_tps, *b))
-            } else {
-                None
-            };
+            let b = base
+                .get(&(r.variant, r.clients, r.round))
+                .filter(|(b, _)| compared && *b > 0.0);
+            r.throughput_ratio_vs_baseline = b.map(|(b, _)| ratio(r.throughput_tps, *b));
+            r.baseline = b.map(|(_, name)| name.clone());
         }
 
         let mut ratios = BTreeMap::new();
@@ -278,14 +323,29 @@ impl BenchReport {
             )
         };
         let mut protocols: BTreeMap<usize, String> = BTreeMap::new();
-        let by_durability = durability_compared(&results);
         for r in &results {
             protocols.insert(r.protocol_index, r.series(by_durability));
         }
-        if let Some(base_name) = protocols.get(&0).cloned() {
-            for (&pi, name) in protocols.iter().filter(|(&pi, _)| pi > 0) {
+        let base_pis: Vec<usize> = protocols
+            .keys()
+            .copied()
+            .filter(|&pi| in_base(pi))
+            .collect();
+        let base_tps =
+            |variant: Option<usize>| max_of(base_pis.iter().filter_map(|&pi| max_tps(pi, variant)));
+        // Several baseline series share one name in the ratios: their
+        // protocol's (`acid@wait-die`, `acid@detect` -> `acid`).
+        let base_name = match base_pis.as_slice() {
+            [] => None,
+            [pi] => protocols.get(pi).cloned(),
+            [pi, ..] => protocols
+                .get(pi)
+                .map(|n| n.split('@').next().unwrap_or(n).to_string()),
+        };
+        if let Some(base_name) = base_name.clone() {
+            for (&pi, name) in protocols.iter().filter(|(&pi, _)| !in_base(pi)) {
                 let key = format!("{name}/{base_name}");
-                if let (Some(p), Some(b)) = (max_tps(pi, None), max_tps(0, None)) {
+                if let (Some(p), Some(b)) = (max_tps(pi, None), base_tps(None)) {
                     if b > 0.0 {
                         ratios.insert(key.clone(), ratio(p, b));
                     }
@@ -306,7 +366,7 @@ impl BenchReport {
                                 params_label(&shown)
                             })
                             .unwrap_or_default();
-                        if let (Some(p), Some(b)) = (max_tps(pi, Some(v)), max_tps(0, Some(v))) {
+                        if let (Some(p), Some(b)) = (max_tps(pi, Some(v)), base_tps(Some(v))) {
                             if b > 0.0 {
                                 ratios.insert(format!("{key}@{label}"), ratio(p, b));
                             }
@@ -319,25 +379,54 @@ impl BenchReport {
         let mut round_ratios = BTreeMap::new();
         let rounds = rounds_of(&results);
         if rounds > 1 {
-            let round_peak = |pi: usize, round: u32| {
+            let round_peak = |base: bool, pi: usize, round: u32| {
                 max_of(
                     results
                         .iter()
-                        .filter(|r| r.protocol_index == pi && r.round == round)
+                        .filter(|r| {
+                            r.round == round
+                                && if base {
+                                    in_base(r.protocol_index)
+                                } else {
+                                    r.protocol_index == pi
+                                }
+                        })
                         .map(|r| r.throughput_tps),
                 )
             };
-            if let Some(base_name) = protocols.get(&0) {
-                for (&pi, name) in protocols.iter().filter(|(&pi, _)| pi > 0) {
+            if let Some(base_name) = &base_name {
+                for (&pi, name) in protocols.iter().filter(|(&pi, _)| !in_base(pi)) {
                     let per_round: Vec<f64> = (1..=rounds)
-                        .filter_map(
-                            |round| match (round_peak(pi, round), round_peak(0, round)) {
+                        .filter_map(|round| {
+                            match (round_peak(false, pi, round), round_peak(true, 0, round)) {
                                 (Some(p), Some(b)) if b > 0.0 => Some(ratio(p, b)),
                                 _ => None,
-                            },
-                        )
+                            }
+                        })
                         .collect();
                     round_ratios.insert(format!("{name}/{base_name}"), per_round);
+                }
+            }
+        }
+
+        let baseline = (base_pis.len() > 1)
+            .then(|| {
+                let name = base_name.clone()?;
+                Some(baseline_report(
+                    &results, &medians, &base_pis, &protocols, name,
+                ))
+            })
+            .flatten();
+
+        let mut raw_share = BTreeMap::new();
+        let raw = protocols
+            .iter()
+            .find(|(_, n)| n.split('@').next() == Some("raw"))
+            .map(|(&pi, _)| pi);
+        if let Some(raw_peak) = raw.and_then(|pi| max_tps(pi, None)).filter(|t| *t > 0.0) {
+            for (&pi, name) in protocols.iter().filter(|(&pi, _)| Some(pi) != raw) {
+                if let Some(p) = max_tps(pi, None) {
+                    raw_share.insert(name.clone(), ratio(p, raw_peak));
                 }
             }
         }
@@ -349,6 +438,8 @@ impl BenchReport {
             ratios,
             peak,
             round_ratios,
+            baseline,
+            raw_share,
         }
     }
 
@@ -430,6 +521,49 @@ impl BenchReport {
                 "ratio {k} per round (peak against peak) = {}",
                 each.join(", ")
             );
+        }
+        if let Some(b) = &self.baseline {
+            let _ = writeln!(
+                s,
+                "baseline `{}`: the best of {} at each client count",
+                b.name,
+                b.of.join(", ")
+            );
+            let variants = self.results.iter().map(|r| r.variant).max().unwrap_or(0) > 0;
+            // One client count per variant: the peaks are those points.
+            let lines: &[(&str, &Vec<Peak>)] = if b.chosen.len() == b.peak.len() {
+                &[("at", &b.chosen)]
+            } else {
+                &[("at", &b.chosen), ("peak", &b.peak)]
+            };
+            for &(what, points) in lines {
+                let each: Vec<String> = points
+                    .iter()
+                    .map(|p| {
+                        let variant = if variants {
+                            format!("{} ", params_label(&p.params))
+                        } else {
+                            String::new()
+                        };
+                        format!(
+                            "{variant}{} clients {} {:.1}",
+                            p.clients, p.protocol, p.throughput_tps
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(s, "  {what}: {}", each.join("; "));
+            }
+        }
+        if !self.raw_share.is_empty() {
+            let each: Vec<String> = self
+                .raw_share
+                .iter()
+                .map(|(k, v)| format!("{k} {:.0}%", v * 100.0))
+                .collect();
+            let _ = writeln!(s, "share of raw's peak ({of}): {}", each.join(", "));
+        }
+        if let Some(note) = self.config.get("isolation_note").and_then(Json::as_str) {
+            let _ = writeln!(s, "isolation: {note}");
         }
         s
     }
@@ -658,6 +792,66 @@ fn max_of(xs: impl Iterator<Item = f64>) -> Option<f64> {
     xs.fold(None, |m, x| Some(m.map_or(x, |m: f64| m.max(x))))
 }
 
+/// Which of the baseline series `base_pis` was best at each variant and
+/// client count (by median throughput), and at its peak per variant.
+fn baseline_report(
+    results: &[PointResult],
+    medians: &BTreeMap<(usize, usize, u32), f64>,
+    base_pis: &[usize],
+    series: &BTreeMap<usize, String>,
+    name: String,
+) -> BaselineReport {
+    let params_of = |variant: usize| {
+        results
+            .iter()
+            .find(|r| r.variant == variant)
+            .map(|r| r.params.clone())
+            .unwrap_or_default()
+    };
+    let mut best: BTreeMap<(usize, u32), (f64, usize)> = BTreeMap::new();
+    for (&(variant, pi, clients), &t) in medians {
+        if base_pis.contains(&pi) {
+            let b = best.entry((variant, clients)).or_insert((t, pi));
+            if t > b.0 {
+                *b = (t, pi);
+            }
+        }
+    }
+    // In sweep order: client counts as the results list them.
+    let mut chosen = Vec::new();
+    let mut peak: BTreeMap<usize, Peak> = BTreeMap::new();
+    for r in results {
+        let Some(&(t, pi)) = best.get(&(r.variant, r.clients)) else {
+            continue;
+        };
+        if chosen
+            .iter()
+            .any(|(v, c, _): &(usize, u32, Peak)| (*v, *c) == (r.variant, r.clients))
+        {
+            continue;
+        }
+        let p = Peak {
+            protocol: series.get(&pi).cloned().unwrap_or_default(),
+            clients: r.clients,
+            throughput_tps: t,
+            params: params_of(r.variant),
+        };
+        if peak.get(&r.variant).is_none_or(|q| t > q.throughput_tps) {
+            peak.insert(r.variant, p.clone());
+        }
+        chosen.push((r.variant, r.clients, p));
+    }
+    BaselineReport {
+        of: base_pis
+            .iter()
+            .filter_map(|pi| series.get(pi).cloned())
+            .collect(),
+        name,
+        chosen: chosen.into_iter().map(|(_, _, p)| p).collect(),
+        peak: peak.into_values().collect(),
+    }
+}
+
 /// The median of `v` (the mean of the middle two for an even count).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -712,9 +906,11 @@ mod tests {
             measured_s: 1.0,
             warmup_s: 0.0,
             isolation: "serializable".into(),
+            deadlock: "wait-die".into(),
             topology: "t".into(),
             peak: false,
             throughput_ratio_vs_baseline: None,
+            baseline: None,
             round: 1,
             workload_metrics: Map::new(),
             check: "not run".into(),
@@ -747,6 +943,66 @@ mod tests {
         assert_eq!(rep.ratios.len(), 1);
         assert_eq!(rep.results[5].throughput_ratio_vs_baseline, Some(4.0));
         assert!(rep.results[1].peak && !rep.results[0].peak);
+    }
+
+    #[test]
+    fn a_baseline_of_several_series_is_their_best_at_each_client_count() {
+        let results = vec![
+            point("acid@wait-die", 0, 0, 8, 400.0),
+            point("acid@wait-die", 0, 0, 64, 300.0),
+            point("acid@detect", 1, 0, 8, 200.0),
+            point("acid@detect", 1, 0, 64, 500.0),
+            point("salt", 2, 0, 8, 800.0),
+            point("salt", 2, 0, 64, 1000.0),
+            point("raw", 3, 0, 8, 1000.0),
+            point("raw", 3, 0, 64, 2000.0),
+        ];
+        let rep = BenchReport::with_baseline("micro", Map::new(), results, 2);
+        // Each point against the better variant at its client count.
+        let salt: Vec<(Option<f64>, Option<&str>)> = rep.results[4..6]
+            .iter()
+            .map(|r| (r.throughput_ratio_vs_baseline, r.baseline.as_deref()))
+            .collect();
+        assert_eq!(
+            salt,
+            vec![
+                (Some(2.0), Some("acid@wait-die")),
+                (Some(2.0), Some("acid@detect"))
+            ]
+        );
+        assert_eq!(rep.results[0].throughput_ratio_vs_baseline, Some(1.0));
+        assert_eq!(rep.results[2].throughput_ratio_vs_baseline, Some(0.5));
+        // Peak against the best peak, under the protocol's own name; the
+        // variants get no ratio of their own.
+        assert_eq!(rep.ratios.get("salt/acid"), Some(&2.0));
+        assert_eq!(rep.ratios.get("raw/acid"), Some(&4.0));
+        assert_eq!(rep.ratios.len(), 2);
+        let b = rep.baseline.as_ref().expect("a best-of baseline");
+        assert_eq!(b.of, vec!["acid@wait-die", "acid@detect"]);
+        let chosen: Vec<(u32, &str)> = b
+            .chosen
+            .iter()
+            .map(|p| (p.clients, p.protocol.as_str()))
+            .collect();
+        assert_eq!(chosen, vec![(8, "acid@wait-die"), (64, "acid@detect")]);
+        assert_eq!(b.peak[0].protocol, "acid@detect");
+        assert_eq!(rep.raw_share.get("salt"), Some(&0.5));
+        assert_eq!(rep.raw_share.get("acid@wait-die"), Some(&0.2));
+        assert!(!rep.raw_share.contains_key("raw"));
+        let summary = rep.render_summary();
+        assert!(
+            summary.contains("best of acid@wait-die, acid@detect"),
+            "{summary}"
+        );
+        assert!(summary.contains("share of raw's peak"), "{summary}");
+        // One series: no best-of report, the first is the baseline.
+        let mut rest = rep.results[4..8].to_vec();
+        for r in &mut rest {
+            r.protocol_index -= 2;
+        }
+        let single = BenchReport::new("micro", Map::new(), rest);
+        assert!(single.baseline.is_none());
+        assert_eq!(single.results[2].baseline.as_deref(), Some("salt"));
     }
 
     #[test]

@@ -37,6 +37,7 @@ fn spec(grouping: Option<&str>, isolation: Isolation, clients: u32, secs: f64) -
         deadlock_per_protocol: false,
         remote: None,
         rounds: 1,
+        baseline: 1,
     }
 }
 

@@ -88,6 +88,7 @@ async fn record_with(
         deadlock_per_protocol: false,
         remote: None,
         rounds: 1,
+        baseline: 1,
     };
     run_bench(&spec, &[run.workload], |_| {}).await?;
     let history = brine_check::read_file(&path).map_err(|e| BenchError::Internal(e.to_string()))?;

@@ -25,6 +25,7 @@ fn spec(clients: &[u32], protocols: &[&str], secs: f64, isolation: Isolation) ->
         deadlock_per_protocol: false,
         remote: None,
         rounds: 1,
+        baseline: 1,
     }
 }
 

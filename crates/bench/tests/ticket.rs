@@ -361,6 +361,7 @@ async fn invariants_hold_after_a_contended_serializable_run() -> Result<(), Benc
         deadlock_per_protocol: false,
         remote: None,
         rounds: 1,
+        baseline: 1,
     };
     let report = run_bench(&spec, &[w], |_| {}).await?;
     let r = &report.results[0];

@@ -656,6 +656,7 @@ async fn multi_client_serializable_run_keeps_consistency() -> R {
         deadlock_per_protocol: false,
         remote: None,
         rounds: 1,
+        baseline: 1,
     };
     let report = run_bench(&spec, &[w], |_| {}).await?;
     let r = &report.results[0];

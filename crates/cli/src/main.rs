@@ -255,9 +255,20 @@ struct BenchArgs {
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     warmup: f64,
 
-    /// Protocols to compare in this run, comma-separated; ratios are against the first.
+    /// Protocols to compare in this run, comma-separated; ratios are against the first (see
+    /// --baseline). `callas@LABEL` runs a labelled --grouping; any other protocol may name a
+    /// deadlock handling to run under: `acid@wait-die`, `acid@detect`, `acid@timeout`.
     #[arg(long, value_name = "LIST", conflicts_with = "protocol")]
     compare: Option<String>,
+
+    /// What the ratios of a comparison are against. `best` (the default): when the first
+    /// compared protocol is `acid` and --deadlock is not given, acid runs under each deadlock
+    /// handling (acid@wait-die, acid@detect) on the same request streams, and every ratio is
+    /// against the best of them at each client count (peak against the best peak). A
+    /// protocol entry (`acid@wait-die`) pins the baseline: it replaces a first entry of the
+    /// same protocol, or runs first.
+    #[arg(long, value_name = "B", default_value = "best")]
+    baseline: String,
 
     /// Measure every point N times, the compared protocols taking turns at each client count
     /// (so a slow stretch of the machine falls on all of them); peaks and ratios then use
@@ -503,9 +514,29 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         .into_iter()
         .map(|c| c as u32)
         .collect();
-    let protocols = match &args.compare {
+    let mut protocols = match &args.compare {
         Some(list) => parse_names(list, "--compare").map_err(BenchError::Config)?,
         None => vec![args.protocol.clone().unwrap_or_else(|| "acid".into())],
+    };
+    let baseline = match args.baseline.trim() {
+        "best" if args.deadlock.is_none() => {
+            brine_bench::driver::best_acid_baseline(&mut protocols)
+        }
+        // --deadlock pins every protocol's handling, the baseline's too.
+        "best" => 1,
+        "" => {
+            return Err(BenchError::Config(
+                "--baseline: empty (best, or a protocol such as acid@wait-die)".into(),
+            ))
+        }
+        pinned => {
+            let same = |p: &String| p.split('@').next() == pinned.split('@').next();
+            match protocols.first() {
+                Some(first) if same(first) => protocols[0] = pinned.to_string(),
+                _ => protocols.insert(0, pinned.to_string()),
+            }
+            1
+        }
     };
     let mut cluster = ClusterConfig {
         nodes: args.nodes,
@@ -605,6 +636,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         deadlock_per_protocol: args.deadlock.is_none(),
         remote: None,
         rounds: args.rounds,
+        baseline,
     })
 }
 

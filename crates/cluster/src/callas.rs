@@ -909,31 +909,18 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
         let c = &ctx.shared.counters;
         // One transaction still short of the rank (the last) is waited for
         // at the partitions, with the piece's statements; the others here.
-        // The chain walk, done once per transaction: one found deep while
-        // choosing the hold is waited for to commit without a second walk
-        // (a chain decided since only makes that wait short).
         let chained = |d: &Progress| d.uncommitted_depth(MAX_CHAIN) >= MAX_CHAIN;
-        let mut deep: SmallVec<[Option<bool>; 4]> = SmallVec::from_elem(None, deps.len());
         let hold = if ctx.shared.rank_holds {
-            (0..deps.len()).rev().find(|&i| {
-                let d = &deps[i].1;
-                !d.has_reached(r) && !*deep[i].insert(chained(d))
-            })
+            (0..deps.len())
+                .rev()
+                .find(|&i| !deps[i].1.has_reached(r) && !chained(&deps[i].1))
         } else {
             None
         };
-        // Newest first: the newest dependencies are the furthest behind,
-        // and by the time one reaches the rank the older ones mostly have
-        // too, so most of the rest need no wait (on ticketing at 256
-        // clients, about 10,000 waits in 5 s instead of 900,000 short ones,
-        // each a wake-up of the coordinator's task).
-        for (i, (_, d)) in deps.iter().enumerate().rev() {
-            if Some(i) == hold {
-                continue;
-            }
-            tracing::trace!(%owner, rank = r, "rank wait");
+        let wait = |d: Arc<Progress>, commit: bool| async move {
+            tracing::trace!(%owner, rank = r, commit, "rank wait");
             let patience = ctx.shared.wait_timeout;
-            let waited = if deep[i].unwrap_or_else(|| chained(d)) {
+            let waited = if commit {
                 d.committed(patience).await
             } else {
                 d.reached(r, patience).await
@@ -948,6 +935,35 @@ pub(crate) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
                     return Err(e);
                 }
             }
+            Ok(())
+        };
+        // First the dependencies whose chains are short, for their rank,
+        // newest first: the newest are the furthest behind, and by the
+        // time one reaches the rank the older ones mostly have too, so
+        // most of the rest need no wait (on ticketing at 256 clients,
+        // about 10,000 waits in 5 s instead of 900,000 short ones, each a
+        // wake-up of the coordinator's task).
+        let mut deep: SmallVec<[usize; 4]> = SmallVec::new();
+        for (i, (_, d)) in deps.iter().enumerate().rev() {
+            if Some(i) == hold {
+                continue;
+            }
+            if chained(d) {
+                deep.push(i);
+            } else {
+                wait(d.clone(), false).await?;
+            }
+        }
+        // Then the deep ones, oldest first, each asked again: the waits
+        // before it give its chain time to commit, and a chain still deep
+        // is waited for to commit, not only to reach the rank. (Waiting
+        // for the commit of every dependency found deep at the start, or
+        // asking the newest first, serialized the pipeline: inter-group
+        // at 100:1 fell from 12,000 to 7,000 txn/s;
+        // `docs/results/baselines.md`.)
+        for &i in deep.iter().rev() {
+            let d = &deps[i].1;
+            wait(d.clone(), chained(d)).await?;
         }
         if let Some((t, d)) = hold.map(|i| deps.swap_remove(i)) {
             if let Some(c) = ctx.state.lock().callas.as_mut() {

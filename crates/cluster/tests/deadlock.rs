@@ -78,3 +78,30 @@ fn a_cycle_through_two_partitions_is_broken_by_the_detector_at_once() {
         assert_eq!([one, two], [money(101), money(101)]);
     });
 }
+
+/// The detector's looks cross the simulated link like every other message
+/// between nodes (it runs on node 0; a partition on node 1 is asked for
+/// its wait-for graph over the link, and answers over it), so they count
+/// in the link's statistics: an idle cluster under the detector still
+/// sends messages, one look per period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_detector_s_looks_cross_the_link() {
+    let mut config = config(Isolation::Serializable, DeadlockPolicy::Detect);
+    config.link.delay_us = 50;
+    let c = bank_with(config, 4).await;
+    let link = c.link_stats();
+    let sent = || link.messages.load(std::sync::atomic::Ordering::Relaxed);
+    let before = sent();
+    // No transaction runs from here on: whatever crosses the link now is
+    // the detector's.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sent() < before + 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no detector message crossed the link in 10 s ({} before, {} now)",
+            before,
+            sent()
+        );
+        tokio::time::sleep(deadlock::PERIOD).await;
+    }
+}
