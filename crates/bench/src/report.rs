@@ -947,16 +947,20 @@ mod tests {
 
     #[test]
     fn a_baseline_of_several_series_is_their_best_at_each_client_count() {
-        let results = vec![
-            point("acid@wait-die", 0, 0, 8, 400.0),
-            point("acid@wait-die", 0, 0, 64, 300.0),
-            point("acid@detect", 1, 0, 8, 200.0),
-            point("acid@detect", 1, 0, 64, 500.0),
-            point("salt", 2, 0, 8, 800.0),
-            point("salt", 2, 0, 64, 1000.0),
-            point("raw", 3, 0, 8, 1000.0),
-            point("raw", 3, 0, 64, 2000.0),
+        // Per series, its throughput at 8 and at 64 clients.
+        let series = [
+            ("acid@wait-die", 400.0, 300.0),
+            ("acid@detect", 200.0, 500.0),
+            ("salt", 800.0, 1000.0),
+            ("raw", 1000.0, 2000.0),
         ];
+        let results: Vec<PointResult> = series
+            .iter()
+            .enumerate()
+            .flat_map(|(pi, &(name, at8, at64))| {
+                [point(name, pi, 0, 8, at8), point(name, pi, 0, 64, at64)]
+            })
+            .collect();
         let rep = BenchReport::with_baseline("micro", Map::new(), results, 2);
         // Each point against the better variant at its client count.
         let salt: Vec<(Option<f64>, Option<&str>)> = rep.results[4..6]
