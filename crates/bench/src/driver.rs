@@ -24,12 +24,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use brine_cluster::protocol::protocol_by_name;
-use brine_cluster::{Client, Cluster, ClusterConfig, DeadlockPolicy, StatsSnapshot};
+use brine_cluster::{Client, Cluster, StatsSnapshot};
 use brine_core::Error;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use serde_json::{json, Map, Value as Json};
+use serde_json::{Map, Value as Json};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -37,11 +36,8 @@ use crate::cpu::{CpuPoint, CpuSample};
 use crate::error::{BenchError, Result};
 use crate::recorder::{round2, Recorder};
 use crate::report::{BenchReport, PointResult};
+use crate::spec::{deadlock_name, parse_entry, BenchSpec, Label};
 use crate::workload::{ClientGen, TxnRequest, Workload};
-
-/// Upper bound on closed-loop clients per point: each is a tokio task with
-/// its own histograms; beyond this the driver, not the cluster, is measured.
-pub const MAX_CLIENTS: u64 = 100_000;
 
 /// Requests a deferred queue holds before clients handing it more wait.
 const DEFERRED_QUEUE_DEPTH: usize = 16;
@@ -49,343 +45,6 @@ const DEFERRED_QUEUE_DEPTH: usize = 16;
 /// How long clients may take to finish their last call after the measured
 /// interval before the run is declared stuck.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// What to run, apart from the workload.
-#[derive(Clone, Debug)]
-pub struct BenchSpec {
-    /// The cluster of every point; `protocol` is replaced by each entry of
-    /// `protocols` in turn.
-    pub cluster: ClusterConfig,
-    /// Protocols to run; the first `baseline` entries are the baseline of
-    /// the ratios. A `callas@LABEL` entry runs Callas under the grouping
-    /// `groupings` labels LABEL (plain `callas`: `cluster.grouping`), so
-    /// one run can compare several groupings; any other protocol's label
-    /// is a deadlock handling it runs under (`acid@wait-die`,
-    /// `acid@detect`, `acid@timeout`), whatever `deadlock_per_protocol`
-    /// and `cluster.lock.policy` say.
-    pub protocols: Vec<String>,
-    /// How many leading `protocols` entries form the baseline: each
-    /// point's ratio is against the best of them at its client count, and
-    /// each peak ratio against the best of their peaks. 1: the first entry
-    /// alone; [`best_acid_baseline`] makes `acid` one entry per deadlock
-    /// handling, all of them the baseline.
-    pub baseline: usize,
-    /// Labelled Callas groupings, for `callas@LABEL` entries.
-    pub groupings: Vec<(String, brine_cluster::Grouping)>,
-    /// Client counts to sweep, in order.
-    pub clients: Vec<u32>,
-    pub warmup: Duration,
-    pub duration: Duration,
-    /// Run the workload's invariant check after every point.
-    pub check: bool,
-    /// Give each protocol its own default deadlock handling
-    /// (`protocol::default_deadlock_policy`) instead of
-    /// `cluster.lock.policy` (what `brine bench` does without --deadlock).
-    pub deadlock_per_protocol: bool,
-    /// Drive a running multi-process cluster instead of starting an
-    /// embedded one (one point; the data must not be loaded yet).
-    pub remote: Option<brine_cluster::remote::RemoteCluster>,
-    /// Times to measure every point (at least 1). With more than one, the
-    /// protocols take turns at each client count, round after round, so a
-    /// slow stretch of the machine falls on all of them; the report's
-    /// peaks and ratios use each point's median over the rounds.
-    pub rounds: u32,
-}
-
-/// `callas@LABEL` -> (`callas`, Some(`LABEL`)); other names as they are.
-fn split_label(protocol: &str) -> (&str, Option<&str>) {
-    match protocol.split_once('@') {
-        Some((name, label)) => (name, Some(label)),
-        None => (protocol, None),
-    }
-}
-
-/// The deadlock handlings `acid` is measured under by the `best`
-/// baseline policy. Timeout-only is not among them: it handles a deadlock
-/// by waiting out the lock wait timeout (500 ms), so it can only tie the
-/// detector where there are none and loses wherever there are
-/// (`docs/results/baselines.md`); `acid@timeout` still runs it.
-pub const BEST_OF: [DeadlockPolicy; 2] = [DeadlockPolicy::WaitDie, DeadlockPolicy::Detect];
-
-/// The `best` baseline policy: when `protocols` compares something
-/// against a plain `acid` first, `acid` becomes one entry per deadlock
-/// handling in [`BEST_OF`] (`acid@wait-die`, `acid@detect`), and the
-/// ratios are against the best of them at each client count. Returns how
-/// many leading entries form the baseline (`BenchSpec::baseline`): 1
-/// when nothing was expanded.
-pub fn best_acid_baseline(protocols: &mut Vec<String>) -> usize {
-    if protocols.len() < 2 || protocols[0] != "acid" {
-        return 1;
-    }
-    let variants: Vec<String> = BEST_OF
-        .iter()
-        .map(|p| format!("acid@{}", deadlock_name(p)))
-        .collect();
-    let n = variants.len();
-    protocols.splice(0..1, variants);
-    n
-}
-
-/// The deadlock handling a `protocol@LABEL` label names.
-fn deadlock_label(label: &str) -> Option<DeadlockPolicy> {
-    match label {
-        "wait-die" => Some(DeadlockPolicy::WaitDie),
-        "detect" => Some(DeadlockPolicy::Detect),
-        "timeout" => Some(DeadlockPolicy::TimeoutOnly),
-        _ => None,
-    }
-}
-
-impl BenchSpec {
-    /// The grouping labelled `label`.
-    fn grouping(&self, label: &str) -> Result<&brine_cluster::Grouping> {
-        self.groupings
-            .iter()
-            .find(|(l, _)| l == label)
-            .map(|(_, g)| g)
-            .ok_or_else(|| {
-                BenchError::Config(format!(
-                    "callas@{label}: no grouping is labelled `{label}` (give --grouping '{label}@name:mechanism=procedure,...')"
-                ))
-            })
-    }
-
-    /// The deadlock handling the `protocol` entry runs under: its label's
-    /// (`acid@detect`), else its protocol's default with
-    /// `deadlock_per_protocol`, else `cluster.lock.policy`.
-    pub fn deadlock_policy(&self, protocol: &str) -> DeadlockPolicy {
-        let (name, label) = split_label(protocol);
-        match label.filter(|_| name != "callas").and_then(deadlock_label) {
-            Some(policy) => policy,
-            None if self.deadlock_per_protocol => {
-                brine_cluster::protocol::default_deadlock_policy(name)
-            }
-            None => self.cluster.lock.policy,
-        }
-    }
-
-    /// Rejects what cannot run, before anything is started.
-    pub fn validate(&self) -> Result<()> {
-        if self.protocols.is_empty() {
-            return Err(BenchError::Config("no protocol to run".into()));
-        }
-        if self.baseline == 0 || self.baseline > self.protocols.len() {
-            return Err(BenchError::Config(format!(
-                "the baseline is {} of the {} compared protocols: it must be at least the first and at most all",
-                self.baseline,
-                self.protocols.len()
-            )));
-        }
-        for p in &self.protocols {
-            let (name, label) = split_label(p);
-            protocol_by_name(name).map_err(|e| BenchError::Config(e.to_string()))?;
-            match label {
-                Some(label) if name == "callas" => {
-                    self.grouping(label)?;
-                }
-                Some(label) if deadlock_label(label).is_none() => {
-                    return Err(BenchError::Config(format!(
-                        "`{p}`: after @, callas takes a grouping label and every other protocol a deadlock handling (wait-die, detect, timeout)"
-                    )));
-                }
-                _ => {}
-            }
-        }
-        for (label, _) in &self.groupings {
-            if !self
-                .protocols
-                .iter()
-                .any(|p| split_label(p) == ("callas", Some(label.as_str())))
-            {
-                return Err(BenchError::Config(format!(
-                    "grouping `{label}` is given but no protocol runs it: add callas@{label} to --compare"
-                )));
-            }
-        }
-        if self.clients.is_empty() {
-            return Err(BenchError::Config(
-                "no client count to run (--clients)".into(),
-            ));
-        }
-        if let Some(c) = self
-            .clients
-            .iter()
-            .find(|&&c| c == 0 || u64::from(c) > MAX_CLIENTS)
-        {
-            return Err(BenchError::Config(format!(
-                "--clients: {c} is out of range (1..={MAX_CLIENTS})"
-            )));
-        }
-        if self.duration.is_zero() {
-            return Err(BenchError::Config("--duration must be positive".into()));
-        }
-        if self.cluster.history.is_some() && (self.protocols.len() > 1 || self.clients.len() > 1) {
-            return Err(BenchError::Config(
-                "--history records one run: give one protocol and one client count".into(),
-            ));
-        }
-        if self.rounds == 0 {
-            return Err(BenchError::Config("--rounds must be at least 1".into()));
-        }
-        if self.rounds > 1 && (self.cluster.history.is_some() || self.remote.is_some()) {
-            return Err(BenchError::Config(
-                "--rounds repeats points on fresh embedded clusters: not with --history or --cluster"
-                    .into(),
-            ));
-        }
-        if self.remote.is_some() && (self.protocols.len() > 1 || self.clients.len() > 1) {
-            return Err(BenchError::Config(
-                "--cluster drives one run against data it loads once: give one protocol and one client count".into(),
-            ));
-        }
-        self.cluster
-            .validate()
-            .map_err(|e| BenchError::Config(e.to_string()))
-    }
-
-    /// Says at which level the compared protocols run when that is not
-    /// simply the cluster's for every one of them: procedures that declare
-    /// they need less (`ProcedureDef::isolation`) run at it, except under
-    /// Callas, which runs every procedure at the cluster's level. `None`
-    /// when every procedure runs at the cluster's level under every
-    /// protocol.
-    fn isolation_note(&self, workloads: &[Arc<dyn Workload>]) -> Option<String> {
-        let level = self.cluster.isolation;
-        let app = workloads.first()?.application();
-        let weaker: Vec<String> = app
-            .procedures
-            .iter()
-            .filter_map(|p| {
-                let own = p.isolation.filter(|i| *i < level)?;
-                Some(format!("{} at {own}", p.name))
-            })
-            .collect();
-        if weaker.is_empty() {
-            return None;
-        }
-        let callas = self.protocols.iter().any(|p| split_label(p).0 == "callas");
-        Some(format!(
-            "{level} for every protocol; {} (declared: needs no more){}",
-            weaker.join(", "),
-            if callas {
-                format!(", except under callas, which runs every procedure at {level}")
-            } else {
-                String::new()
-            }
-        ))
-    }
-
-    /// The report's `config` object.
-    pub fn config_json(&self, workloads: &[Arc<dyn Workload>]) -> Map<String, Json> {
-        let c = &self.cluster;
-        let mut m = Map::new();
-        m.insert("nodes".into(), json!(c.nodes));
-        m.insert("partitions_per_node".into(), json!(c.partitions_per_node));
-        m.insert(
-            "placement".into(),
-            json!(format!("{:?}", c.placement).to_lowercase()),
-        );
-        m.insert("link_delay_us".into(), json!(c.link.delay_us));
-        m.insert("link_jitter_us".into(), json!(c.link.jitter_us));
-        m.insert("seed".into(), json!(c.seed));
-        m.insert("isolation".into(), json!(c.isolation.to_string()));
-        if let Some(note) = self.isolation_note(workloads) {
-            m.insert("isolation_note".into(), json!(note));
-        }
-        // What each compared entry ran under: one name when they agree.
-        let deadlocks: Map<String, Json> = self
-            .protocols
-            .iter()
-            .map(|p| (p.clone(), json!(deadlock_name(&self.deadlock_policy(p)))))
-            .collect();
-        let first = deadlocks.values().next().cloned().unwrap_or(Json::Null);
-        if deadlocks.values().all(|d| *d == first) {
-            m.insert("deadlock".into(), first);
-        } else {
-            m.insert("deadlock".into(), Json::Object(deadlocks));
-        }
-        m.insert(
-            "lock_timeout_ms".into(),
-            json!(c.lock.wait_timeout.as_millis() as u64),
-        );
-        m.insert("max_attempts".into(), json!(c.retry.max_attempts));
-        m.insert("protocols".into(), json!(self.protocols));
-        m.insert("rounds".into(), json!(self.rounds));
-        if self.protocols.iter().any(|p| p == "callas") {
-            let grouping = c
-                .grouping
-                .as_ref()
-                .map_or("every procedure in one 2pl group".to_string(), |g| {
-                    g.to_string()
-                });
-            m.insert("grouping".into(), json!(grouping));
-        }
-        if !self.groupings.is_empty() {
-            let labelled: Map<String, Json> = self
-                .groupings
-                .iter()
-                .map(|(l, g)| (format!("callas@{l}"), json!(g.to_string())))
-                .collect();
-            m.insert("groupings".into(), Json::Object(labelled));
-        }
-        let baseline = &self.protocols[..self.baseline.min(self.protocols.len())];
-        m.insert(
-            "baseline".into(),
-            if baseline.len() > 1 {
-                json!({
-                    "rule": "best at each client count",
-                    "of": baseline,
-                })
-            } else {
-                json!(baseline.first())
-            },
-        );
-        m.insert("clients".into(), json!(self.clients));
-        m.insert("warmup_s".into(), json!(self.warmup.as_secs_f64()));
-        m.insert("duration_s".into(), json!(self.duration.as_secs_f64()));
-        m.insert("check".into(), json!(self.check));
-        let mut shown = c.clone();
-        if let Some(p) = self.protocols.first() {
-            shown.protocol = p.clone();
-        }
-        m.insert("topology".into(), json!(shown.to_string()));
-        // Workload parameters: a scalar when every variant shares it, the
-        // list of values when the run sweeps it.
-        let mut params: BTreeMap<String, Vec<Json>> = BTreeMap::new();
-        for w in workloads {
-            for (k, v) in w.params() {
-                params.entry(k).or_default().push(v);
-            }
-        }
-        for (k, vs) in params {
-            let first = vs.first().cloned().unwrap_or(Json::Null);
-            if vs.iter().all(|v| *v == first) {
-                m.insert(k, first);
-            } else {
-                m.insert(k, Json::Array(vs));
-            }
-        }
-        if let Some(w) = workloads.first() {
-            let mix: Map<String, Json> = w
-                .mix()
-                .into_iter()
-                .map(|(n, share)| (n.to_string(), json!(share)))
-                .collect();
-            m.insert("mix".into(), Json::Object(mix));
-        }
-        m
-    }
-}
-
-/// The command-line name of a deadlock policy.
-pub fn deadlock_name(policy: &impl std::fmt::Debug) -> String {
-    match format!("{policy:?}").as_str() {
-        "WaitDie" => "wait-die".into(),
-        "Detect" => "detect".into(),
-        "TimeoutOnly" => "timeout".into(),
-        other => other.to_lowercase(),
-    }
-}
 
 /// Runs every point and builds the report. `on_point` sees each result as
 /// soon as it is measured (to print it).
@@ -471,12 +130,12 @@ async fn measure_point(
         .ok_or_else(|| BenchError::Internal(format!("no protocol #{protocol_index}")))?
         .clone();
     let mut config = spec.cluster.clone();
-    let (name, label) = split_label(&protocol);
+    let (name, label) = parse_entry(&protocol);
     config.protocol = name.to_string();
     if name != "callas" {
         config.grouping = None;
     }
-    if let Some(label) = label.filter(|_| name == "callas") {
+    if let Some(Label::Grouping(label)) = label {
         config.grouping = Some(spec.grouping(label)?.clone());
     }
     config.lock.policy = spec.deadlock_policy(&protocol);
@@ -1045,35 +704,5 @@ mod tests {
             .is_err());
         assert!(!isolated.running());
         Ok(())
-    }
-
-    #[test]
-    fn unknown_protocol_is_a_clear_error() {
-        let spec = BenchSpec {
-            cluster: ClusterConfig::default(),
-            protocols: vec!["acid".into(), "nope".into()],
-            groupings: Vec::new(),
-            clients: vec![1],
-            warmup: Duration::ZERO,
-            duration: Duration::from_secs(1),
-            check: false,
-            deadlock_per_protocol: false,
-            remote: None,
-            rounds: 1,
-            baseline: 1,
-        };
-        let e = spec.validate().unwrap_err().to_string();
-        assert!(e.contains("nope"), "{e}");
-    }
-
-    #[test]
-    fn deadlock_names() {
-        #[derive(Debug)]
-        enum P {
-            WaitDie,
-            TimeoutOnly,
-        }
-        assert_eq!(deadlock_name(&P::WaitDie), "wait-die");
-        assert_eq!(deadlock_name(&P::TimeoutOnly), "timeout");
     }
 }

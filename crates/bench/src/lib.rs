@@ -22,10 +22,12 @@ pub mod error;
 pub mod list;
 pub mod recorder;
 pub mod report;
+pub mod spec;
 pub mod workload;
 pub mod workloads;
 
-pub use driver::{run_bench, run_point, BenchSpec};
+pub use driver::{run_bench, run_point};
 pub use error::{BenchError, Result};
 pub use report::{render_point, BenchReport, PointResult};
+pub use spec::BenchSpec;
 pub use workload::{ClientGen, TxnRequest, Workload};

@@ -25,8 +25,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brine_bench::driver::BenchSpec;
 use brine_bench::list::{parse_counts, parse_names, parse_percents};
+use brine_bench::spec::BenchSpec;
 use brine_bench::workloads::base::BaseSet;
 use brine_bench::workloads::ticket::{self, Ticket, TicketParams};
 use brine_bench::workloads::{
@@ -509,7 +509,7 @@ fn seconds(v: f64, what: &str) -> Result<Duration, BenchError> {
 }
 
 fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
-    let clients = parse_counts(&args.clients, "--clients", brine_bench::driver::MAX_CLIENTS)
+    let clients = parse_counts(&args.clients, "--clients", brine_bench::spec::MAX_CLIENTS)
         .map_err(BenchError::Config)?
         .into_iter()
         .map(|c| c as u32)
@@ -518,26 +518,9 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         Some(list) => parse_names(list, "--compare").map_err(BenchError::Config)?,
         None => vec![args.protocol.clone().unwrap_or_else(|| "acid".into())],
     };
-    let baseline = match args.baseline.trim() {
-        "best" if args.deadlock.is_none() => {
-            brine_bench::driver::best_acid_baseline(&mut protocols)
-        }
-        // --deadlock pins every protocol's handling, the baseline's too.
-        "best" => 1,
-        "" => {
-            return Err(BenchError::Config(
-                "--baseline: empty (best, or a protocol such as acid@wait-die)".into(),
-            ))
-        }
-        pinned => {
-            let same = |p: &String| p.split('@').next() == pinned.split('@').next();
-            match protocols.first() {
-                Some(first) if same(first) => protocols[0] = pinned.to_string(),
-                _ => protocols.insert(0, pinned.to_string()),
-            }
-            1
-        }
-    };
+    let baseline =
+        brine_bench::spec::apply_baseline(&mut protocols, &args.baseline, args.deadlock.is_some())
+            .map_err(BenchError::Config)?;
     let mut cluster = ClusterConfig {
         nodes: args.nodes,
         partitions_per_node: args.partitions_per_node,

@@ -900,7 +900,7 @@ fn isolation_of(file: &ClusterFile) -> Result<Isolation, NodeError> {
 /// another protocol would meet partitions configured for the servers':
 /// Salt's deadlock detector under `acid` calls, say).
 pub fn use_cluster_file(
-    spec: &mut brine_bench::driver::BenchSpec,
+    spec: &mut brine_bench::spec::BenchSpec,
     path: &Path,
     workload: &str,
     asked_protocol: bool,
