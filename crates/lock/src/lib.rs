@@ -111,10 +111,9 @@
 //! blocks; operations that affect other transactions append [`Wakeup`]s to a
 //! caller-provided vector, which the partition turns into messages.
 
-mod compat;
 mod table;
 
-pub use compat::{Compatibility, LockClass, Mode, StandardCompat};
+pub use table::compat::{Compatibility, LockClass, Mode, StandardCompat};
 pub use table::{
     Acquire, DeadlockPolicy, GateOpens, LockConfig, LockStats, LockTable, ReleaseOutcome, Ticket,
     Wakeup, MAX_SEARCH,
