@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brine_cluster::protocol::protocol_by_name;
+use brine_cluster::protocols;
 use brine_cluster::{ClusterConfig, DeadlockPolicy};
 use serde_json::{json, Map, Value as Json};
 
@@ -47,7 +47,7 @@ pub struct BenchSpec {
     /// Run the workload's invariant check after every point.
     pub check: bool,
     /// Give each protocol its own default deadlock handling
-    /// (`protocol::default_deadlock_policy`) instead of
+    /// (`protocols::default_deadlock_policy`) instead of
     /// `cluster.lock.policy` (what `brine bench` does without --deadlock).
     pub deadlock_per_protocol: bool,
     /// Drive a running multi-process cluster instead of starting an
@@ -175,9 +175,7 @@ impl BenchSpec {
     pub fn deadlock_policy(&self, protocol: &str) -> DeadlockPolicy {
         match parse_entry(protocol) {
             (_, Some(Label::Deadlock(policy))) => policy,
-            (name, _) if self.deadlock_per_protocol => {
-                brine_cluster::protocol::default_deadlock_policy(name)
-            }
+            (name, _) if self.deadlock_per_protocol => protocols::default_deadlock_policy(name),
             _ => self.cluster.lock.policy,
         }
     }
@@ -196,7 +194,7 @@ impl BenchSpec {
         }
         for p in &self.protocols {
             let (name, label) = parse_entry(p);
-            protocol_by_name(name).map_err(|e| BenchError::Config(e.to_string()))?;
+            protocols::lookup(name).map_err(|e| BenchError::Config(e.to_string()))?;
             match label {
                 Some(Label::Grouping(label)) => {
                     self.grouping(label)?;

@@ -16,7 +16,7 @@ use brine_bench::workloads::ticket::{self, Ticket, TicketParams};
 use brine_bench::workloads::tpcc::{self, Mix, Scale, Tpcc};
 use brine_bench::workloads::{Micro, Micro2, Micro3};
 use brine_bench::{run_bench, BenchError, BenchSpec, PointResult, Workload};
-use brine_cluster::protocol::protocol_by_name;
+use brine_cluster::protocols;
 use brine_cluster::{Cluster, ClusterConfig, Isolation, LinkConfig};
 use brine_core::{Decimal, Value};
 use serde_json::Value as Json;
@@ -27,7 +27,7 @@ type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
 fn protocols() -> Vec<String> {
     ["acid", "salt", "salt-nolocal"]
         .into_iter()
-        .filter(|p| protocol_by_name(p).is_ok())
+        .filter(|p| protocols::lookup(p).is_ok())
         .map(String::from)
         .collect()
 }

@@ -68,7 +68,7 @@ pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
     };
     config.link.delay_us = 0;
     config.link.jitter_us = 0;
-    config.lock.policy = brine_cluster::protocol::default_deadlock_policy(&file.protocol);
+    config.lock.policy = brine_cluster::protocols::default_deadlock_policy(&file.protocol);
     Ok(config)
 }
 

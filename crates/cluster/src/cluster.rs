@@ -20,9 +20,9 @@ use crate::durability::{DurabilityConfig, DurabilityMode, NodeScope, WalSet};
 use crate::history::HistorySink;
 use crate::link::{Link, LinkConfig};
 use crate::message::{PartitionMsg, PartitionStatus};
-use crate::partition::{Partition, PartitionCounters};
+use crate::partition::{PartitionCounters, PartitionParts};
 use crate::procedure::{Application, PreparedProc};
-use crate::protocol::{protocol_by_name, Isolation, Mutation};
+use crate::protocol::{Isolation, Mutation, Protocol, Setup};
 use crate::remote::{NodeService, PeerClient};
 use crate::stats::{ClusterCounters, StatsSnapshot};
 use brine_check::history::FORMAT_VERSION;
@@ -75,9 +75,9 @@ pub struct ClusterConfig {
     pub durability: DurabilityConfig,
     /// Callas: which procedures run in which group (protocol `callas`
     /// only; `None`: every procedure in one 2PL group).
-    pub grouping: Option<crate::callas::Grouping>,
+    pub grouping: Option<crate::protocols::callas::Grouping>,
     /// Callas: when a Runtime Pipelining group goes rollback-safe.
-    pub safe_mode: crate::callas::SafeModeConfig,
+    pub safe_mode: crate::protocols::callas::SafeModeConfig,
     /// Callas, Runtime Pipelining: a piece's wait for the rank of one
     /// transaction it follows is held at the partitions its statements go
     /// to (`LockSpec::after_rank`), which let them go as soon as that
@@ -165,6 +165,7 @@ impl fmt::Display for ClusterConfig {
 fn history_config(
     c: &ClusterConfig,
     catalog: &Catalog,
+    protocol: &dyn Protocol,
 ) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
     // Operations name columns by position; the checker names them back.
@@ -186,19 +187,7 @@ fn history_config(
     if let Some(mutation) = c.mutation {
         m.insert("mutation".into(), format!("{mutation:?}").into());
     }
-    if let Some(g) = &c.grouping {
-        m.insert("grouping".into(), g.to_string().into());
-        if g.groups.iter().any(|g| {
-            matches!(
-                g.mechanism,
-                crate::callas::Mechanism::Rp | crate::callas::Mechanism::Sc
-            )
-        }) {
-            // Runtime Pipelining orders conflicts per column, and the
-            // chopping analyses cut pieces by column (docs/callas.md).
-            m.insert("granularity".into(), "column".into());
-        }
-    }
+    protocol.describe(&mut m);
     m
 }
 
@@ -285,13 +274,8 @@ impl Cluster {
                     .into(),
             ));
         }
-        if wal && protocol_by_name(&config.protocol)?.salt().is_some() {
-            return Err(Error::Config(
-                "Salt with durability `wal` runs in the embedded cluster only for now: rolling a BASE \
-                 transaction forward needs its context from every node"
-                    .into(),
-            ));
-        }
+        let names: Vec<&str> = app.procedures.iter().map(|d| d.name.as_str()).collect();
+        crate::protocols::build(&config.protocol, &config, &names)?.check_deployment(true, wal)?;
         for n in (0..config.nodes).map(NodeId).filter(|&n| n != node) {
             if !peers.contains_key(&n) {
                 return Err(Error::Config(format!("no address for peer node {}", n.0)));
@@ -344,30 +328,20 @@ impl Cluster {
         config.validate()?;
         let hosting_node = hosting.as_ref().map(|h| h.node);
         let catalog = Arc::new(brine_sql::parse_schema(&app.ddl)?);
-        let protocol = crate::protocol::protocol_with_grouping(
-            &config.protocol,
-            config.grouping.as_ref(),
-            app.procedures.iter().map(|d| d.name.as_str()),
+        let names: Vec<&str> = app.procedures.iter().map(|d| d.name.as_str()).collect();
+        let protocol = crate::protocols::build(&config.protocol, &config, &names)?;
+        protocol.check_deployment(
+            hosting.is_some(),
+            config.durability.mode == DurabilityMode::Wal,
         )?;
-        if protocol.callas().is_some()
-            && (hosting.is_some() || config.durability.mode == DurabilityMode::Wal)
-        {
-            return Err(Error::Config(
-                "Callas runs in the embedded cluster without a log for now: its nexus release order \
-                 is kept by the coordinators of one process"
-                    .into(),
-            ));
-        }
-        let pieces = match protocol.callas() {
-            Some(g) => crate::callas::plan_pieces(
-                g,
-                &app.name,
-                &app.ddl,
-                &app.procedures,
-                config.safe_mode,
-            )?,
-            None => HashMap::new(),
+        let setup = Setup {
+            app_name: &app.name,
+            ddl: &app.ddl,
+            procedures: &app.procedures,
+            isolation: config.isolation,
+            mutation: config.mutation,
         };
+        let protocol = protocol.start(&setup)?.unwrap_or(protocol);
         let mut procedures = HashMap::new();
         for def in app.procedures {
             let name = def.name.clone();
@@ -442,22 +416,21 @@ impl Cluster {
             }
             let (tx, rx) = mpsc::unbounded_channel();
             let counters = Arc::new(PartitionCounters::default());
-            let mut part = Partition::new(
-                PartitionId(p),
-                catalog.clone(),
-                config.lock.clone(),
-                counters.clone(),
-            );
-            if let Some(w) = &wal {
+            let durable = wal.as_ref().and_then(|w| {
                 let store = recovered.get_mut(p as usize).and_then(Option::take);
-                if let (Some(store), Some(pw)) = (store, w.partition_wal(p as usize)) {
-                    part = part.with_wal(store, pw);
-                }
-            }
-            if config.history.is_some() {
-                part.enable_recording();
-            }
-            tokio::spawn(part.run(rx));
+                store.zip(w.partition_wal(p as usize))
+            });
+            protocol.spawn_partition(
+                PartitionParts {
+                    id: PartitionId(p),
+                    catalog: catalog.clone(),
+                    lock_config: config.lock.clone(),
+                    counters: counters.clone(),
+                    wal: durable,
+                    record: config.history.is_some(),
+                },
+                rx,
+            );
             local.insert(p, tx.clone());
             partitions.push(PartitionRef {
                 id: PartitionId(p),
@@ -497,7 +470,7 @@ impl Cluster {
                     workload: app.name.clone(),
                     protocol: config.protocol.clone(),
                     isolation: config.isolation.to_string(),
-                    config: history_config(&config, &catalog),
+                    config: history_config(&config, &catalog, protocol.as_ref()),
                 };
                 Some(Arc::new(HistorySink::create(path, &header)?))
             }
@@ -509,10 +482,7 @@ impl Cluster {
             .unwrap_or_default();
         let (ready_tx, ready) = tokio::sync::watch::channel(unfinished.is_empty());
         let shared = Arc::new(Shared {
-            nexus: Default::default(),
-            pieces,
             wait_timeout: config.lock.wait_timeout,
-            rank_holds: config.rank_holds,
             ready,
             history,
             mutation: config.mutation,
@@ -534,12 +504,15 @@ impl Cluster {
         });
         let procedures = Arc::new(procedures);
         if !unfinished.is_empty() {
-            // Salt: accepted BASE transactions that had not finished are
-            // rolled forward before anything else runs.
+            // What the log says was promised but not done (Salt: accepted
+            // BASE transactions) is finished before anything else runs.
             let (shared, procedures) = (shared.clone(), procedures.clone());
             let node = hosting_node.unwrap_or(NodeId(config.nodes));
             tokio::spawn(async move {
-                crate::salt::roll_forward(&shared, node, &procedures, unfinished).await;
+                let protocol = shared.protocol.clone();
+                protocol
+                    .recover(&shared, node, &procedures, unfinished)
+                    .await;
                 let _ = ready_tx.send(true);
             });
         }

@@ -11,6 +11,11 @@
 //! The same messages cross processes over TCP in a multi-process cluster
 //! ([`remote`]); neither side knows which carrier it is on.
 //!
+//! The engine (coordinator, partition actor, link, log, cluster) is
+//! protocol-agnostic; each protocol is a module of [`protocols`] that plugs
+//! into it through [`protocol`] (coordinator side) and
+//! [`partition::Rules`] (partition side).
+//!
 //! Guarantees: a committed call's writes are all applied or none are
 //! (two-phase commit); with the `acid` protocol at serializable, the
 //! committed history is conflict-serializable (strict two-phase locking with
@@ -18,7 +23,6 @@
 //! times, and user aborts and constraint violations reach the caller as typed
 //! errors with nothing changed.
 
-pub mod callas;
 pub mod cluster;
 pub mod coordinator;
 pub mod deadlock;
@@ -28,22 +32,21 @@ pub mod history;
 pub mod link;
 mod load;
 pub mod message;
-mod nexus_uses;
 pub mod partition;
 pub mod procedure;
 pub mod protocol;
+pub mod protocols;
 pub mod remote;
-pub(crate) mod salt;
-pub mod sc;
 pub mod stats;
 
-pub use callas::{GroupDef, Grouping, Mechanism, SafeModeConfig};
 pub use cluster::{Client, Cluster, ClusterConfig, Placement, Submitted, TableLocks, Txn};
 pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
 pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};
 pub use link::LinkConfig;
 pub use procedure::{Application, ProcBody, ProcedureDef, Reordering};
-pub use protocol::{Callas, Isolation, Mutation, Protocol, Salt, SaltOptions};
+pub use protocol::{Isolation, Mutation, Protocol};
+pub use protocols::callas::{Callas, GroupDef, Grouping, Mechanism, SafeModeConfig};
+pub use protocols::salt::{Salt, SaltOptions};
 pub use stats::StatsSnapshot;
 
 pub use brine_lock::{DeadlockPolicy, LockConfig};

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::link::Link;
+use crate::partition::Ending;
 
 /// How a statement's locks are taken: the lock class (decided by the
 /// transaction's protocol) and the durations of the isolation level.
@@ -32,47 +33,33 @@ pub struct LockSpec {
     /// transactions see (and overwrite) uncommitted writes. Never set by a
     /// real protocol; see `Mutation`.
     pub short_writes: bool,
-    /// Callas: track which columns the statement uses on each row, to
-    /// declare same-group dependencies (groups whose mechanism uses them:
-    /// `rp`, `chop`).
-    #[serde(default)]
-    pub callas_deps: bool,
-    /// DELIBERATELY UNSAFE, for validating the isolation checker only
-    /// (`Mutation::ExactCallasDeps`): same-group dependencies are declared
-    /// only between accesses to exactly the same row or range, so a write
-    /// into a range another member scanned goes unnoticed. Never set by a
-    /// real protocol.
-    #[serde(default)]
-    pub exact_callas_deps: bool,
-    /// Callas, Runtime Pipelining: the statement reads a row by primary
-    /// key that a later statement of the same piece writes, so its read
-    /// takes the write lock at once (no upgrade for two pieces of one rank
-    /// to deadlock on; `Placed::write_first`).
+    /// Reads of rows by primary key take the write lock at once (the
+    /// row is written later in the same transaction; no upgrade to
+    /// deadlock on: Callas' Runtime Pipelining sets it, see
+    /// `Placed::write_first`).
     #[serde(default)]
     pub for_update: bool,
-    /// Callas, Runtime Pipelining: the statement is a blind increment by
-    /// primary key after which its piece neither writes its row nor reads
-    /// a column of it that the group writes, so once it has run its
-    /// member lock on the row becomes the group's nexus lock (as at the
-    /// piece's end) if the transaction did nothing but increment that row
-    /// (`Placed::ends_row`).
-    #[serde(default)]
-    pub end_row: bool,
-    /// Callas, Runtime Pipelining: the statement is the last of its piece,
-    /// of this rank (outside any loop; `Placed::ends_piece`), so once it
-    /// has run here the piece has ended here: its member locks here become
-    /// nexus locks, and statements held for its rank (`after_rank`) go on.
-    #[serde(default)]
-    pub ends_piece: Option<u32>,
-    /// Callas, Runtime Pipelining: the rank-progress wait, held here. The
-    /// statement waits, before it locks anything, until the transaction
-    /// named has ended a piece of at least this rank here (or ended here),
-    /// or until its coordinator sends `RankGo` (the transaction reached the
-    /// rank elsewhere). So a pipelined follower's statement is on its way
-    /// while the transaction it follows runs, not sent after it.
-    #[serde(default)]
-    pub after_rank: Option<(TxnId, u32)>,
 }
+
+impl LockSpec {
+    /// Strict two-phase locking at `isolation`: ACID locks, reads held to
+    /// the end only at serializable.
+    pub fn acid(isolation: crate::protocol::Isolation) -> LockSpec {
+        use crate::protocol::Isolation;
+        LockSpec {
+            class: LockClass::Acid,
+            short_reads: isolation == Isolation::ReadCommitted,
+            serializable: isolation == Isolation::Serializable,
+            short_writes: false,
+            for_update: false,
+        }
+    }
+}
+
+/// What a protocol adds to a statement for its rules at the partition
+/// (Callas: how Runtime Pipelining places it), which only those rules read.
+/// In-process only: a statement that carries one does not cross processes.
+pub type StmtExt = Option<Arc<dyn std::any::Any + Send + Sync>>;
 
 /// A statement's answer: its result and, when the run records a history,
 /// what it read and wrote (empty otherwise).
@@ -80,39 +67,39 @@ pub struct LockSpec {
 pub struct Executed {
     pub result: QueryResult,
     pub ops: Vec<Op>,
-    /// Salt: the statement accessed a row that another BASE transaction
-    /// wrote and has not released (a read-after-write dependency).
+    /// The statement accessed a row that another transaction wrote and
+    /// has not released (Salt: a read-after-write dependency).
     pub dirty: bool,
-    /// Callas: same-group transactions holding nexus locks on rows the
-    /// statement accessed in a conflicting way (it depends on them).
+    /// Transactions the statement turned out to depend on (Callas:
+    /// same-group transactions holding nexus locks on rows it accessed in
+    /// a conflicting way).
     #[serde(default)]
     pub after: Vec<TxnId>,
 }
 
-/// Salt with a log: a BASE transaction's procedure and arguments, sent
-/// with its first statement and logged with its first subtransaction.
+/// The call a statement belongs to (procedure and arguments), sent with a
+/// durable call's first statement and logged with its first
+/// subtransaction (Salt: durable acceptance).
 pub type Intro = Option<Arc<(String, Vec<Value>)>>;
 
-/// Salt: what a statement of a BASE transaction adds to `Execute`.
+/// What a statement of a subtransaction adds to `Execute`: its writes are
+/// the subtransaction's (`Execute.txn`), its locks its owner's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BaseStmt {
-    /// The BASE transaction: owner of the locks, which outlive the
-    /// alkaline subtransaction (`Execute.txn`) that takes them.
+pub struct SubStmt {
+    /// Owner of the locks, which outlive the subtransaction (Salt: the
+    /// BASE transaction; Callas: the chopped transaction).
     pub owner: TxnId,
-    /// Position of the statement in the BASE transaction (program order),
-    /// for the write-after-read release rule.
+    /// Position of the statement in the owner (program order), for staged
+    /// release (Salt's write-after-read rule).
     pub seq: u32,
-    /// Local-transaction optimization: the statement is a whole alkaline
-    /// subtransaction on one partition; commit and downgrade as soon as it
-    /// has run.
+    /// The statement is a whole subtransaction on one partition: commit
+    /// (or roll back) as soon as it has run (Salt's local-transaction
+    /// optimization; Callas' `chop` pieces).
     pub autocommit: bool,
-    /// The saline release-order rules are on (off only to show the
-    /// indirect dirty read they prevent).
-    pub release_order: bool,
-    /// Local-transaction optimization for a longer alkaline
-    /// subtransaction: the previous subtransaction of `owner`, which ran
-    /// on this partition only and whose statements all succeeded, commits
-    /// here before this statement runs, instead of in a round of its own.
+    /// The previous subtransaction of `owner`, which ran on this
+    /// partition only and whose statements all succeeded, commits here
+    /// before this statement runs, instead of in a round of its own
+    /// (Salt's local-transaction optimization for longer ones).
     pub commit_first: Option<TxnId>,
     /// `owner` can no longer roll back (Salt: it was accepted; Callas
     /// `chop` and `sc`: a piece of it that wrote committed); the partition
@@ -166,12 +153,14 @@ pub enum PartitionMsg {
         plan: Arc<Plan>,
         params: Vec<Value>,
         lock: LockSpec,
-        /// Set for a statement of a BASE transaction (Salt).
-        base: Option<BaseStmt>,
-        /// Salt with a log: the procedure and its arguments, sent with a
-        /// BASE transaction's first statement and logged with its first
-        /// subtransaction (durable acceptance).
-        intro: Intro,
+        /// Set for a statement of a subtransaction.
+        sub: Option<SubStmt>,
+        /// With a log: the procedure and its arguments, sent with a
+        /// durable call's first statement and logged with its first
+        /// subtransaction (Salt: durable acceptance).
+        call: Intro,
+        /// The protocol's own words for its rules here.
+        ext: StmtExt,
         /// Salt: the statement spans partitions and is its ACID
         /// transaction's first; it waits gated here (holding nothing, see
         /// `LockTable::acquire_gated`) until it is ungated.
@@ -184,15 +173,14 @@ pub enum PartitionMsg {
     Ungate {
         txn: TxnId,
     },
-    /// `keep`: an alkaline subtransaction of the BASE transaction `keep`;
-    /// its locks are downgraded to saline, not released. `hold`: a
+    /// `ending`: what becomes of the transaction's locks. `hold`: a
     /// participant where the transaction wrote nothing votes `ReadOnly` but
     /// keeps its locks until phase two (Runtime Pipelining: the decision
     /// waits for the transactions it depends on, which its locks must not
     /// outlive).
     Prepare {
         txn: TxnId,
-        keep: Option<TxnId>,
+        ending: Ending,
         hold: bool,
         reply: Reply<Vote>,
     },
@@ -200,7 +188,7 @@ pub enum PartitionMsg {
     /// message (one round).
     Commit {
         txn: TxnId,
-        keep: Option<TxnId>,
+        ending: Ending,
         /// Phase two of two-phase commit (the participant prepared): the
         /// decision is durable and must be delivered, however long it
         /// takes. A one-round commit (false) that cannot be delivered has
@@ -210,33 +198,24 @@ pub enum PartitionMsg {
     },
     Abort {
         txn: TxnId,
-        keep: Option<TxnId>,
+        ending: Ending,
         reply: Reply<()>,
     },
-    /// Salt: the BASE transaction `owner` ended; release its saline locks
-    /// in stages, in order: a stage `Some(upto)` releases those taken by
-    /// statements at positions `<= upto`, `None` all of them (and ends the
-    /// transaction here), each lock when its release-order dependencies
-    /// allow; a stage starts once the one before it released everything.
-    /// Answered once the last stage is done.
+    /// The coordinator lets the locks `owner` kept go (Salt: its saline
+    /// locks, at the BASE transaction's end; Callas: its nexus locks, in
+    /// the nexus order), in stages, in order (see [`ReleaseStage`]), each
+    /// lock when its release-order dependencies allow; a stage starts once
+    /// the one before it released everything. Answered once the last stage
+    /// is done.
     Release {
         owner: TxnId,
-        stages: Vec<Option<u32>>,
+        stages: Vec<ReleaseStage>,
         reply: Reply<()>,
     },
-    /// Callas, Runtime Pipelining: a piece of `owner` (of rank `rank`)
-    /// ended; its piece-level (member) locks here become nexus locks.
-    EndPiece {
-        owner: TxnId,
-        rank: Option<u32>,
-    },
-    /// Callas, Runtime Pipelining: the statement of `txn` held here for
-    /// `after` (`LockSpec::after_rank`) may go on: its coordinator saw the
-    /// transaction reach the rank (or end).
-    RankGo {
-        txn: TxnId,
-        after: (TxnId, u32),
-    },
+    /// A message of the protocol's own for its rules here
+    /// (`Rules::message`; Callas: a piece ended, a rank hold may go).
+    /// In-process only.
+    Protocol(Box<dyn std::any::Any + Send>),
     /// `owner` can no longer roll back (Salt: it was accepted; Callas
     /// `chop` and `sc`: a piece of it that wrote committed); it is
     /// protected in the lock table (`LockTable::protect`).
@@ -285,6 +264,19 @@ pub enum PartitionMsg {
     Verify {
         reply: Reply<Result<()>>,
     },
+}
+
+/// One stage of a `Release`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReleaseStage {
+    /// The locks taken by statements at positions `<= upto`.
+    Upto(u32),
+    /// Every lock, but the owner's end is not recorded here (its context
+    /// stays in the log: a BASE transaction that gave up, which recovery
+    /// rolls forward).
+    AllKept,
+    /// Every lock, and the owner ends here.
+    End,
 }
 
 /// Who ungates a gated statement at a partition.

@@ -1,20 +1,44 @@
-//! Concurrency-control protocols, seen from the coordinator.
+//! The protocol interface: what a concurrency-control protocol tells the
+//! engine, on both sides of the wire.
 //!
-//! The coordinator is protocol-agnostic: it runs a transaction's body, routes
-//! statements and drives two-phase commit. What differs between protocols is
-//! *how locks are taken and released* (class, duration, release order,
-//! downgrades) and *when the client is answered*. A protocol answers those
-//! questions through this trait; `acid` (strict 2PL + 2PC) is the first
-//! implementation, and Salt and Callas extend the same trait.
+//! The engine (coordinator, partition actor, lock table, log) is
+//! protocol-agnostic: it runs a transaction's body, routes statements,
+//! takes locks, drives two-phase commit and logs. What differs between
+//! protocols is *how locks are taken and released* (class, duration,
+//! release order, downgrades), *how a call is cut into transactions*
+//! (Salt's alkaline subtransactions, Callas' pieces), and *when the client
+//! is answered*. A protocol answers those questions through three traits:
+//!
+//! - [`Protocol`], at the coordinator: how a statement locks, how a call
+//!   runs ([`Protocol::run`]; the engine's [`run_acid`] by default), what
+//!   the cluster must refuse, what recovery rolls forward, and which
+//!   partition rules its partitions run ([`Protocol::spawn_partition`]).
+//! - [`Statements`], per transaction at the coordinator: how each of its
+//!   statements runs, and where its subtransactions begin and end.
+//! - [`Rules`](crate::partition::Rules), at the partition: the protocol's
+//!   per-transaction state there and what granting a lock, ending a
+//!   statement, committing, aborting and releasing do.
+//!
+//! The protocols live in `crate::protocols`, each in its own module, and
+//! are found by name in its registry; nothing here names one.
 
 use std::fmt;
 use std::str::FromStr;
 
-use brine_core::Error;
-use brine_lock::LockClass;
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::callas::Grouping;
-use crate::message::LockSpec;
+use brine_core::{Error, NodeId, Result, Value};
+use brine_sql::{Plan, QueryResult};
+use brine_storage::wal::record::BaseContext;
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use crate::coordinator::{run_acid, CallOutcome, ProcCtx, Shared};
+use crate::message::{LockSpec, PartitionMsg};
+use crate::partition::{Partition, PartitionParts, Plain};
+use crate::procedure::{PreparedProc, ProcedureDef};
 
 /// Isolation levels, defined as in seed 000 section 3.2.1 by which operations
 /// take long (L) and short (S) locks.
@@ -52,133 +76,143 @@ impl fmt::Display for Isolation {
     }
 }
 
-/// The contract a protocol offers the coordinator.
+/// A concurrency-control protocol, as the coordinator sees it.
 ///
-/// `lock_spec` is asked once per statement: the class of the locks the
-/// statement takes and the durations the isolation level asks for. Protocols
-/// whose locks change class mid-transaction (Salt's alkaline-to-saline
-/// downgrade) or depend on each other at release (Salt's saline order,
-/// Callas' nexus order) add hooks here; the coordinator never inspects lock
-/// classes itself.
+/// Only [`Protocol::name`] and [`Protocol::lock_spec`] are required: a
+/// protocol that changes nothing else runs every call as the engine's
+/// ACID transaction (strict two-phase locking and two-phase commit) with
+/// its own lock spec. The protocols and their registry are in
+/// `crate::protocols` (`docs/architecture.md`, "How to add a protocol").
 pub trait Protocol: Send + Sync + 'static {
     fn name(&self) -> &'static str;
+
+    /// How a statement locks at `isolation`: the class of its locks and
+    /// how long each access holds them.
     fn lock_spec(&self, isolation: Isolation) -> LockSpec;
-    /// Salt's settings if the protocol runs BASE procedures as BASE
-    /// transactions; `None`: their alkaline marks are ignored and they run
-    /// as ACID transactions.
-    fn salt(&self) -> Option<SaltOptions> {
-        None
+
+    /// The protocol the cluster runs, if it is not this one as it is:
+    /// built once as the cluster starts, with the application (per-cluster
+    /// state: Callas' pieces and nexus board).
+    fn start(&self, _setup: &Setup<'_>) -> Result<Option<Arc<dyn Protocol>>> {
+        Ok(None)
     }
-    /// Callas' grouping, if the protocol runs grouped procedures in their
-    /// groups; `None`: every procedure runs as an ACID transaction.
-    fn callas(&self) -> Option<&Grouping> {
-        None
+
+    /// Refuses a deployment the protocol cannot keep its promises in
+    /// (`multi_process`: coordinators and partitions in several `brine
+    /// server` processes; `durable`: a write-ahead log).
+    fn check_deployment(&self, _multi_process: bool, _durable: bool) -> Result<()> {
+        Ok(())
+    }
+
+    /// Runs one call of a procedure to completion: attempts, retries,
+    /// commit. The engine's ACID transaction unless the protocol runs the
+    /// procedure its own way.
+    fn run<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<CallOutcome>> {
+        Box::pin(run_acid(call))
+    }
+
+    /// Whether an ACID transaction's first statement that spans partitions
+    /// waits gated at each until it can be granted at all at once (Salt:
+    /// it must never hold one partition while it waits at another for a
+    /// transaction that cannot yield; `ProcCtx::execute_on`).
+    fn gates_spanning_statements(&self) -> bool {
+        false
+    }
+
+    /// Finishes, after a crash, the work the log says was promised but not
+    /// done (Salt: accepted BASE transactions, rolled forward). Runs before
+    /// the cluster takes new work.
+    fn recover<'a>(
+        &'a self,
+        _shared: &'a Arc<Shared>,
+        _node: NodeId,
+        _procedures: &'a HashMap<String, Arc<PreparedProc>>,
+        unfinished: Vec<BaseContext>,
+    ) -> BoxFuture<'a, ()> {
+        let name = self.name();
+        Box::pin(async move {
+            if !unfinished.is_empty() {
+                tracing::error!(
+                    count = unfinished.len(),
+                    "unfinished BASE transactions in the log, but protocol `{name}` has none: not rolled forward"
+                );
+            }
+        })
+    }
+
+    /// Starts one partition's actor under this protocol's partition rules
+    /// ([`Rules`](crate::partition::Rules)); the engine's plain rules (strict
+    /// 2PL) unless the protocol has its own.
+    fn spawn_partition(&self, parts: PartitionParts, rx: mpsc::UnboundedReceiver<PartitionMsg>) {
+        tokio::spawn(Partition::new(parts, Plain).run(rx));
+    }
+
+    /// What the protocol adds to a run's recorded configuration (history
+    /// header, `--json`).
+    fn describe(&self, _config: &mut serde_json::Map<String, serde_json::Value>) {}
+
+    /// For a protocol's own code that finds itself behind `Arc<dyn
+    /// Protocol>` (its statements' hooks).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// What a protocol's [`Protocol::start`] sees of the cluster.
+pub struct Setup<'a> {
+    pub app_name: &'a str,
+    pub ddl: &'a str,
+    pub procedures: &'a [ProcedureDef],
+    pub isolation: Isolation,
+    pub mutation: Option<Mutation>,
+}
+
+/// One call of a procedure, handed to [`Protocol::run`].
+pub struct Call<'a> {
+    pub shared: &'a Arc<Shared>,
+    /// The coordinator's node.
+    pub node: NodeId,
+    pub proc: &'a Arc<PreparedProc>,
+    pub args: Vec<Value>,
+    /// Told once the call's outcome is settled for the client (commit,
+    /// or Salt's acceptance).
+    pub on_accept: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// How one transaction's statements run, where a protocol runs them its
+/// own way (set on its [`ProcCtx`]; the engine's plain statement
+/// otherwise: `ProcCtx::exec_plan`).
+pub trait Statements: Send + Sync {
+    /// Runs the declared statement `statement` (its plan and arguments).
+    fn exec<'a>(
+        &'a self,
+        ctx: &'a mut ProcCtx,
+        statement: &'a str,
+        plan: Arc<Plan>,
+        args: Vec<Value>,
+    ) -> BoxFuture<'a, Result<QueryResult>>;
+
+    /// The body opens a subtransaction (`ProcCtx::begin_alkaline`).
+    fn begin_sub(&self, _ctx: &mut ProcCtx) -> Result<()> {
+        Ok(())
+    }
+
+    /// The body ends the open subtransaction (`ProcCtx::end_alkaline`).
+    fn end_sub<'a>(&'a self, _ctx: &'a mut ProcCtx) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
     }
 }
 
-/// Callas (DESIGN 4.4): procedures of a group run under that group's
-/// mechanism and nexus locks; the rest, and interactive transactions, as in
-/// `acid` (the default group).
-#[derive(Debug)]
-pub struct Callas {
-    pub grouping: Grouping,
-}
-
-impl Protocol for Callas {
-    fn name(&self) -> &'static str {
-        "callas"
-    }
-
-    fn lock_spec(&self, isolation: Isolation) -> LockSpec {
-        Acid.lock_spec(isolation)
-    }
-
-    fn callas(&self) -> Option<&Grouping> {
-        Some(&self.grouping)
-    }
-}
-
-/// How Salt runs BASE transactions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SaltOptions {
-    /// Local-transaction optimization (seed 000 section 3.4.4): a
-    /// single-statement alkaline subtransaction on one partition commits
-    /// there as soon as the statement has run, without a commit round.
-    pub local_commit: bool,
-}
-
-/// Salt (DESIGN 4.3): ACID procedures as in `acid`; BASE procedures as
-/// sequences of alkaline subtransactions under alkaline and saline locks.
-#[derive(Debug)]
-pub struct Salt {
-    pub options: SaltOptions,
-}
-
-impl Protocol for Salt {
-    fn name(&self) -> &'static str {
-        if self.options.local_commit {
-            "salt"
-        } else {
-            "salt-nolocal"
-        }
-    }
-
-    fn lock_spec(&self, isolation: Isolation) -> LockSpec {
-        Acid.lock_spec(isolation)
-    }
-
-    fn salt(&self) -> Option<SaltOptions> {
-        Some(self.options)
-    }
-}
-
-/// Strict two-phase locking with two-phase commit: the baseline every other
-/// protocol is measured against (DESIGN 4.2).
-#[derive(Debug, Default)]
-pub struct Acid;
-
-impl Protocol for Acid {
-    fn name(&self) -> &'static str {
-        "acid"
-    }
-
-    fn lock_spec(&self, isolation: Isolation) -> LockSpec {
-        LockSpec {
-            class: LockClass::Acid,
-            short_reads: isolation == Isolation::ReadCommitted,
-            serializable: isolation == Isolation::Serializable,
-            short_writes: false,
-            callas_deps: false,
-            exact_callas_deps: false,
-            for_update: false,
-            end_row: false,
-            ends_piece: None,
-            after_rank: None,
-        }
-    }
-}
-
-/// "Raw ops" (seed 001 section 7, Fig. 10): every statement takes its locks
-/// for its own duration only, as if each were a transaction of its own; one
-/// commit round ends the call. No isolation and no atomicity against
-/// concurrent work (a rollback restores rows others may have written since),
-/// so invariants may break: it is the upper bound of what the workload's
-/// operations reach with maximum concurrency, measured, never trusted.
-#[derive(Debug, Default)]
-pub struct Raw;
-
-impl Protocol for Raw {
-    fn name(&self) -> &'static str {
-        "raw"
-    }
-
-    fn lock_spec(&self, isolation: Isolation) -> LockSpec {
-        LockSpec {
-            short_reads: true,
-            short_writes: true,
-            ..Acid.lock_spec(isolation)
-        }
-    }
+/// A protocol's own state of one transaction at its coordinator, kept in
+/// the engine's `TxnState` (which tells it of the partitions the
+/// transaction reaches and of the transactions it turns out to depend
+/// on); the protocol reads it back with [`TxnExt::as_any_mut`].
+pub trait TxnExt: Send + 'static {
+    /// The transaction reached partition `p`.
+    fn touched(&mut self, _p: usize) {}
+    /// A statement found that the transaction depends on `txns` (their
+    /// partitions said so: `Executed::after`).
+    fn depends_on(&mut self, _txns: &[brine_core::TxnId]) {}
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
 /// A deliberately broken variant of a protocol's locking, for showing that
@@ -223,107 +257,12 @@ impl Mutation {
         match self {
             Mutation::EarlyReadRelease => spec.short_reads = true,
             Mutation::EarlyWriteRelease => spec.short_writes = true,
-            Mutation::ExactCallasDeps => spec.exact_callas_deps = true,
-            Mutation::NoSalineReleaseOrder | Mutation::NoNexusReleaseOrder | Mutation::NoGate => {}
+            // Read by the protocols' own rules.
+            Mutation::ExactCallasDeps
+            | Mutation::NoSalineReleaseOrder
+            | Mutation::NoNexusReleaseOrder
+            | Mutation::NoGate => {}
         }
         spec
-    }
-}
-
-/// The deadlock handling a protocol runs best with, used when none is
-/// asked for. `acid`: wait-die (short waits; per-partition detection misses
-/// cross-partition cycles, measured in docs/results/micro-contention-sweep.md).
-/// Salt: the wait-for-graph detector. Salt makes an ACID transaction wait
-/// for whole BASE transactions (saline locks) and queues later BASE
-/// requests behind it (FIFO); under wait-die those long waits become
-/// repeated deaths and backoffs, which collapsed TPC-C with clause 2's
-/// statement order from 1,378 to 28 txn/s at 32 clients
-/// (docs/results/salt.md). Protecting accepted BASE transactions
-/// (`LockTable::protect`) lifted wait-die there to 1,885 txn/s; the
-/// detector, at 6,200 on the same workload, stays the default.
-/// Callas: the detector too. A pipelined transaction waits for whole
-/// pieces of the ones it depends on, and under wait-die those waits
-/// become restarts: on ticketing at 256 clients 4,853 txn/s against
-/// 20,628 with the detector, on TPC-C (one warehouse, new-order and
-/// payment pipelined) at 128 clients 1,775 against 4,237
-/// (docs/results/callas.md, "How busy the cores were").
-pub fn default_deadlock_policy(protocol: &str) -> brine_lock::DeadlockPolicy {
-    match protocol {
-        "salt" | "salt-nolocal" | "callas" => brine_lock::DeadlockPolicy::Detect,
-        _ => brine_lock::DeadlockPolicy::WaitDie,
-    }
-}
-
-/// The protocol for a name given on the command line.
-pub fn protocol_by_name(name: &str) -> Result<std::sync::Arc<dyn Protocol>, Error> {
-    match name {
-        "acid" => Ok(std::sync::Arc::new(Acid)),
-        "raw" => Ok(std::sync::Arc::new(Raw)),
-        "salt" | "salt-nolocal" => Ok(std::sync::Arc::new(Salt {
-            options: SaltOptions {
-                local_commit: name == "salt",
-            },
-        })),
-        // No groups: every procedure in the default group. A cluster gets
-        // its grouping from `protocol_with_grouping`.
-        "callas" => Ok(std::sync::Arc::new(Callas {
-            grouping: Grouping::default(),
-        })),
-        other => Err(Error::Config(format!(
-            "unknown protocol `{other}` (available: acid, salt, salt-nolocal, callas, raw)"
-        ))),
-    }
-}
-
-/// The protocol for `name`, with Callas' grouping (`None`: every one of
-/// `procedures` in one 2PL group), checked against the procedures.
-pub fn protocol_with_grouping<'a>(
-    name: &str,
-    grouping: Option<&Grouping>,
-    procedures: impl IntoIterator<Item = &'a str>,
-) -> Result<std::sync::Arc<dyn Protocol>, Error> {
-    if name != "callas" {
-        if grouping.is_some() {
-            return Err(Error::Config(format!(
-                "a grouping is for protocol `callas`, not `{name}`"
-            )));
-        }
-        return protocol_by_name(name);
-    }
-    let grouping = match grouping {
-        Some(g) => {
-            let g = g.clone();
-            g.validate(procedures)?;
-            g
-        }
-        None => Grouping::one_group(procedures),
-    };
-    Ok(std::sync::Arc::new(Callas { grouping }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn raw_holds_every_lock_for_one_statement_only() -> Result<(), Error> {
-        for isolation in [Isolation::ReadCommitted, Isolation::Serializable] {
-            let raw = protocol_by_name("raw")?.lock_spec(isolation);
-            assert!(raw.short_reads && raw.short_writes, "{isolation}: {raw:?}");
-            let acid = protocol_by_name("acid")?.lock_spec(isolation);
-            assert!(!acid.short_writes, "{isolation}: {acid:?}");
-        }
-        assert!(protocol_by_name("raw")?.salt().is_none());
-        Ok(())
-    }
-
-    #[test]
-    fn deadlock_defaults_per_protocol() {
-        use brine_lock::DeadlockPolicy::{Detect, WaitDie};
-        assert_eq!(default_deadlock_policy("acid"), WaitDie);
-        assert_eq!(default_deadlock_policy("raw"), WaitDie);
-        assert_eq!(default_deadlock_policy("salt"), Detect);
-        assert_eq!(default_deadlock_policy("salt-nolocal"), Detect);
-        assert_eq!(default_deadlock_policy("callas"), Detect);
     }
 }

@@ -38,7 +38,6 @@
 //! `sc` groups). A transaction whose committed pieces only read is not
 //! protected: it is aborted whole, which also lets go of its nexus locks.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use brine_core::{AbortCause, Error, NodeId, Result, TxnId, Value};
@@ -46,8 +45,11 @@ use brine_sql::{Plan, QueryResult, StatementKind};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use crate::coordinator::{abort_at, backoff, commit_at, ProcCtx, Shared, TxnState};
-use crate::message::{BaseStmt, PartitionMsg};
+use super::state::state_mut;
+use super::CallasStmt;
+use crate::coordinator::{abort_at, commit_at, ProcCtx, Retries, Sent, Shared, TxnState};
+use crate::message::{PartitionMsg, SubStmt};
+use crate::partition::Ending;
 
 /// An `sc` transaction's pieces at its coordinator.
 #[derive(Debug, Default)]
@@ -96,9 +98,8 @@ impl ScRun {
 
 /// The `sc` state of a transaction running in an `sc` group.
 fn run_of(st: &mut TxnState) -> &mut ScRun {
-    st.callas
-        .as_mut()
-        .and_then(|c| c.sc.as_mut())
+    state_mut(st)
+        .and_then(|c| c.sc.as_deref_mut())
         .expect("sc state")
 }
 
@@ -108,7 +109,7 @@ fn rec_len(st: &TxnState) -> usize {
 
 /// The open piece, taken: its transaction and partitions.
 fn take_open(st: &mut TxnState) -> Option<(TxnId, SmallVec<[usize; 4]>)> {
-    let c = st.callas.as_mut().expect("callas state");
+    let c = state_mut(st).expect("callas state");
     let run = c.sc.as_mut().expect("sc state");
     let sub = run.sub.take()?;
     Some((sub, std::mem::take(&mut c.piece_parts)))
@@ -117,7 +118,7 @@ fn take_open(st: &mut TxnState) -> Option<(TxnId, SmallVec<[usize; 4]>)> {
 /// Runs one statement of an `sc` transaction: replayed if its piece
 /// committed in an earlier run of the body; otherwise in its piece, which
 /// it opens (committing the one before) if it is the piece's first.
-pub(crate) async fn exec(
+pub(super) async fn exec(
     ctx: &mut ProcCtx,
     statement: &str,
     plan: Arc<Plan>,
@@ -130,7 +131,7 @@ pub(crate) async fn exec(
             return Err(Error::Aborted(cause));
         }
         let owner = st.txn;
-        let c = st.callas.as_mut().expect("callas state");
+        let c = state_mut(&mut st).expect("callas state");
         let pieces = c
             .pieces
             .as_ref()
@@ -178,16 +179,15 @@ pub(crate) async fn exec(
         let mut st = ctx.state.lock();
         let mark = rec_len(&st);
         let lock_class = st.lock_class;
-        let c = st.callas.as_mut().expect("callas state");
+        let c = state_mut(&mut st).expect("callas state");
         c.piece = Some((k, None));
         let seq = c.seq;
         c.seq += 1;
         let run = c.sc.as_mut().expect("sc state");
-        let base = BaseStmt {
+        let base = SubStmt {
             owner,
             seq,
             autocommit: false,
-            release_order: false,
             commit_first: None,
             protect: run.protected,
         };
@@ -220,16 +220,25 @@ pub(crate) async fn exec(
 async fn run_in_piece(
     ctx: &ProcCtx,
     sub: TxnId,
-    base: BaseStmt,
+    base: SubStmt,
     plan: Arc<Plan>,
     args: Vec<Value>,
     lock_class: Option<brine_lock::LockClass>,
 ) -> Result<QueryResult> {
     let params = plan.bind(args)?;
     // Callas runs every transaction at the cluster's level.
-    let lock = ctx.lock_spec(None, lock_class, true);
+    let lock = ctx.lock_spec(None, lock_class);
+    let words = CallasStmt {
+        track: lock_class.is_some(),
+        ..CallasStmt::default()
+    };
+    let how = Sent {
+        sub: Some(base),
+        call: None,
+        ext: (words != CallasStmt::default()).then(|| Arc::new(words) as _),
+    };
     let targets = ctx.shared.targets(&plan, &params);
-    ctx.execute_on(&targets, sub, &plan, params, lock, Some(base))
+    ctx.execute_on(&targets, sub, &plan, params, lock, how)
         .await
 }
 
@@ -242,7 +251,7 @@ async fn commit_piece(
     owner: TxnId,
     (sub, parts): (TxnId, SmallVec<[usize; 4]>),
 ) -> Result<()> {
-    let r = commit_at(shared, node, sub, Some(owner), &parts).await;
+    let r = commit_at(shared, node, sub, Ending::Sub { owner }, &parts).await;
     if let Err(Error::Aborted(cause)) = &r {
         state.lock().doomed = Some(*cause);
     }
@@ -254,7 +263,7 @@ async fn commit_piece(
 const STUCK_RERUNS: u32 = 100;
 
 /// What [`body_done`] decided.
-pub(crate) enum Step<T> {
+pub(super) enum Step<T> {
     /// A piece after the first was a victim and was rolled back: run the
     /// body again (the committed pieces are replayed).
     Rerun,
@@ -267,7 +276,7 @@ pub(crate) enum Step<T> {
 /// succeeded; otherwise rolls it back, and if it was not the first piece
 /// and the concurrency control chose it as a victim, asks for the body to
 /// run again.
-pub(crate) async fn body_done<T>(
+pub(super) async fn body_done<T>(
     shared: &Arc<Shared>,
     node: NodeId,
     state: &Mutex<TxnState>,
@@ -286,7 +295,7 @@ pub(crate) async fn body_done<T>(
         return Step::Done(result);
     }
     if let Some((sub, parts)) = open {
-        abort_at(shared, node, sub, Some(owner), &parts).await;
+        abort_at(shared, node, sub, Ending::Sub { owner }, &parts).await;
     }
     let victim: Option<AbortCause> = doomed.or(match &result {
         Err(Error::Aborted(cause)) => Some(*cause),
@@ -324,9 +333,7 @@ pub(crate) async fn body_done<T>(
                      committed a piece that wrote); see docs/callas.md, Limits"
                 );
             }
-            shared.counters.count_abort(cause);
-            shared.counters.retries.fetch_add(1, Ordering::Relaxed);
-            backoff(&shared.retry, reruns, shared.seed ^ owner.id).await;
+            Retries::rerun(shared, cause, reruns, owner.id).await;
             Step::Rerun
         }
         (protected, victim) => {

@@ -29,19 +29,23 @@ use brine_core::{AbortCause, Catalog, Error, NodeId, PartitionId, Result, TxnId,
 use brine_lock::LockClass;
 use brine_sql::{Plan, QueryResult, Route};
 use parking_lot::Mutex;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
 use crate::history::{HistorySink, TxnRecording};
 use crate::link::Link;
-use crate::message::{Executed, Gate, GateNotice, LockSpec, PartitionMsg, Reply, Vote};
+use crate::message::{Executed, Gate, GateNotice, LockSpec, PartitionMsg, Reply, SubStmt};
 use crate::procedure::PreparedProc;
-use crate::protocol::{Isolation, Mutation, Protocol};
+use crate::protocol::{Isolation, Mutation, Protocol, Statements, TxnExt};
+
+mod commit;
+mod retry;
+
 use crate::stats::ClusterCounters;
 use brine_check::{Op, Outcome};
+pub use commit::{abort, abort_at, commit, commit_at, commit_keeping_after};
 use futures::stream::{FuturesUnordered, StreamExt};
+pub use retry::{backoff, run_acid, CallOutcome, Retries};
 
 /// Who ungates a gated statement ([`ProcCtx::execute_on`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,14 +74,6 @@ pub struct Shared {
     /// How long a transaction waits for a lock, or (Callas) for another
     /// transaction's progress, before it aborts.
     pub wait_timeout: Duration,
-    /// Callas: `ClusterConfig::rank_holds`.
-    pub rank_holds: bool,
-    /// Callas: which transactions still hold nexus locks, and how far
-    /// each got.
-    pub nexus: crate::callas::NexusBoard,
-    /// Callas: the pieces of each procedure of an `rp` group (Runtime
-    /// Pipelining) or an `sc` group (classic chopping).
-    pub pieces: std::collections::HashMap<String, Arc<crate::callas::ProcPieces>>,
     /// A deliberately broken locking variant (checker validation only).
     pub mutation: Option<Mutation>,
     /// The cluster's logs (`None`: durability off).
@@ -206,16 +202,15 @@ pub struct TxnState {
     pub finished: bool,
     /// The attempt's operations, when the run records a history.
     pub rec: Option<Box<TxnRecording>>,
-    /// Set when the transaction runs as a Salt BASE transaction.
-    pub(crate) base: Option<Box<crate::salt::BaseState>>,
     /// The lock class its statements take instead of the protocol's
     /// (Callas: the group's member class).
-    pub(crate) lock_class: Option<brine_lock::LockClass>,
-    /// Set when the transaction runs in a Callas group.
-    pub(crate) callas: Option<Box<crate::callas::CallasState>>,
+    pub lock_class: Option<brine_lock::LockClass>,
+    /// The protocol's own state of the transaction (Salt's BASE
+    /// transaction, Callas' group membership), if it keeps one.
+    pub ext: Option<Box<dyn TxnExt>>,
     /// The level its statements lock at: the cluster's, or less for a
     /// procedure that needs less (`ProcedureDef::isolation`).
-    pub(crate) isolation: Option<Isolation>,
+    pub isolation: Option<Isolation>,
 }
 
 impl TxnState {
@@ -226,9 +221,8 @@ impl TxnState {
             doomed: None,
             finished: false,
             rec: None,
-            base: None,
             lock_class: None,
-            callas: None,
+            ext: None,
             isolation: None,
         }
     }
@@ -250,7 +244,7 @@ impl TxnState {
     /// Runs the attempt at the cluster's level, whatever its procedure
     /// needs (Callas: its analysis, group dependencies and chopping
     /// assume every member at one level).
-    pub(crate) fn at_cluster_level(&mut self) {
+    pub fn at_cluster_level(&mut self) {
         self.isolation = None;
         if let Some(rec) = &mut self.rec {
             rec.read_committed = false;
@@ -258,15 +252,15 @@ impl TxnState {
     }
 
     /// Hands the attempt's record to the history, with its outcome.
-    pub(crate) fn record_end(&mut self, shared: &Shared, outcome: Outcome) {
+    pub fn record_end(&mut self, shared: &Shared, outcome: Outcome) {
         if let (Some(h), Some(rec)) = (&shared.history, self.rec.take()) {
             h.end(self.txn, *rec, outcome);
         }
     }
 
-    pub(crate) fn add_participant(&mut self, p: usize) {
-        if let Some(c) = &mut self.callas {
-            c.touch(p);
+    pub fn add_participant(&mut self, p: usize) {
+        if let Some(e) = &mut self.ext {
+            e.touched(p);
         }
         if !self.participants.contains(&p) {
             self.participants.push(p);
@@ -277,14 +271,17 @@ impl TxnState {
 /// What a procedure body sees: a handle to execute its declared statements
 /// inside the current transaction attempt.
 pub struct ProcCtx {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) node: NodeId,
+    pub shared: Arc<Shared>,
+    pub node: NodeId,
     proc: Option<Arc<PreparedProc>>,
-    pub(crate) state: Arc<Mutex<TxnState>>,
+    pub state: Arc<Mutex<TxnState>>,
+    /// How the protocol runs this transaction's statements (`None`: the
+    /// engine's plain statement, [`ProcCtx::exec_plan`]).
+    statements: Option<&'static dyn Statements>,
 }
 
 impl ProcCtx {
-    pub(crate) fn new(
+    pub fn new(
         shared: Arc<Shared>,
         node: NodeId,
         proc: Option<Arc<PreparedProc>>,
@@ -295,7 +292,14 @@ impl ProcCtx {
             node,
             proc,
             state,
+            statements: None,
         }
+    }
+
+    /// Its statements run the protocol's way.
+    pub fn with_statements(mut self, statements: &'static dyn Statements) -> Self {
+        self.statements = Some(statements);
+        self
     }
 
     pub fn txn_id(&self) -> TxnId {
@@ -314,15 +318,10 @@ impl ProcCtx {
                 })
             }
         };
-        let mechanism = self.state.lock().callas.as_ref().map(|c| c.mechanism);
-        if mechanism == Some(crate::callas::Mechanism::Sc) {
-            return crate::sc::exec(self, statement, plan, args).await;
+        match self.statements {
+            Some(s) => s.exec(self, statement, plan, args).await,
+            None => self.exec_plan(plan, args).await,
         }
-        if mechanism == Some(crate::callas::Mechanism::Rp) {
-            let placed = crate::callas::enter_piece(self, statement).await?;
-            return self.exec_plan_locking(plan, args, placed).await;
-        }
-        self.exec_plan(plan, args).await
     }
 
     /// Opens an alkaline subtransaction of a BASE procedure (Salt): the
@@ -332,18 +331,18 @@ impl ProcCtx {
     /// ACID procedures, the marks do nothing: the whole body is one ACID
     /// transaction.
     pub fn begin_alkaline(&mut self) -> Result<()> {
-        if self.state.lock().base.is_none() {
-            return Ok(());
+        match self.statements {
+            Some(s) => s.begin_sub(self),
+            None => Ok(()),
         }
-        crate::salt::begin_alkaline(self)
     }
 
     /// Commits the open alkaline subtransaction (see `begin_alkaline`).
     pub async fn end_alkaline(&mut self) -> Result<()> {
-        if self.state.lock().base.is_none() {
-            return Ok(());
+        match self.statements {
+            Some(s) => s.end_sub(self).await,
+            None => Ok(()),
         }
-        crate::salt::end_alkaline(self).await
     }
 
     /// Aborts the transaction on the user's behalf: returns the error the
@@ -355,20 +354,17 @@ impl ProcCtx {
     /// Sends one statement to partition `p` now (gated by `gate`, if
     /// any); the future answers its result.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn send_execute(
+    pub fn send_execute(
         &self,
         p: usize,
         txn: TxnId,
         plan: Arc<Plan>,
         params: Vec<Value>,
         lock: LockSpec,
-        salt: Option<(crate::message::BaseStmt, crate::message::Intro)>,
+        how: Sent,
         gate: Option<Gate>,
     ) -> impl Future<Output = Result<Executed>> + Send + 'static {
-        let (base, intro) = match salt {
-            Some((b, i)) => (Some(b), i),
-            None => (None, None),
-        };
+        let Sent { sub, call, ext } = how;
         let answer = self
             .shared
             .request_now(self.node, p, move |reply| PartitionMsg::Execute {
@@ -376,8 +372,9 @@ impl ProcCtx {
                 plan,
                 params,
                 lock,
-                base,
-                intro,
+                sub,
+                call,
+                ext,
                 gate,
                 reply,
             });
@@ -396,8 +393,7 @@ impl ProcCtx {
     fn gating(&self, plan: &Plan, lock: &LockSpec, first: bool) -> Option<Ungater> {
         let gated = first
             && lock.class == LockClass::Acid
-            && self.shared.protocol.salt().is_some()
-            && self.shared.mutation != Some(Mutation::NoGate);
+            && self.shared.protocol.gates_spanning_statements();
         let short = lock.short_reads && plan.kind() == brine_sql::StatementKind::Select;
         gated.then_some(if short {
             Ungater::Partition
@@ -434,8 +430,9 @@ impl ProcCtx {
                 let node = self.shared.partitions[p].node;
                 let notice = GateNotice::new(&self.shared.link, node, self.node, i, tx.clone());
                 let gate = Gate::Coordinated(notice);
+                let how = Sent::default();
                 let part =
-                    self.send_execute(p, txn, plan.clone(), params.clone(), lock, None, Some(gate));
+                    self.send_execute(p, txn, plan.clone(), params.clone(), lock, how, Some(gate));
                 async move { (i, part.await) }
             })
             .collect();
@@ -474,18 +471,18 @@ impl ProcCtx {
             .collect()
     }
 
-    /// Callas: remembers the same-group transactions a statement found it
-    /// depends on (for the nexus release order).
-    pub(crate) fn note_after(&self, after: &[TxnId]) {
+    /// Tells the protocol's state of the transactions a statement found
+    /// this one depends on (Callas: for the nexus release order).
+    pub fn note_after(&self, after: &[TxnId]) {
         if !after.is_empty() {
-            if let Some(c) = &mut self.state.lock().callas {
-                c.note_after(after, &self.shared.nexus);
+            if let Some(e) = &mut self.state.lock().ext {
+                e.depends_on(after);
             }
         }
     }
 
     /// Adds a statement's recorded operations to the attempt's history.
-    pub(crate) fn record_ops(&self, ops: Vec<Op>) {
+    pub fn record_ops(&self, ops: Vec<Op>) {
         if !ops.is_empty() {
             if let Some(rec) = &mut self.state.lock().rec {
                 rec.ops.extend(ops);
@@ -498,14 +495,14 @@ impl ProcCtx {
     /// same-group transactions it depends on and recording its operations;
     /// a broadcast's parts are merged. A victim anywhere is the error
     /// reported, over other errors.
-    pub(crate) async fn execute_on(
+    pub async fn execute_on(
         &self,
         targets: &[usize],
         txn: TxnId,
         plan: &Arc<Plan>,
         params: Vec<Value>,
         lock: LockSpec,
-        base: Option<crate::message::BaseStmt>,
+        how: Sent,
     ) -> Result<QueryResult> {
         let first = {
             let mut st = self.state.lock();
@@ -515,16 +512,15 @@ impl ProcCtx {
             }
             first
         };
-        let salt = base.map(|b| (b, None));
         if let [p] = targets {
             let e = self
-                .send_execute(*p, txn, plan.clone(), params, lock, salt, None)
+                .send_execute(*p, txn, plan.clone(), params, lock, how, None)
                 .await?;
             self.note_after(&e.after);
             self.record_ops(e.ops);
             return Ok(e.result);
         }
-        let gating = if base.is_none() {
+        let gating = if how.sub.is_none() {
             self.gating(plan, &lock, first)
         } else {
             None
@@ -540,7 +536,7 @@ impl ProcCtx {
                     plan.clone(),
                     params.clone(),
                     lock,
-                    salt.clone(),
+                    how.clone(),
                     gate,
                 )
             });
@@ -576,20 +572,13 @@ impl ProcCtx {
 
     /// How a statement of this transaction locks: the protocol's way at
     /// `isolation` (the transaction's `TxnState::isolation`; `None`: the
-    /// cluster's level), in `class` if given (Callas: the
-    /// group's member class; `callas_deps`: the partitions report
-    /// same-group dependencies), bent by the mutation if one is set.
-    pub(crate) fn lock_spec(
-        &self,
-        isolation: Option<Isolation>,
-        class: Option<LockClass>,
-        callas_deps: bool,
-    ) -> LockSpec {
+    /// cluster's level), in `class` if given (Callas: the group's member
+    /// class), bent by the mutation if one is set.
+    pub fn lock_spec(&self, isolation: Option<Isolation>, class: Option<LockClass>) -> LockSpec {
         let isolation = isolation.unwrap_or(self.shared.isolation);
         let mut lock = self.shared.protocol.lock_spec(isolation);
         if let Some(class) = class {
             lock.class = class;
-            lock.callas_deps = callas_deps;
         }
         if let Some(m) = self.shared.mutation {
             lock = m.apply(lock);
@@ -597,298 +586,53 @@ impl ProcCtx {
         lock
     }
 
-    pub(crate) async fn exec_plan(
-        &mut self,
-        plan: Arc<Plan>,
-        args: Vec<Value>,
-    ) -> Result<QueryResult> {
-        self.exec_plan_locking(plan, args, None).await
+    /// The transaction's id, its lock class and level, or the error a
+    /// statement gets if it can no longer run one (a victim, or ended).
+    pub fn live(&self) -> Result<(TxnId, Option<LockClass>, Option<Isolation>)> {
+        let st = self.state.lock();
+        if let Some(cause) = st.doomed {
+            return Err(Error::Aborted(cause));
+        }
+        if st.finished {
+            return Err(Error::TxnState("the transaction already ended".into()));
+        }
+        Ok((st.txn, st.lock_class, st.isolation))
     }
 
-    /// [`ProcCtx::exec_plan`], in a Runtime Pipelining piece if `placed`
-    /// (which sets `LockSpec::for_update` and `LockSpec::end_row`).
-    async fn exec_plan_locking(
-        &mut self,
-        plan: Arc<Plan>,
-        args: Vec<Value>,
-        placed: Option<crate::callas::Placed>,
-    ) -> Result<QueryResult> {
-        if self.state.lock().base.is_some() {
-            return crate::salt::exec(self, plan, args).await;
-        }
-        let (txn, lock_class, chop, callas_deps, isolation) = {
-            let st = self.state.lock();
-            if let Some(cause) = st.doomed {
-                return Err(Error::Aborted(cause));
-            }
-            if st.finished {
-                return Err(Error::TxnState("the transaction already ended".into()));
-            }
-            let chop = st
-                .callas
-                .as_ref()
-                .filter(|c| c.mechanism == crate::callas::Mechanism::Chop)
-                .map(|c| c.seq);
-            let callas_deps = st
-                .callas
-                .as_ref()
-                .is_some_and(|c| c.mechanism != crate::callas::Mechanism::TwoPl);
-            (st.txn, st.lock_class, chop, callas_deps, st.isolation)
-        };
-        let params = plan.bind(args)?;
-        let hold = placed.and_then(|_| crate::callas::rank_hold(&self.state));
-        let lock = LockSpec {
-            for_update: placed.is_some_and(|p| p.write_first),
-            end_row: placed.is_some_and(|p| p.ends_row),
-            ends_piece: placed.filter(|p| p.ends_piece).and_then(|p| p.rank),
-            after_rank: hold.as_ref().map(|(t, r, _)| (*t, *r)),
-            ..self.lock_spec(isolation, lock_class, callas_deps)
-        };
-        if let Some(seq) = chop {
-            return crate::callas::exec_piece(self, plan, params, lock, seq).await;
-        }
-        let targets = self.shared.targets(&plan, &params);
-        let exec = self.execute_on(&targets, txn, &plan, params, lock, None);
-        let result = match hold {
-            Some((t, r, d)) => crate::callas::held(self, &targets, (t, r), d, exec).await,
-            None => exec.await,
-        };
-        if result.is_ok() && lock.ends_piece.is_some() {
-            // The piece ended where this statement ran: no `EndPiece` there.
-            if let Some(c) = self.state.lock().callas.as_mut() {
-                c.piece_parts.retain(|p| !targets.contains(p));
-            }
-        }
-        if let Err(Error::Aborted(cause)) = &result {
+    /// A statement failed: a concurrency-control victim dooms the attempt.
+    pub fn doom_on_abort<T>(&self, result: &Result<T>) {
+        if let Err(Error::Aborted(cause)) = result {
             self.state.lock().doomed = Some(*cause);
         }
+    }
+
+    /// Runs a statement the engine's way: strict two-phase locking at the
+    /// transaction's level and class.
+    pub async fn exec_plan(&mut self, plan: Arc<Plan>, args: Vec<Value>) -> Result<QueryResult> {
+        let (txn, lock_class, isolation) = self.live()?;
+        let params = plan.bind(args)?;
+        let lock = self.lock_spec(isolation, lock_class);
+        let targets = self.shared.targets(&plan, &params);
+        let result = self
+            .execute_on(&targets, txn, &plan, params, lock, Sent::default())
+            .await;
+        self.doom_on_abort(&result);
         result
     }
 }
 
-/// Commits an attempt whose body succeeded. On a `No` vote the attempt is
-/// aborted and the cause returned.
-pub async fn commit(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> Result<()> {
-    commit_keeping(shared, node, state, None).await
+/// How a statement is sent, beyond its lock spec: as a subtransaction's
+/// (`sub`), with its call for the log (`call`), with the protocol's words
+/// for its rules (`ext`).
+#[derive(Clone, Default)]
+pub struct Sent {
+    pub sub: Option<SubStmt>,
+    pub call: crate::message::Intro,
+    pub ext: crate::message::StmtExt,
 }
 
-/// [`commit`] with the participants told to keep the transaction's locks
-/// under `keep` (Callas: as nexus locks, released later in order).
-pub(crate) async fn commit_keeping(
-    shared: &Shared,
-    node: NodeId,
-    state: &Mutex<TxnState>,
-    keep: Option<TxnId>,
-) -> Result<()> {
-    commit_keeping_after(shared, node, state, keep, NOTHING_BEFORE).await
-}
-
-/// No dependency to await before a commit decision.
-const NOTHING_BEFORE: Option<std::future::Ready<Result<()>>> = None;
-
-/// [`commit_keeping`] for a transaction that depends on others (Runtime
-/// Pipelining: it saw same-group transactions' uncommitted state), given
-/// as `after`, which is done once they committed. Such a transaction asks
-/// for votes even on one participant (one that cascaded an abort to it
-/// says No), its participants hold their locks through phase one even
-/// where it wrote nothing, and it is decided once `after` is done: the
-/// participants prepare meanwhile. An error from `after` aborts it with
-/// that error.
-pub(crate) async fn commit_keeping_after(
-    shared: &Shared,
-    node: NodeId,
-    state: &Mutex<TxnState>,
-    keep: Option<TxnId>,
-    after: Option<impl std::future::Future<Output = Result<()>>>,
-) -> Result<()> {
-    let (txn, participants) = {
-        let mut st = state.lock();
-        if st.finished {
-            return Err(Error::TxnState("the transaction already ended".into()));
-        }
-        st.finished = true;
-        (st.txn, st.participants.clone())
-    };
-    let result = commit_at_with(shared, node, txn, keep, &participants, after).await;
-    if shared.history.is_some() {
-        let outcome = match &result {
-            Ok(()) => Outcome::Committed,
-            Err(Error::Aborted(_)) => Outcome::Aborted,
-            Err(_) => Outcome::Unknown,
-        };
-        state.lock().record_end(shared, outcome);
-    }
-    result
-}
-
-/// Commits `txn` at `participants`: one round for one participant,
-/// two-phase commit (with a durable decision when logging) for several.
-/// `keep`: `txn` is an alkaline subtransaction of that BASE transaction,
-/// whose locks are downgraded instead of released.
-pub(crate) async fn commit_at(
-    shared: &Shared,
-    node: NodeId,
-    txn: TxnId,
-    keep: Option<TxnId>,
-    participants: &[usize],
-) -> Result<()> {
-    commit_at_with(shared, node, txn, keep, participants, NOTHING_BEFORE).await
-}
-
-/// [`commit_at`]; `after`: see [`commit_keeping_after`].
-async fn commit_at_with(
-    shared: &Shared,
-    node: NodeId,
-    txn: TxnId,
-    keep: Option<TxnId>,
-    participants: &[usize],
-    after: Option<impl std::future::Future<Output = Result<()>>>,
-) -> Result<()> {
-    let hold = after.is_some();
-    let after = async {
-        match after {
-            Some(f) => f.await,
-            None => Ok(()),
-        }
-    };
-    match participants.len() {
-        0 => after.await,
-        1 if !hold => {
-            shared
-                .request(node, participants[0], |reply| PartitionMsg::Commit {
-                    txn,
-                    keep,
-                    decided: false,
-                    reply,
-                })
-                .await
-                // The commit may have been applied and its answer lost.
-                .map_err(|e| match e {
-                    Error::Transport(m) => Error::Transport(format!("commit outcome unknown: {m}")),
-                    e => e,
-                })
-        }
-        _ => {
-            // A multi-process node records the decision's progress, so a
-            // restarted participant's inquiry gets a safe answer.
-            let book = shared.wal.as_ref().and_then(|w| w.book.as_deref());
-            if let Some(b) = book {
-                b.preparing(txn);
-            }
-            let (votes, after) = futures::future::join(
-                futures::future::join_all(participants.iter().map(|&p| {
-                    shared.request(node, p, move |reply| PartitionMsg::Prepare {
-                        txn,
-                        keep,
-                        hold,
-                        reply,
-                    })
-                })),
-                after,
-            )
-            .await;
-            let all_yes = votes
-                .iter()
-                .all(|v| matches!(v, Ok(Vote::Yes) | Ok(Vote::ReadOnly)));
-            let mut decision_commit = all_yes && after.is_ok();
-            // With a log, the decision is durable before anyone hears it
-            // (only commits are logged: presumed abort). A failed decision
-            // log aborts the transaction.
-            let mut log_error = None;
-            let any_yes = votes.iter().any(|v| matches!(v, Ok(Vote::Yes)));
-            if let (true, true, Some(wal)) = (decision_commit, any_yes, &shared.wal) {
-                if book.is_some_and(|b| !b.try_decide(txn)) {
-                    // A restarted participant was told "aborted".
-                    decision_commit = false;
-                } else if let Err(e) = wal.log_decision(node, txn, participants).await {
-                    decision_commit = false;
-                    log_error = Some(e);
-                }
-            }
-            if let Some(b) = book {
-                b.decided(txn, decision_commit && any_yes);
-            }
-            // Phase two goes to every participant that still holds state
-            // (voted Yes, or could not be heard from). It is not awaited: the
-            // decision is made, and per-link FIFO delivery orders it before
-            // anything this coordinator sends next.
-            for (&p, v) in participants.iter().zip(&votes) {
-                if matches!(v, Ok(Vote::ReadOnly)) && !hold {
-                    continue;
-                }
-                let (reply, _rx) = Reply::channel(&shared.link, shared.partitions[p].node, node);
-                let msg = if decision_commit {
-                    PartitionMsg::Commit {
-                        txn,
-                        keep,
-                        decided: true,
-                        reply,
-                    }
-                } else {
-                    PartitionMsg::Abort { txn, keep, reply }
-                };
-                shared.send(node, p, msg);
-            }
-            if let Some(e) = log_error {
-                return Err(e);
-            }
-            after?;
-            // A participant that did not answer (its log failed, or it is
-            // gone) is not a concurrency-control abort: no retry.
-            if let Some(Err(e)) = votes.iter().find(|v| v.is_err()) {
-                return Err(e.clone());
-            }
-            if decision_commit {
-                Ok(())
-            } else {
-                Err(Error::Aborted(AbortCause::Cascade))
-            }
-        }
-    }
-}
-
-/// Aborts an attempt at every participant and waits until each has undone
-/// its writes and released its locks, so a retry never waits on its own
-/// previous attempt.
-pub async fn abort(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) {
-    let (txn, participants) = {
-        let mut st = state.lock();
-        if st.finished {
-            return;
-        }
-        st.finished = true;
-        (st.txn, st.participants.clone())
-    };
-    abort_at(shared, node, txn, None, &participants).await;
-    state.lock().record_end(shared, Outcome::Aborted);
-}
-
-/// Aborts `txn` at `participants` and waits for every acknowledgement
-/// (`keep` as in [`commit_at`]).
-pub(crate) async fn abort_at(
-    shared: &Shared,
-    node: NodeId,
-    txn: TxnId,
-    keep: Option<TxnId>,
-    participants: &[usize],
-) {
-    let acks = futures::future::join_all(participants.iter().map(|&p| {
-        shared.request(node, p, move |reply| PartitionMsg::Abort {
-            txn,
-            keep,
-            reply,
-        })
-    }))
-    .await;
-    for a in acks {
-        if let Err(e) = a {
-            tracing::warn!(%txn, "abort not acknowledged: {e}");
-        }
-    }
-}
-
-/// Runs a procedure to completion: attempts, retries of concurrency-control
-/// victims (bounded, with backoff), commit.
+/// Runs a call of `proc` to completion, the way the cluster's protocol
+/// runs it (`Protocol::run`), once recovery let new work in.
 pub async fn run_procedure(
     shared: &Arc<Shared>,
     node: NodeId,
@@ -897,116 +641,12 @@ pub async fn run_procedure(
     on_accept: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<CallOutcome> {
     shared.wait_ready().await;
-    if proc.base {
-        if let Some(opts) = shared.protocol.salt() {
-            return crate::salt::run_base(shared, node, proc, args, opts, on_accept, None).await;
-        }
-    }
-    if let Some(group) = shared
-        .protocol
-        .callas()
-        .and_then(|g| g.group_of(&proc.name))
-    {
-        return crate::callas::run_grouped(shared, node, proc, args, group, on_accept).await;
-    }
-    let mut ts = None;
-    let mut attempt = 0u32;
-    loop {
-        attempt += 1;
-        let txn = shared.new_txn(ts);
-        ts = Some(txn.ts);
-        let state = Arc::new(Mutex::new(TxnState::begin(shared, txn, Some(proc))));
-        let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
-        let body_result = (proc.body)(ctx, args.clone()).await;
-        let doomed = state.lock().doomed;
-        let cause = match (body_result, doomed) {
-            (Ok(values), None) => match commit(shared, node, &state).await {
-                Ok(()) => {
-                    return Ok(committed(
-                        shared, txn, &proc.name, attempt, values, on_accept,
-                    ));
-                }
-                Err(Error::Aborted(cause)) => cause,
-                Err(e) => return Err(e),
-            },
-            (_, Some(cause)) => {
-                abort(shared, node, &state).await;
-                cause
-            }
-            (Err(e), None) => {
-                abort(shared, node, &state).await;
-                tracing::debug!(%txn, procedure = %proc.name, attempt, "aborted: {e}");
-                shared.counters.user_aborts.fetch_add(1, Ordering::Relaxed);
-                return Err(e);
-            }
-        };
-        tracing::debug!(%txn, procedure = %proc.name, attempt, cause = cause.as_str(), "concurrency-control abort");
-        retry_after(shared, attempt, cause, txn).await?;
-    }
-}
-
-/// Attempt `attempt` of a call committed: counts it, tells whoever waits
-/// for acceptance, and makes the call's outcome.
-pub(crate) fn committed(
-    shared: &Shared,
-    txn: TxnId,
-    procedure: &str,
-    attempt: u32,
-    values: Vec<Value>,
-    on_accept: Option<tokio::sync::oneshot::Sender<()>>,
-) -> CallOutcome {
-    tracing::debug!(%txn, procedure, attempt, "committed");
-    shared.counters.commits.fetch_add(1, Ordering::Relaxed);
-    if let Some(tx) = on_accept {
-        let _ = tx.send(());
-    }
-    CallOutcome {
-        values,
-        attempts: attempt,
-    }
-}
-
-/// Attempt `attempt` of a call was a concurrency-control victim: counts
-/// it and, within the retry bound, backs off before the next attempt;
-/// past the bound, the error the call ends with.
-pub(crate) async fn retry_after(
-    shared: &Shared,
-    attempt: u32,
-    cause: AbortCause,
-    txn: TxnId,
-) -> Result<()> {
-    shared.counters.count_abort(cause);
-    if attempt >= shared.retry.max_attempts {
-        return Err(Error::RetriesExhausted {
-            attempts: attempt,
-            last: cause,
-        });
-    }
-    shared.counters.retries.fetch_add(1, Ordering::Relaxed);
-    backoff(&shared.retry, attempt, shared.seed ^ txn.id).await;
-    Ok(())
-}
-
-pub(crate) async fn backoff(policy: &RetryPolicy, attempt: u32, seed: u64) {
-    if attempt <= 1 {
-        tokio::task::yield_now().await;
-        return;
-    }
-    let exp = policy
-        .backoff_base
-        .saturating_mul(1u32 << (attempt - 2).min(16))
-        .min(policy.backoff_max);
-    // The attempt goes into the draw: callers that retry under one id (a
-    // chopped transaction's piece, an accepted BASE transaction's
-    // subtransaction) would otherwise draw the same fraction every time.
-    let draw = seed ^ u64::from(attempt).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let wait = SmallRng::seed_from_u64(draw).gen_range(Duration::ZERO..=exp);
-    tokio::time::sleep(wait).await;
-}
-
-/// A completed call: the procedure's result and how many attempts it took.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CallOutcome {
-    pub values: Vec<Value>,
-    pub attempts: u32,
+    let call = crate::protocol::Call {
+        shared,
+        node,
+        proc,
+        args,
+        on_accept,
+    };
+    shared.protocol.run(call).await
 }

@@ -1,17 +1,74 @@
-//! Salt at the partition: the long-term locks of BASE transactions, the
-//! saline release-order dependencies their accesses take, and the staged
-//! release that ends a BASE transaction here (seed 000 section 3.3;
+//! Locks owned across subtransactions: a transaction (the *owner*) whose
+//! statements run in subtransactions of their own (Salt's alkaline
+//! subtransactions, Callas' chopped pieces) holds their locks past each
+//! subtransaction's end, and releases them when its coordinator says
+//! (`Release`), in stages, each lock once its release-order dependencies
+//! allow. With `dependencies` on (Salt's saline release-order rules), an
+//! access that observes a row another owner wrote and still holds takes a
+//! read-after-write release dependency on it (seed 000 section 3.3;
 //! `docs/salt.md`).
+//!
+//! The rules of a protocol that uses them keep an [`Owned`] and say so
+//! with [`OwnsLocks`].
+
+use rustc_hash::FxHashMap as HashMap;
 
 use brine_core::{Access, LockNeed, LockTarget, TxnId};
 use brine_lock::{LockClass, Mode, ReleaseOutcome};
 use smallvec::SmallVec;
 
-use super::{Partition, Stmt};
-use crate::message::Reply;
+use super::{Partition, Rules, Stmt};
+use crate::message::{ReleaseStage, Reply};
 
-/// A long-term lock of a BASE transaction.
-pub(super) struct BaseLock {
+/// The owned locks at one partition.
+#[derive(Default)]
+pub struct Owned {
+    /// Read-after-write release dependencies are taken (Salt's saline
+    /// release order).
+    dependencies: bool,
+    /// The long-term locks of each owner here, with the position of the
+    /// latest statement that took each.
+    locks: HashMap<TxnId, Vec<OwnedLock>>,
+    /// The owner of each holder its locks were forked to, and the other
+    /// way round.
+    forked: HashMap<TxnId, TxnId>,
+    forks: HashMap<TxnId, SmallVec<[TxnId; 2]>>,
+    /// Releases still held back by release-order dependencies, by owner.
+    releases: HashMap<TxnId, Vec<PendingRelease>>,
+    /// The owner that last wrote each row (the prototype's per-row
+    /// pointer, seed 000 section 3.4.3). Stale entries (writer gone) are
+    /// ignored and swept when the map grows.
+    last_writer: HashMap<LockTarget, TxnId>,
+}
+
+impl Owned {
+    /// `dependencies`: accesses take read-after-write release
+    /// dependencies on the owners whose writes they observe.
+    pub fn new(dependencies: bool) -> Owned {
+        Owned {
+            dependencies,
+            ..Owned::default()
+        }
+    }
+
+    /// The owner of a lock holder (itself, or the owner it was forked
+    /// from).
+    pub fn owner_of(&self, holder: TxnId) -> TxnId {
+        self.forked.get(&holder).copied().unwrap_or(holder)
+    }
+}
+
+/// Rules that keep owned locks.
+pub trait OwnsLocks: Rules {
+    fn owned(&mut self) -> &mut Owned;
+    fn owned_ref(&self) -> &Owned;
+    /// `owner` released everything here: what else the rules keep of it
+    /// goes too.
+    fn forget(_p: &mut Partition<Self>, _owner: TxnId) {}
+}
+
+/// A long-term lock of an owner.
+struct OwnedLock {
     target: LockTarget,
     /// Who holds it in the lock table: the BASE transaction, or, once a
     /// later subtransaction accessed the row again, the subtransaction
@@ -45,7 +102,7 @@ fn access_index(a: Access) -> usize {
 const ACCESSES: [Access; 3] = [Access::Read, Access::RangeRead, Access::Write];
 
 /// A `Release` waiting for some of its locks.
-pub(super) struct PendingRelease {
+struct PendingRelease {
     /// `None`: a whole release (`release_all`), answered on `Released`.
     /// `Some`: a partial one, answered once no release-order dependency
     /// holds back any of these targets (those whose release was held back,
@@ -53,60 +110,77 @@ pub(super) struct PendingRelease {
     targets: Option<Vec<(TxnId, LockTarget)>>,
     /// The stages of the same `Release` still to run once this one is
     /// done; answered after the last.
-    rest: std::vec::IntoIter<Option<u32>>,
+    rest: std::vec::IntoIter<ReleaseStage>,
     reply: Reply<()>,
 }
 
-impl Partition {
+impl<R: OwnsLocks> Partition<R> {
     /// Salt: runs the stages of a `Release` of BASE transaction `owner`, in
     /// order. A stage releases the locks
     /// taken by statements up to its position (all of them, and the end of
     /// the transaction here, with `None`), each once its release-order
     /// dependencies allow; the next stage starts when all of them went,
     /// and the reply goes after the last.
-    pub(super) fn release_base(
+    pub fn release_owned(
         &mut self,
         owner: TxnId,
-        mut stages: std::vec::IntoIter<Option<u32>>,
+        mut stages: std::vec::IntoIter<ReleaseStage>,
         reply: Reply<()>,
     ) {
-        let Some(upto) = stages.next() else {
+        let Some(stage) = stages.next() else {
             reply.send(());
             return;
         };
+        let upto = match stage {
+            ReleaseStage::Upto(upto) => Some(upto),
+            ReleaseStage::AllKept => Some(u32::MAX),
+            ReleaseStage::End => None,
+        };
         if let Some(upto) = upto {
             self.locks.begin_staged_release(owner, &mut self.wakeups);
-            for alias in self.forks.get(&owner).into_iter().flatten() {
+            for alias in self
+                .rules
+                .owned_ref()
+                .forks
+                .get(&owner)
+                .into_iter()
+                .flatten()
+            {
                 self.locks.begin_staged_release(*alias, &mut self.wakeups);
             }
             self.release_stage(owner, Some(upto), stages, reply);
             return;
         }
         if self
-            .base_locks
+            .rules
+            .owned_ref()
+            .locks
             .get(&owner)
             .is_some_and(|held| held.iter().any(|l| l.holder != owner))
         {
             // Forked locks are not the owner's to release all at once:
             // they go in a stage of their own, then the end.
-            let rest: Vec<_> = std::iter::once(None).chain(stages).collect();
+            let rest: Vec<_> = std::iter::once(ReleaseStage::End).chain(stages).collect();
             self.release_stage(owner, None, rest.into_iter(), reply);
             return;
         }
         if let Some(wal) = &mut self.wal {
             wal.base_end(owner);
         }
-        self.base_locks.remove(&owner);
-        for alias in self.forks.remove(&owner).unwrap_or_default() {
-            self.forked.remove(&alias);
+        let owned = self.rules.owned();
+        owned.locks.remove(&owner);
+        for alias in owned.forks.remove(&owner).unwrap_or_default() {
+            owned.forked.remove(&alias);
             let _ = self.locks.release_all(alias, &mut self.wakeups);
         }
-        self.forget_callas(owner);
+        R::forget(self, owner);
         self.count_holds(owner);
         match self.locks.release_all(owner, &mut self.wakeups) {
             ReleaseOutcome::Done => reply.send(()),
             ReleaseOutcome::Deferred => {
-                self.releases
+                self.rules
+                    .owned()
+                    .releases
                     .entry(owner)
                     .or_default()
                     .push(PendingRelease {
@@ -122,7 +196,7 @@ impl Partition {
         self.process_wakeups();
     }
 
-    /// One stage of `release_base`: the locks of `owner` taken by
+    /// One stage of `release_owned`: the locks of `owner` taken by
     /// statements up to `upto` (with `None`: its forked locks, whatever
     /// their stage), each now or once its dependencies allow; the rest of
     /// the stages run once all of them went.
@@ -130,11 +204,11 @@ impl Partition {
         &mut self,
         owner: TxnId,
         upto: Option<u32>,
-        stages: std::vec::IntoIter<Option<u32>>,
+        stages: std::vec::IntoIter<ReleaseStage>,
         reply: Reply<()>,
     ) {
         let mut held_back = Vec::new();
-        if let Some(held) = self.base_locks.get_mut(&owner) {
+        if let Some(held) = self.rules.owned().locks.get_mut(&owner) {
             let (now, later): (Vec<_>, Vec<_>) =
                 std::mem::take(held).into_iter().partition(|l| match upto {
                     Some(upto) => l.seq <= upto,
@@ -168,10 +242,12 @@ impl Partition {
         }
         if held_back.is_empty() {
             self.process_wakeups();
-            self.release_base(owner, stages, reply);
+            self.release_owned(owner, stages, reply);
             return;
         }
-        self.releases
+        self.rules
+            .owned()
+            .releases
             .entry(owner)
             .or_default()
             .push(PendingRelease {
@@ -184,8 +260,8 @@ impl Partition {
 
     /// Answers the partial releases of `owner` whose held-back targets are
     /// all released now (`whole`: and its whole release, which completed).
-    pub(super) fn answer_releases(&mut self, owner: TxnId, whole: bool) {
-        let Some(pending) = self.releases.remove(&owner) else {
+    pub fn answer_releases(&mut self, owner: TxnId, whole: bool) {
+        let Some(pending) = self.rules.owned().releases.remove(&owner) else {
             return;
         };
         let mut kept = Vec::new();
@@ -206,33 +282,35 @@ impl Partition {
             }
         }
         if !kept.is_empty() {
-            self.releases.insert(owner, kept);
+            self.rules.owned().releases.insert(owner, kept);
         }
         // The next stages of the same releases, now that these went.
         for (rest, reply) in next {
-            self.release_base(owner, rest, reply);
+            self.release_owned(owner, rest, reply);
         }
     }
 
-    /// Salt, after a BASE statement's lock on `target` was granted:
-    /// remembers it as long-term (with the statement's position) and, if
-    /// other BASE transactions hold saline writes on the row, records the
-    /// read-after-write release dependencies. Returns whether it did (a
-    /// dirty access, whose lock must then outlive the statement).
-    pub(super) fn base_granted(&mut self, stmt: &Stmt, need: &LockNeed, short: bool) -> bool {
-        let Some(b) = stmt.base else {
+    /// After a subtransaction's statement's lock on `target` was granted:
+    /// remembers it as long-term (with the statement's position) and, with
+    /// dependencies on, if other owners hold saline writes on the row,
+    /// records the read-after-write release dependencies. Returns whether
+    /// it did (a dirty access, whose lock must then outlive the statement).
+    pub fn owned_granted(&mut self, stmt: &Stmt, need: &LockNeed, short: bool) -> bool {
+        let Some(b) = stmt.sub else {
             return false;
         };
+        let release_order = self.rules.owned_ref().dependencies;
         let mut dirty = false;
         // The owner's own lock on the row, if it has one.
-        let mut pos = self.base_locks.get(&b.owner).and_then(|held| {
+        let mut pos = self.rules.owned_ref().locks.get(&b.owner).and_then(|held| {
             held.iter()
                 .position(|l| l.holder == b.owner && l.target == need.target)
         });
         // A later access of the same subtransaction adds no dependency:
         // its alkaline lock kept every other BASE transaction off the row
         // since the first.
-        let already = pos.is_some_and(|i| self.base_locks[&b.owner][i].sub == stmt.txn);
+        let already =
+            pos.is_some_and(|i| self.rules.owned_ref().locks[&b.owner][i].sub == stmt.txn);
         // Read-after-write is the rule (seed 000 section 3.3): only an
         // access that observes the row's value (a read, a range read, or a
         // write that reads a column: `SET v = v + 1`, a filter on a
@@ -241,12 +319,12 @@ impl Partition {
         // (write-after-write) is no rule of the sources'.
         let observes = need.access != Access::Write || !stmt.plan.access().columns_read.is_empty();
         let mut writers: SmallVec<[(TxnId, LockTarget); 4]> = SmallVec::new();
-        if b.release_order && !already && observes {
+        if release_order && !already && observes {
             // Every other BASE transaction holding a saline write on the
             // row (on a row inside the range, for a range read: it
             // observed those rows as a point read of each would); not the
             // locks forked from this one's own earlier operations...
-            let forked = &self.forked;
+            let forked = &self.rules.owned_ref().forked;
             self.locks.for_each_point_holder_with(
                 &need.target,
                 Mode::new(LockClass::Saline, Access::Write),
@@ -264,7 +342,7 @@ impl Partition {
             // and a row written by many concurrent BASE transactions (every
             // one of them holding its saline write) costs one dependency,
             // not one per holder.
-            let last_of = |at: &LockTarget| self.last_writer.get(at).copied();
+            let last_of = |at: &LockTarget| self.rules.owned_ref().last_writer.get(at).copied();
             let lasts: SmallVec<[(TxnId, LockTarget); 4]> = writers
                 .iter()
                 .filter(|(w, at)| last_of(at) == Some(*w))
@@ -281,19 +359,20 @@ impl Partition {
         // release back behind the dirty reads in between, on which other
         // BASE transactions that read the row meanwhile may depend).
         if let Some(i) = pos.filter(|_| !already && (!short || !writers.is_empty())) {
-            let alias = self.base_locks[&b.owner][i].sub;
+            let alias = self.rules.owned_ref().locks[&b.owner][i].sub;
             if self.locks.fork_hold(b.owner, &need.target, alias) {
-                let l = &mut self.base_locks.get_mut(&b.owner).expect("held")[i];
+                let owned = self.rules.owned();
+                let l = &mut owned.locks.get_mut(&b.owner).expect("held")[i];
                 l.holder = alias;
                 // Its stage comes before this statement's. Program order is
                 // time order, except for a subtransaction run again after a
                 // rollback: its statements take the positions of the
                 // attempt that rolled back, whose locks came earlier.
                 l.seq = l.seq.min(b.seq.saturating_sub(1));
-                if self.forked.insert(alias, b.owner).is_none() {
-                    self.forks.entry(b.owner).or_default().push(alias);
+                if owned.forked.insert(alias, b.owner).is_none() {
+                    owned.forks.entry(b.owner).or_default().push(alias);
                 }
-                if let Some(w) = self.last_writer.get_mut(&need.target) {
+                if let Some(w) = owned.last_writer.get_mut(&need.target) {
                     if *w == b.owner {
                         *w = alias;
                     }
@@ -317,13 +396,13 @@ impl Partition {
             self.locks
                 .detect_from_waiters(&need.target, &on, &mut self.wakeups);
         }
-        if b.release_order && need.access == Access::Write {
+        if release_order && need.access == Access::Write {
             self.note_last_writer(&need.target, b.owner);
         }
         if short && !dirty {
             return false;
         }
-        let held = self.base_locks.entry(b.owner).or_default();
+        let held = self.rules.owned().locks.entry(b.owner).or_default();
         match pos.map(|i| &mut held[i]) {
             Some(l) => {
                 l.accesses[access_index(need.access)] = true;
@@ -335,7 +414,7 @@ impl Partition {
             None => {
                 let mut accesses = [false; 3];
                 accesses[access_index(need.access)] = true;
-                held.push(BaseLock {
+                held.push(OwnedLock {
                     target: need.target.clone(),
                     holder: b.owner,
                     sub: stmt.txn,
@@ -348,19 +427,19 @@ impl Partition {
         dirty
     }
 
-    /// Salt: `owner` is now the last BASE writer of `target`. Sweeps the
+    /// `owner` is now the last owner to write `target`. Sweeps the
     /// pointers of writers that no longer hold their row when the map
     /// grows past a bound.
     fn note_last_writer(&mut self, target: &LockTarget, owner: TxnId) {
         const SWEEP_AT: usize = 1 << 16;
-        match self.last_writer.get_mut(target) {
+        let (last_writer, locks) = (&mut self.rules.owned().last_writer, &self.locks);
+        match last_writer.get_mut(target) {
             Some(w) => *w = owner,
             None => {
-                if self.last_writer.len() >= SWEEP_AT {
-                    let locks = &self.locks;
-                    self.last_writer.retain(|t, w| locks.holds(*w, t));
+                if last_writer.len() >= SWEEP_AT {
+                    last_writer.retain(|t, w| locks.holds(*w, t));
                 }
-                self.last_writer.insert(target.clone(), owner);
+                last_writer.insert(target.clone(), owner);
             }
         }
     }

@@ -41,11 +41,10 @@
 //!
 //! User guide: `docs/salt.md`.
 
-use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use brine_core::{Error, NodeId, Result, TxnId, Value};
+use brine_core::{Error, Result, TxnId, Value};
 use brine_lock::LockClass;
 use brine_sql::{Plan, QueryResult};
 use parking_lot::Mutex;
@@ -53,15 +52,21 @@ use smallvec::SmallVec;
 
 use brine_check::{Op, Outcome, TxnClass};
 
-use crate::coordinator::{abort_at, backoff, commit_at, CallOutcome, ProcCtx, Shared, TxnState};
-use crate::message::{BaseStmt, PartitionMsg};
-use crate::procedure::PreparedProc;
-use crate::protocol::{Mutation, SaltOptions};
+use super::SaltOptions;
+use crate::coordinator::{
+    abort_at, commit_at, CallOutcome, ProcCtx, Retries, Sent, Shared, TxnState,
+};
+use crate::message::{PartitionMsg, ReleaseStage, SubStmt};
+use crate::partition::Ending;
+use crate::protocol::{Call, TxnExt};
+
+pub(super) use super::recover::roll_forward;
+use super::release::{give_up, release};
 
 /// A BASE transaction's state at its coordinator.
-pub(crate) struct BaseState {
+pub(super) struct BaseState {
     opts: SaltOptions,
-    release_order: bool,
+    pub(super) release_order: bool,
     /// Position of the next statement in program order.
     seq: u32,
     /// Statements before this position are answered from `context`.
@@ -79,23 +84,23 @@ pub(crate) struct BaseState {
     /// Blocks the body left with an error (it opened the next one without
     /// ending them): rolled back before anything else is sent.
     abandoned: Vec<Block>,
-    accepted: bool,
+    pub(super) accepted: bool,
     /// An error that ended a subtransaction before acceptance.
     first_error: Option<Error>,
     /// Subtransactions opened so far (in this run of the body).
     subs: u32,
     /// Where the BASE transaction holds locks, each partition with the
     /// position of the last statement that ran there.
-    touched: SmallVec<[(usize, u32); 4]>,
+    pub(super) touched: SmallVec<[(usize, u32); 4]>,
     /// Positions of statements that read another BASE transaction's
     /// unreleased write (ascending), with the partitions where they did.
-    dirty: Vec<(u32, SmallVec<[usize; 2]>)>,
+    pub(super) dirty: Vec<(u32, SmallVec<[usize; 2]>)>,
     /// With a log: the procedure and arguments, logged with the first
     /// statement (durable acceptance).
-    intro: Option<Arc<(String, Vec<Value>)>>,
+    pub(super) intro: Option<Arc<(String, Vec<Value>)>>,
     /// Roll-forward after a crash: the logged results of the statements
     /// of committed subtransactions (parts per partition), by position.
-    recovered: std::collections::HashMap<u32, Vec<QueryResult>>,
+    pub(super) recovered: std::collections::HashMap<u32, Vec<QueryResult>>,
     /// Told when the transaction is accepted.
     on_accept: Option<tokio::sync::oneshot::Sender<()>>,
     /// First position of the subtransaction a concurrency-control abort
@@ -128,10 +133,10 @@ struct Sub {
 }
 
 impl BaseState {
-    fn new(shared: &Shared, opts: SaltOptions) -> Self {
+    pub(super) fn new(opts: SaltOptions) -> Self {
         BaseState {
             opts,
-            release_order: shared.mutation != Some(Mutation::NoSalineReleaseOrder),
+            release_order: opts.release_order,
             seq: 0,
             replay_until: 0,
             context: Vec::new(),
@@ -173,46 +178,6 @@ impl BaseState {
         }
     }
 
-    /// Every lock everywhere in one stage, `stage`.
-    fn release_at_once(&self, stage: Option<u32>) -> Rounds {
-        vec![self
-            .touched
-            .iter()
-            .map(|&(p, _)| (p, vec![stage]))
-            .collect()]
-    }
-
-    /// How the locks of a transaction whose body completed go (see the
-    /// module doc): each partition runs its own stages (those of the dirty
-    /// reads that happened there, then all), unless it holds a lock taken
-    /// after a dirty read elsewhere, which must wait for that read's
-    /// dependency: then every stage runs at every partition in lockstep.
-    fn release_rounds(&self) -> Rounds {
-        if !self.release_order || self.dirty.is_empty() {
-            return self.release_at_once(None);
-        }
-        let mut each = Vec::with_capacity(self.touched.len());
-        for &(p, last) in &self.touched {
-            let mut stages = Vec::new();
-            for (d, at) in &self.dirty {
-                if at.as_slice() == [p] {
-                    stages.push(Some(*d));
-                } else if *d < last {
-                    return self
-                        .dirty
-                        .iter()
-                        .map(|(d, _)| Some(*d))
-                        .chain([None])
-                        .flat_map(|stage| self.release_at_once(stage))
-                        .collect();
-                }
-            }
-            stages.push(None);
-            each.push((p, stages));
-        }
-        vec![each]
-    }
-
     fn open(&mut self, shared: &Shared, owner: TxnId, explicit: bool, mark: usize) {
         let live = (!self.replayed(self.seq)).then(|| Sub {
             txn: shared.new_txn(Some(owner.ts)),
@@ -237,12 +202,6 @@ impl BaseState {
     }
 }
 
-/// The `Release` messages that end a BASE transaction, in rounds: a
-/// round's messages (partition, stages) go together, and the next round
-/// waits for all their answers.
-type Rounds = Vec<Round>;
-type Round = Vec<(usize, Vec<Option<u32>>)>;
-
 /// Whether a failed commit (or autocommitted statement) leaves its outcome
 /// unknown: nobody answered, so it may have committed.
 fn outcome_unknown(e: &Error) -> bool {
@@ -257,8 +216,20 @@ fn check_in_doubt(b: &BaseState) -> Result<()> {
     }
 }
 
-fn base_mut(st: &mut TxnState) -> &mut BaseState {
-    st.base.as_deref_mut().expect("a BASE transaction")
+impl TxnExt for BaseState {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+pub(super) fn base_mut(st: &mut TxnState) -> &mut BaseState {
+    st.ext
+        .as_mut()
+        .and_then(|e| e.as_any_mut().downcast_mut::<BaseState>())
+        .expect("a BASE transaction")
 }
 
 /// Operations recorded so far (0 when the run records no history).
@@ -273,7 +244,7 @@ fn tag(op: &mut Op, no: u32) {
     }
 }
 
-pub(crate) fn begin_alkaline(ctx: &mut ProcCtx) -> Result<()> {
+pub(super) fn begin_alkaline(ctx: &mut ProcCtx) -> Result<()> {
     let shared = ctx.shared.clone();
     let mut st = ctx.state.lock();
     if let Some(cause) = st.doomed {
@@ -306,7 +277,7 @@ async fn roll_back_abandoned(ctx: &ProcCtx) {
     }
 }
 
-pub(crate) async fn end_alkaline(ctx: &mut ProcCtx) -> Result<()> {
+pub(super) async fn end_alkaline(ctx: &mut ProcCtx) -> Result<()> {
     roll_back_abandoned(ctx).await;
     let block = {
         let mut st = ctx.state.lock();
@@ -400,7 +371,7 @@ async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
         &ctx.shared,
         ctx.node,
         sub.txn,
-        Some(owner),
+        Ending::Sub { owner },
         &sub.participants,
     )
     .await
@@ -437,7 +408,7 @@ async fn roll_back(ctx: &ProcCtx, block: Block) {
             &ctx.shared,
             ctx.node,
             sub.txn,
-            Some(owner),
+            Ending::Sub { owner },
             &sub.participants,
         )
         .await;
@@ -445,7 +416,7 @@ async fn roll_back(ctx: &ProcCtx, block: Block) {
 }
 
 /// Runs one statement of a BASE transaction.
-pub(crate) async fn exec(
+pub(super) async fn exec(
     ctx: &mut ProcCtx,
     plan: Arc<Plan>,
     args: Vec<Value>,
@@ -456,18 +427,7 @@ pub(crate) async fn exec(
     let targets = shared.targets(&plan, &params);
     commit_unless_carried(ctx, &targets).await?;
     // Position, replay, and the subtransaction it belongs to.
-    let (
-        owner,
-        seq,
-        sub_txn,
-        sub_no,
-        implicit,
-        opts,
-        (release_order, protect),
-        intro,
-        commit_first,
-        isolation,
-    ) = {
+    let (owner, seq, sub_txn, sub_no, implicit, opts, protect, intro, commit_first, isolation) = {
         let mut st = ctx.state.lock();
         let isolation = st.isolation.unwrap_or(shared.isolation);
         if let Some(cause) = st.doomed {
@@ -522,7 +482,7 @@ pub(crate) async fn exec(
             sub_no,
             implicit,
             b.opts,
-            (b.release_order, b.accepted),
+            b.accepted,
             intro,
             commit_first,
             isolation,
@@ -543,11 +503,10 @@ pub(crate) async fn exec(
             }
         }
     }
-    let base = BaseStmt {
+    let sub = SubStmt {
         owner,
         seq,
         autocommit,
-        release_order,
         commit_first,
         protect,
     };
@@ -558,7 +517,11 @@ pub(crate) async fn exec(
             plan.clone(),
             params.clone(),
             lock,
-            Some((base, intro.clone())),
+            Sent {
+                sub: Some(sub),
+                call: intro.clone(),
+                ext: None,
+            },
             None,
         )
     });
@@ -649,44 +612,48 @@ pub(crate) async fn exec(
 }
 
 /// Runs a BASE procedure to completion under Salt.
-pub(crate) async fn run_base(
-    shared: &Arc<Shared>,
-    node: NodeId,
-    proc: &Arc<PreparedProc>,
-    args: Vec<Value>,
+pub(super) async fn run_base(
+    call: Call<'_>,
     opts: SaltOptions,
-    mut on_accept: Option<tokio::sync::oneshot::Sender<()>>,
     resume: Option<Arc<Mutex<TxnState>>>,
 ) -> Result<CallOutcome> {
-    let mut ts = None;
-    let mut attempt = 0u32;
+    let Call {
+        shared,
+        node,
+        proc,
+        args,
+        mut on_accept,
+    } = call;
+    let mut tries = Retries::new(shared);
     let mut slot: Option<Arc<Mutex<TxnState>>> = resume;
+    let ctx_of = |state: &Arc<Mutex<TxnState>>| {
+        ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone())
+            .with_statements(&super::BaseStatements)
+    };
     loop {
-        attempt += 1;
+        let attempt = tries.begin();
         // A fresh BASE transaction, or the same one replaying after a
         // victim subtransaction once it was accepted.
         let state = match slot.take() {
             Some(s) => s,
             None => {
-                let txn = shared.new_txn(ts);
-                ts = Some(txn.ts);
+                let txn = tries.new_txn();
                 let mut st = TxnState::begin(shared, txn, Some(proc));
                 if let Some(rec) = &mut st.rec {
                     rec.class = TxnClass::Base;
                 }
-                let mut b = BaseState::new(shared, opts);
+                let mut b = BaseState::new(opts);
                 b.on_accept = on_accept.take();
                 if shared.wal.is_some() {
                     b.intro = Some(Arc::new((proc.name.clone(), args.clone())));
                 }
-                st.base = Some(Box::new(b));
+                st.ext = Some(Box::new(b));
                 Arc::new(Mutex::new(st))
             }
         };
-        let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
-        let body_result = (proc.body)(ctx, args.clone()).await;
+        let body_result = (proc.body)(ctx_of(&state), args.clone()).await;
         let owner = state.lock().txn;
-        let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
+        let ctx = ctx_of(&state);
         // Its statements succeeded, whatever the body did next: it commits
         // (a failure dooms the transaction or leaves it in doubt, below).
         let _ = commit_now(&ctx).await;
@@ -707,11 +674,10 @@ pub(crate) async fn run_base(
             if let Some(block) = block {
                 roll_back(&ctx, block).await;
             }
-            shared.counters.count_abort(cause);
-            shared.counters.retries.fetch_add(1, Ordering::Relaxed);
             let accepted = base_mut(&mut state.lock()).accepted;
             if accepted {
                 if shared.wal.as_ref().is_some_and(|w| w.is_down()) {
+                    shared.counters.count_abort(cause);
                     // Nothing can commit any more; recovery rolls the
                     // transaction forward from its logged context. Its
                     // locks go, so no release waits for it.
@@ -734,7 +700,8 @@ pub(crate) async fn run_base(
                     b.block = None;
                 }
                 shared.counters.base_replays.fetch_add(1, Ordering::Relaxed);
-                backoff(&shared.retry, attempt, shared.seed ^ owner.id).await;
+                // An accepted transaction cannot give up: no bound.
+                Retries::rerun(shared, cause, attempt, owner.id).await;
                 slot = Some(state);
                 continue;
             }
@@ -745,16 +712,10 @@ pub(crate) async fn run_base(
                 let b = base_mut(&mut st);
                 // The next attempt tells the client.
                 on_accept = b.on_accept.take();
-                b.release_at_once(None)
+                b.release_at_once(ReleaseStage::End)
             };
             release(shared.clone(), node, owner, rounds).await;
-            if attempt >= shared.retry.max_attempts {
-                return Err(Error::RetriesExhausted {
-                    attempts: attempt,
-                    last: cause,
-                });
-            }
-            backoff(&shared.retry, attempt, shared.seed ^ owner.id).await;
+            tries.victim(cause, owner.id).await?;
             continue;
         }
         // The body returned: finish an open subtransaction.
@@ -768,7 +729,7 @@ pub(crate) async fn run_base(
                             // The commit round failed: handled as a victim
                             // on the next turn (the state is doomed).
                             slot = Some(state);
-                            attempt -= 1;
+                            tries.resume();
                             continue;
                         }
                         give_up(shared, node, &state);
@@ -785,7 +746,7 @@ pub(crate) async fn run_base(
             let rounds = if b.accepted {
                 b.release_rounds()
             } else {
-                b.release_at_once(None)
+                b.release_at_once(ReleaseStage::End)
             };
             let out = (b.accepted, rounds, b.first_error.take());
             if let Some(rec) = &mut st.rec {
@@ -824,156 +785,5 @@ pub(crate) async fn run_base(
             }
             Err(e) => Err(e),
         };
-    }
-}
-
-/// Ends a BASE transaction that cannot go on (a failure that is not a
-/// concurrency-control abort): its locks are released in the background,
-/// so nothing that waits for them (locks, release-order dependencies)
-/// waits forever; its end is not logged, so what it committed stays in
-/// the log and recovery rolls it forward.
-fn give_up(shared: &Arc<Shared>, node: NodeId, state: &Arc<Mutex<TxnState>>) {
-    let (owner, rounds) = {
-        let mut st = state.lock();
-        st.finished = true;
-        let owner = st.txn;
-        // `Some(u32::MAX)`: every lock, but not the end (the context stays).
-        (owner, base_mut(&mut st).release_at_once(Some(u32::MAX)))
-    };
-    tokio::spawn(release(shared.clone(), node, owner, rounds));
-}
-
-/// Releases the BASE transaction's locks at every partition it touched,
-/// round by round (see the module doc). The first round's messages leave
-/// at the call, unless the round ends the transaction and its end must be
-/// logged first: a caller that spawns the rest and then reports
-/// completion has the release on the link ahead of the client's next
-/// request (pay after create-order used to wait for the saline lock its
-/// own order still held).
-fn release(
-    shared: Arc<Shared>,
-    node: NodeId,
-    owner: TxnId,
-    rounds: Rounds,
-) -> impl Future<Output = ()> + Send + 'static {
-    let ends = |round: &Round| round.iter().any(|(_, stages)| stages.contains(&None));
-    let mut rounds = rounds.into_iter().peekable();
-    let first = match rounds.peek() {
-        Some(round) if shared.wal.is_none() || !ends(round) => rounds
-            .next()
-            .map(|round| send_round(&shared, node, owner, round)),
-        _ => None,
-    };
-    async move {
-        if let Some(acks) = first {
-            acknowledged(owner, acks).await;
-        }
-        for mut round in rounds {
-            if let (true, Some(wal)) = (ends(&round), &shared.wal) {
-                // The end is durable at the coordinator before any
-                // partition forgets the context; if it cannot be logged,
-                // the locks go but the contexts stay (a later recovery
-                // finds the transaction complete by replaying it).
-                if let Err(e) = wal.log_base_end(node, owner).await {
-                    tracing::error!(%owner, "cannot log the end of a BASE transaction: {e}");
-                    for stage in round.iter_mut().flat_map(|(_, stages)| stages.iter_mut()) {
-                        stage.get_or_insert(u32::MAX);
-                    }
-                }
-            }
-            acknowledged(owner, send_round(&shared, node, owner, round)).await;
-        }
-    }
-}
-
-/// Sends one round of `Release` messages now; the answers come later.
-fn send_round(
-    shared: &Shared,
-    node: NodeId,
-    owner: TxnId,
-    round: Round,
-) -> Vec<impl Future<Output = Result<()>> + Send + 'static> {
-    round
-        .into_iter()
-        .map(|(p, stages)| {
-            shared.request_now(node, p, move |reply| PartitionMsg::Release {
-                owner,
-                stages,
-                reply,
-            })
-        })
-        .collect()
-}
-
-async fn acknowledged(owner: TxnId, acks: Vec<impl Future<Output = Result<()>>>) {
-    for a in futures::future::join_all(acks).await {
-        if let Err(e) = a {
-            tracing::warn!(%owner, "release not acknowledged: {e}");
-        }
-    }
-}
-
-/// Rolls forward, after a crash, the accepted BASE transactions that had
-/// not finished (seed 000 section 3.4.2): each body is run again with the
-/// logged results of its committed subtransactions' statements replayed,
-/// not re-executed, and the rest executed live, under the transaction's
-/// original owner id (so its contexts and end records stay one). Runs
-/// before the cluster accepts new work.
-pub(crate) async fn roll_forward(
-    shared: &Arc<Shared>,
-    node: NodeId,
-    procedures: &std::collections::HashMap<String, Arc<PreparedProc>>,
-    unfinished: Vec<brine_storage::wal::record::BaseContext>,
-) {
-    let Some(opts) = shared.protocol.salt() else {
-        tracing::error!(
-            count = unfinished.len(),
-            "unfinished BASE transactions in the log, but the protocol is not salt: not rolled forward"
-        );
-        return;
-    };
-    let mut tasks = Vec::new();
-    for c in unfinished {
-        let Some((name, args)) = c.intro.clone() else {
-            tracing::error!(owner = %c.owner, "BASE context without its procedure: cannot roll forward");
-            continue;
-        };
-        let Some(proc) = procedures.get(&name).cloned() else {
-            tracing::error!(owner = %c.owner, "unknown procedure `{name}`: cannot roll forward");
-            continue;
-        };
-        let mut b = BaseState::new(shared, opts);
-        b.accepted = true;
-        b.intro = Some(Arc::new((name, args.clone())));
-        for e in c.entries {
-            b.recovered.entry(e.seq).or_default().push(QueryResult {
-                columns: e.columns.into(),
-                rows: e.rows,
-                affected: e.affected,
-            });
-        }
-        // Its saline locks were lost with the crash; its end record goes
-        // to every partition that may hold part of its context.
-        b.touched = (0..shared.partitions.len())
-            .map(|p| (p, u32::MAX))
-            .collect();
-        let mut st = TxnState::new(c.owner);
-        st.base = Some(Box::new(b));
-        let state = Arc::new(Mutex::new(st));
-        let shared = shared.clone();
-        tasks.push(tokio::spawn(async move {
-            let owner = c.owner;
-            match run_base(&shared, node, &proc, args, opts, None, Some(state)).await {
-                Ok(_) => tracing::info!(%owner, "BASE transaction rolled forward"),
-                Err(e) => {
-                    tracing::warn!(%owner, "BASE transaction rolled forward, ending with: {e}")
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        if let Err(e) = t.await {
-            tracing::error!("a roll-forward task failed: {e}");
-        }
     }
 }

@@ -1,0 +1,222 @@
+//! Commit and abort at the participants: one round for one participant,
+//! two-phase commit (with a durable decision when logging) for several.
+
+use brine_check::Outcome;
+use brine_core::{AbortCause, Error, NodeId, Result, TxnId};
+use parking_lot::Mutex;
+
+use super::{Shared, TxnState};
+use crate::message::{PartitionMsg, Reply, Vote};
+use crate::partition::Ending;
+
+/// Commits an attempt whose body succeeded. On a `No` vote the attempt is
+/// aborted and the cause returned.
+pub async fn commit(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) -> Result<()> {
+    commit_keeping_after(shared, node, state, Ending::Release, NOTHING_BEFORE).await
+}
+
+/// No dependency to await before a commit decision.
+const NOTHING_BEFORE: Option<std::future::Ready<Result<()>>> = None;
+
+/// [`commit`], its locks ending as `ending` says (Callas: `Keep`, as nexus
+/// locks released later in order); `after`: for a transaction that
+/// depends on others (Runtime
+/// Pipelining: it saw same-group transactions' uncommitted state), given
+/// as `after`, which is done once they committed. Such a transaction asks
+/// for votes even on one participant (one that cascaded an abort to it
+/// says No), its participants hold their locks through phase one even
+/// where it wrote nothing, and it is decided once `after` is done: the
+/// participants prepare meanwhile. An error from `after` aborts it with
+/// that error.
+pub async fn commit_keeping_after(
+    shared: &Shared,
+    node: NodeId,
+    state: &Mutex<TxnState>,
+    ending: Ending,
+    after: Option<impl std::future::Future<Output = Result<()>>>,
+) -> Result<()> {
+    let (txn, participants) = {
+        let mut st = state.lock();
+        if st.finished {
+            return Err(Error::TxnState("the transaction already ended".into()));
+        }
+        st.finished = true;
+        (st.txn, st.participants.clone())
+    };
+    let result = commit_at_with(shared, node, txn, ending, &participants, after).await;
+    if shared.history.is_some() {
+        let outcome = match &result {
+            Ok(()) => Outcome::Committed,
+            Err(Error::Aborted(_)) => Outcome::Aborted,
+            Err(_) => Outcome::Unknown,
+        };
+        state.lock().record_end(shared, outcome);
+    }
+    result
+}
+
+/// Commits `txn` at `participants`: one round for one participant,
+/// two-phase commit (with a durable decision when logging) for several.
+/// `ending`: what becomes of its locks (`Ending::Sub`: `txn` is a
+/// subtransaction, whose locks its owner keeps).
+pub async fn commit_at(
+    shared: &Shared,
+    node: NodeId,
+    txn: TxnId,
+    ending: Ending,
+    participants: &[usize],
+) -> Result<()> {
+    commit_at_with(shared, node, txn, ending, participants, NOTHING_BEFORE).await
+}
+
+/// [`commit_at`]; `after`: see [`commit_keeping_after`].
+async fn commit_at_with(
+    shared: &Shared,
+    node: NodeId,
+    txn: TxnId,
+    ending: Ending,
+    participants: &[usize],
+    after: Option<impl std::future::Future<Output = Result<()>>>,
+) -> Result<()> {
+    let hold = after.is_some();
+    let after = async {
+        match after {
+            Some(f) => f.await,
+            None => Ok(()),
+        }
+    };
+    match participants.len() {
+        0 => after.await,
+        1 if !hold => {
+            shared
+                .request(node, participants[0], |reply| PartitionMsg::Commit {
+                    txn,
+                    ending,
+                    decided: false,
+                    reply,
+                })
+                .await
+                // The commit may have been applied and its answer lost.
+                .map_err(|e| match e {
+                    Error::Transport(m) => Error::Transport(format!("commit outcome unknown: {m}")),
+                    e => e,
+                })
+        }
+        _ => {
+            // A multi-process node records the decision's progress, so a
+            // restarted participant's inquiry gets a safe answer.
+            let book = shared.wal.as_ref().and_then(|w| w.book.as_deref());
+            if let Some(b) = book {
+                b.preparing(txn);
+            }
+            let (votes, after) = futures::future::join(
+                futures::future::join_all(participants.iter().map(|&p| {
+                    shared.request(node, p, move |reply| PartitionMsg::Prepare {
+                        txn,
+                        ending,
+                        hold,
+                        reply,
+                    })
+                })),
+                after,
+            )
+            .await;
+            let all_yes = votes
+                .iter()
+                .all(|v| matches!(v, Ok(Vote::Yes) | Ok(Vote::ReadOnly)));
+            let mut decision_commit = all_yes && after.is_ok();
+            // With a log, the decision is durable before anyone hears it
+            // (only commits are logged: presumed abort). A failed decision
+            // log aborts the transaction.
+            let mut log_error = None;
+            let any_yes = votes.iter().any(|v| matches!(v, Ok(Vote::Yes)));
+            if let (true, true, Some(wal)) = (decision_commit, any_yes, &shared.wal) {
+                if book.is_some_and(|b| !b.try_decide(txn)) {
+                    // A restarted participant was told "aborted".
+                    decision_commit = false;
+                } else if let Err(e) = wal.log_decision(node, txn, participants).await {
+                    decision_commit = false;
+                    log_error = Some(e);
+                }
+            }
+            if let Some(b) = book {
+                b.decided(txn, decision_commit && any_yes);
+            }
+            // Phase two goes to every participant that still holds state
+            // (voted Yes, or could not be heard from). It is not awaited: the
+            // decision is made, and per-link FIFO delivery orders it before
+            // anything this coordinator sends next.
+            for (&p, v) in participants.iter().zip(&votes) {
+                if matches!(v, Ok(Vote::ReadOnly)) && !hold {
+                    continue;
+                }
+                let (reply, _rx) = Reply::channel(&shared.link, shared.partitions[p].node, node);
+                let msg = if decision_commit {
+                    PartitionMsg::Commit {
+                        txn,
+                        ending,
+                        decided: true,
+                        reply,
+                    }
+                } else {
+                    PartitionMsg::Abort { txn, ending, reply }
+                };
+                shared.send(node, p, msg);
+            }
+            if let Some(e) = log_error {
+                return Err(e);
+            }
+            after?;
+            // A participant that did not answer (its log failed, or it is
+            // gone) is not a concurrency-control abort: no retry.
+            if let Some(Err(e)) = votes.iter().find(|v| v.is_err()) {
+                return Err(e.clone());
+            }
+            if decision_commit {
+                Ok(())
+            } else {
+                Err(Error::Aborted(AbortCause::Cascade))
+            }
+        }
+    }
+}
+
+/// Aborts an attempt at every participant and waits until each has undone
+/// its writes and released its locks, so a retry never waits on its own
+/// previous attempt.
+pub async fn abort(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) {
+    let (txn, participants) = {
+        let mut st = state.lock();
+        if st.finished {
+            return;
+        }
+        st.finished = true;
+        (st.txn, st.participants.clone())
+    };
+    abort_at(shared, node, txn, Ending::Release, &participants).await;
+    state.lock().record_end(shared, Outcome::Aborted);
+}
+
+/// Aborts `txn` at `participants` and waits for every acknowledgement
+/// (`ending` as in [`commit_at`]).
+pub async fn abort_at(
+    shared: &Shared,
+    node: NodeId,
+    txn: TxnId,
+    ending: Ending,
+    participants: &[usize],
+) {
+    let acks = futures::future::join_all(participants.iter().map(|&p| {
+        shared.request(node, p, move |reply| PartitionMsg::Abort {
+            txn,
+            ending,
+            reply,
+        })
+    }))
+    .await;
+    for a in acks {
+        if let Err(e) = a {
+            tracing::warn!(%txn, "abort not acknowledged: {e}");
+        }
+    }
+}

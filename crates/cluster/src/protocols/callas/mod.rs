@@ -1,0 +1,310 @@
+//! Callas: transaction groups, nexus locks and the nexus lock release
+//! order (seed 000 chapter 4, seed 002; DESIGN 4.4).
+//!
+//! ```text
+//!  call(proc in group g) ──► body: every statement locks member_g (in-group
+//!      │                     2PL; shares with nexus_g), reports the same-group
+//!      │                     transactions it now depends on ("after")
+//!      ▼ commit, if a transaction it depends on still holds nexus locks:
+//!        member_g ──► nexus_g at every participant (locks kept); else the
+//!        locks go with the commit, as in 2PL
+//!  client answered ──► (background) wait until every transaction it depends
+//!                      on released its nexus locks ──► Release everywhere
+//!                      ──► tell the transactions waiting on this one
+//! ```
+//!
+//! A nexus lock is compatible with its own group and conflicts with other
+//! groups (and the default group's ACID locks) unless both read, so no
+//! transaction sees another group's uncommitted or intermediate state. The
+//! release order ("if T2 depends on T1 and both are in one group, T2 cannot
+//! release its nexus locks until T1 does") keeps dependency cycles from
+//! spanning groups (Theorem 4.3.2); it is enforced here, across partitions,
+//! because one partition sees only its own rows.
+//!
+//! Mechanisms inside a group:
+//! - `2pl`: plain two-phase locking among the group's transactions.
+//! - `chop`: every statement is a piece that commits on its own as soon as
+//!   it ran (the finest chopping; transaction chopping's commit-per-piece
+//!   behaviour). Its pieces' locks become nexus locks at once, so later
+//!   same-group transactions go ahead while the transaction still runs.
+//!   Only for procedures whose aborts all come from their first statement
+//!   (rollback safety): a later piece cannot be undone.
+//! - `sc`: classic transaction chopping (the SC-cycle analysis) of the
+//!   group's procedures against each other; each piece, one or more
+//!   statements, commits on its own like a `chop` piece (`sc.rs`).
+//!
+//! Procedures in no group and interactive transactions run in the default
+//! group: the `acid` protocol, under ACID locks (a group of its own to
+//! every nexus lock).
+//!
+//! Files: `grouping.rs` (groupings), `pieces.rs` (the analysis' pieces and
+//! safe mode), `board.rs` (each transaction's progress, the release
+//! order), `state.rs` (a transaction's state at its coordinator),
+//! `run.rs` (a call: attempts, commit, `chop`), `pipeline.rs` (Runtime
+//! Pipelining's piece ends and rank waits), `sc.rs` (classic chopping),
+//! `partition.rs` and `nexus_uses.rs` (Callas' rules at the partition).
+//!
+//! User guide: `docs/callas.md`.
+
+mod board;
+mod grouping;
+mod nexus_uses;
+mod partition;
+mod pieces;
+mod pipeline;
+mod run;
+mod sc;
+mod state;
+#[cfg(test)]
+mod tests;
+
+pub use board::{NexusBoard, Progress, MAX_CHAIN};
+pub use grouping::{GroupDef, Grouping, Mechanism};
+pub use partition::CallasRules;
+pub use pieces::{plan_pieces, Placed, ProcPieces, SafeMode, SafeModeConfig};
+
+/// What the files of this module share.
+mod prelude {
+    pub use std::collections::{HashMap, HashSet};
+    pub use std::fmt;
+    pub use std::str::FromStr;
+    pub use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+    pub use std::sync::Arc;
+    pub use std::time::{Duration, Instant};
+
+    pub use brine_core::{AbortCause, Error, NodeId, Result, TxnId, Value};
+    pub use parking_lot::Mutex;
+    pub use rustc_hash::FxHashMap;
+    pub use serde::{Deserialize, Serialize};
+    pub use smallvec::SmallVec;
+    pub use tokio::sync::Notify;
+
+    pub use super::board::{NexusBoard, Progress, MAX_CHAIN};
+    pub use super::grouping::{Grouping, Mechanism};
+    pub use super::pieces::{Placed, ProcPieces};
+    pub use super::state::{state_mut, state_ref, CallasState};
+    pub use super::{callas_of, Callas, CallasMsg, CallasStmt};
+    pub use crate::coordinator::{
+        abort, commit_keeping_after, CallOutcome, ProcCtx, Retries, Sent, Shared, TxnState,
+    };
+    pub use crate::message::PartitionMsg;
+    pub use crate::partition::Ending;
+    pub use crate::stats::ClusterCounters;
+}
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use brine_core::{Error, Result, TxnId, Value};
+use brine_lock::DeadlockPolicy;
+use brine_sql::{Plan, QueryResult};
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use super::Registration;
+use crate::coordinator::{run_acid, CallOutcome, ProcCtx, Shared};
+use crate::message::{LockSpec, PartitionMsg};
+use crate::partition::{Partition, PartitionParts};
+use crate::protocol::{Call, Isolation, Mutation, Protocol, Setup, Statements};
+
+/// `callas`: the cluster's grouping (`ClusterConfig::grouping`; none:
+/// every procedure in one `2pl` group), checked against the procedures.
+pub const CALLAS: Registration = Registration {
+    name: "callas",
+    deadlock: DeadlockPolicy::Detect,
+    build: |config, procedures| {
+        let grouping = match &config.grouping {
+            Some(g) => {
+                g.validate(procedures.iter().copied())?;
+                g.clone()
+            }
+            None => Grouping::one_group(procedures.iter().copied()),
+        };
+        Ok(Arc::new(Callas {
+            grouping,
+            safe_mode: config.safe_mode,
+            rank_holds: config.rank_holds,
+            exact_deps: config.mutation == Some(Mutation::ExactCallasDeps),
+            release_order: config.mutation != Some(Mutation::NoNexusReleaseOrder),
+            pieces: HashMap::new(),
+            board: Arc::default(),
+        }))
+    },
+};
+
+/// The Callas protocol (DESIGN 4.4): procedures of a group run under that
+/// group's mechanism and nexus locks; the rest, and interactive
+/// transactions, as in `acid` (the default group).
+pub struct Callas {
+    pub grouping: Grouping,
+    /// When a Runtime Pipelining group goes rollback-safe.
+    pub safe_mode: SafeModeConfig,
+    /// `ClusterConfig::rank_holds`.
+    pub rank_holds: bool,
+    /// `Mutation::ExactCallasDeps`: dependencies only between accesses to
+    /// exactly the same row or range (checker validation only).
+    exact_deps: bool,
+    /// The nexus release order is kept (off only under
+    /// `Mutation::NoNexusReleaseOrder`).
+    release_order: bool,
+    /// The pieces of each procedure of an `rp` group (Runtime Pipelining)
+    /// or an `sc` group (classic chopping), planned at start.
+    pieces: HashMap<String, Arc<ProcPieces>>,
+    /// Which transactions still hold nexus locks, and how far each got.
+    board: Arc<NexusBoard>,
+}
+
+/// The Callas protocol a Callas transaction runs under.
+pub fn callas_of(shared: &Shared) -> &Callas {
+    shared
+        .protocol
+        .as_any()
+        .downcast_ref::<Callas>()
+        .expect("a Callas transaction runs under the Callas protocol")
+}
+
+/// What a grouped statement tells Callas' rules at its partitions
+/// (`PartitionMsg::Execute`'s `ext`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallasStmt {
+    /// Track which columns the statement uses on each row, to declare
+    /// same-group dependencies (groups whose mechanism uses them: `rp`,
+    /// `chop`, `sc`).
+    pub track: bool,
+    /// Runtime Pipelining: the statement is a blind increment by primary
+    /// key after which its piece neither writes its row nor reads a column
+    /// of it that the group writes, so once it has run its member lock on
+    /// the row becomes the group's nexus lock (as at the piece's end) if
+    /// the transaction did nothing but increment that row
+    /// (`Placed::ends_row`).
+    pub end_row: bool,
+    /// Runtime Pipelining: the statement is the last of its piece, of this
+    /// rank (outside any loop; `Placed::ends_piece`), so once it has run
+    /// here the piece has ended here: its member locks here become nexus
+    /// locks, and statements held for its rank (`after_rank`) go on.
+    pub ends_piece: Option<u32>,
+    /// Runtime Pipelining: the rank-progress wait, held here. The
+    /// statement waits, before it locks anything, until the transaction
+    /// named has ended a piece of at least this rank here (or ended here),
+    /// or until its coordinator sends `RankGo` (the transaction reached the
+    /// rank elsewhere). So a pipelined follower's statement is on its way
+    /// while the transaction it follows runs, not sent after it.
+    pub after_rank: Option<(TxnId, u32)>,
+}
+
+/// Callas' own messages to its rules at a partition
+/// (`PartitionMsg::Protocol`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallasMsg {
+    /// Runtime Pipelining: a piece of `owner` (of rank `rank`) ended; its
+    /// piece-level (member) locks here become nexus locks.
+    EndPiece { owner: TxnId, rank: Option<u32> },
+    /// Runtime Pipelining: the statement of `txn` held here for `after`
+    /// (`CallasStmt::after_rank`) may go on: its coordinator saw the
+    /// transaction reach the rank (or end).
+    RankGo { txn: TxnId, after: (TxnId, u32) },
+}
+
+impl CallasMsg {
+    pub(crate) fn send(self, shared: &Shared, node: brine_core::NodeId, p: usize) {
+        shared.send(node, p, PartitionMsg::Protocol(Box::new(self)));
+    }
+}
+
+/// The statements of a grouped transaction.
+pub struct GroupedStatements;
+
+impl Statements for GroupedStatements {
+    fn exec<'a>(
+        &'a self,
+        ctx: &'a mut ProcCtx,
+        statement: &'a str,
+        plan: Arc<Plan>,
+        args: Vec<Value>,
+    ) -> BoxFuture<'a, Result<QueryResult>> {
+        Box::pin(run::exec(ctx, statement, plan, args))
+    }
+}
+
+impl Protocol for Callas {
+    fn name(&self) -> &'static str {
+        "callas"
+    }
+
+    fn lock_spec(&self, isolation: Isolation) -> LockSpec {
+        LockSpec::acid(isolation)
+    }
+
+    fn start(&self, setup: &Setup<'_>) -> Result<Option<Arc<dyn Protocol>>> {
+        let pieces = plan_pieces(
+            &self.grouping,
+            setup.app_name,
+            setup.ddl,
+            setup.procedures,
+            self.safe_mode,
+        )?;
+        Ok(Some(Arc::new(Callas {
+            grouping: self.grouping.clone(),
+            safe_mode: self.safe_mode,
+            rank_holds: self.rank_holds,
+            exact_deps: self.exact_deps,
+            release_order: self.release_order,
+            pieces,
+            board: Arc::default(),
+        })))
+    }
+
+    fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
+        if multi_process || durable {
+            return Err(Error::Config(
+                "Callas runs in the embedded cluster without a log for now: its nexus release order \
+                 is kept by the coordinators of one process"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn run<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<CallOutcome>> {
+        match self.grouping.group_of(&call.proc.name) {
+            Some(group) => Box::pin(run::run_grouped(self, call, group)),
+            None => Box::pin(run_acid(call)),
+        }
+    }
+
+    fn spawn_partition(&self, parts: PartitionParts, rx: mpsc::UnboundedReceiver<PartitionMsg>) {
+        let rules = CallasRules::new(self.exact_deps);
+        tokio::spawn(Partition::new(parts, rules).run(rx));
+    }
+
+    fn describe(&self, m: &mut serde_json::Map<String, serde_json::Value>) {
+        m.insert("grouping".into(), self.grouping.to_string().into());
+        if self
+            .grouping
+            .groups
+            .iter()
+            .any(|g| matches!(g.mechanism, Mechanism::Rp | Mechanism::Sc))
+        {
+            // Runtime Pipelining orders conflicts per column, and the
+            // chopping analyses cut pieces by column (docs/callas.md).
+            m.insert("granularity".into(), "column".into());
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Callas {
+    /// The pieces of procedure `name`, if its group is cut into pieces.
+    fn pieces_of(&self, name: &str) -> Option<Arc<ProcPieces>> {
+        self.pieces.get(name).cloned()
+    }
+
+    /// Whether transaction `txn` still holds nexus locks.
+    fn holds(&self, txn: TxnId) -> bool {
+        self.board.holds(txn)
+    }
+}

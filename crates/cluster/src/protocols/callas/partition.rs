@@ -1,0 +1,428 @@
+//! Callas' rules at the partition: each grouped transaction's group; which
+//! columns it used on each row and range ([`NexusUses`]), so same-group
+//! dependencies are declared only on real conflicts; member locks that
+//! become the group's nexus locks at a piece's end or commit, and go in
+//! the nexus release order ([`Owned`], without saline dependencies: a
+//! chopped transaction's pieces own their locks like Salt's
+//! subtransactions); Runtime Pipelining's cascading aborts and the
+//! statements held here for another transaction's rank.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use smallvec::SmallVec;
+
+use brine_core::{AbortCause, Access, Error, LockNeed, Result, TxnId};
+use brine_lock::LockClass;
+
+use super::nexus_uses::{ColUse, NexusUses};
+use super::{CallasMsg, CallasStmt};
+use crate::message::{ReleaseStage, Reply};
+use crate::partition::{now, Ending, Owned, OwnsLocks, Partition, Prepared, Rules, Stmt};
+
+/// Callas' state at one partition.
+pub struct CallasRules {
+    owned: Owned,
+    /// `Mutation::ExactCallasDeps`: dependencies only between accesses to
+    /// exactly the same row or range (checker validation only).
+    exact: bool,
+    /// The group of each transaction (lock owner) running here in one,
+    /// until its nexus locks are released.
+    groups: HashMap<TxnId, u32>,
+    /// Runtime Pipelining: for each uncommitted transaction, the
+    /// same-group transactions that accessed rows it wrote here (they saw
+    /// or overwrote its uncommitted state): its abort is theirs.
+    dependants: HashMap<TxnId, SmallVec<[TxnId; 2]>>,
+    /// Transactions aborted here by such a cascade, until their
+    /// coordinator ends them (every later statement and vote fails).
+    cascaded: HashSet<TxnId>,
+    /// Which columns each grouped transaction read, wrote and incremented
+    /// on each row and range it locked here, so dependencies are declared
+    /// only on real (column-level) conflicts, as the analysis assumes,
+    /// including those between a scan and the rows in its range.
+    nexus: NexusUses,
+    /// Runtime Pipelining: 1 + the highest rank of a piece each
+    /// transaction (lock owner) ended here, while it runs here.
+    reached: HashMap<TxnId, u32>,
+    /// Statements held for another transaction's rank
+    /// (`CallasStmt::after_rank`), in arrival order, and those let go, to
+    /// be run next.
+    held: Vec<(Stmt, Instant)>,
+    ready: VecDeque<Stmt>,
+}
+
+/// How far a transaction got here, for the statements held for it.
+#[derive(Clone, Copy)]
+enum Reach {
+    /// It ended a piece of this rank minus one.
+    Rank(u32),
+    /// It ended here: whatever waits for it goes on.
+    Ended,
+}
+
+/// What the statement's coordinator told Callas' rules about it.
+fn words(stmt: &Stmt) -> CallasStmt {
+    stmt.ext
+        .as_deref()
+        .and_then(|e| e.downcast_ref::<CallasStmt>())
+        .copied()
+        .unwrap_or_default()
+}
+
+impl CallasRules {
+    pub fn new(exact: bool) -> CallasRules {
+        CallasRules {
+            owned: Owned::new(false),
+            exact,
+            groups: HashMap::default(),
+            dependants: HashMap::default(),
+            cascaded: HashSet::default(),
+            nexus: NexusUses::default(),
+            reached: HashMap::default(),
+            held: Vec::new(),
+            ready: VecDeque::new(),
+        }
+    }
+
+    /// Whether `txn` ended a piece of rank `>= rank` here.
+    fn reached(&self, txn: TxnId, rank: u32) -> bool {
+        self.reached.get(&txn).is_some_and(|&r| r > rank)
+    }
+}
+
+impl OwnsLocks for CallasRules {
+    fn owned(&mut self) -> &mut Owned {
+        &mut self.owned
+    }
+
+    fn owned_ref(&self) -> &Owned {
+        &self.owned
+    }
+
+    /// `owner` holds nothing here any more.
+    fn forget(p: &mut Partition<Self>, owner: TxnId) {
+        forget(p, owner);
+    }
+}
+
+/// `txn` holds nothing here any more.
+fn forget(p: &mut Partition<CallasRules>, txn: TxnId) {
+    p.rules.groups.remove(&txn);
+    p.rules.nexus.forget_txn(txn);
+    // Ended here: what waited for its rank here goes on.
+    p.rules.reached.remove(&txn);
+    let_go_held(p, txn, Reach::Ended);
+}
+
+/// Lets go, to be run next, the statements held for a rank of `txn` it
+/// has reached.
+fn let_go_held(p: &mut Partition<CallasRules>, txn: TxnId, reach: Reach) {
+    if p.rules.held.is_empty() {
+        return;
+    }
+    let mut i = 0;
+    while i < p.rules.held.len() {
+        let passed = match (words(&p.rules.held[i].0).after_rank, reach) {
+            (Some((t, _)), Reach::Ended) => t == txn,
+            (Some((t, r)), Reach::Rank(reached)) => t == txn && r < reached,
+            (None, _) => false,
+        };
+        if passed {
+            let_go(p, i);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// Lets the `i`th held statement go.
+fn let_go(p: &mut Partition<CallasRules>, i: usize) {
+    let (stmt, since) = p.rules.held.remove(i);
+    let ns = now().saturating_duration_since(since).as_nanos() as u64;
+    p.counters.rank_hold_ns.fetch_add(ns, Ordering::Relaxed);
+    p.rules.ready.push_back(stmt);
+}
+
+/// Runtime Pipelining: a piece of `owner` ended here (its last statement
+/// ran here, or its coordinator said so): its member locks become nexus
+/// locks, and its rank (if any) counts as reached here.
+fn end_piece(p: &mut Partition<CallasRules>, owner: TxnId, rank: Option<u32>) {
+    let Some(&g) = p.rules.groups.get(&owner) else {
+        return;
+    };
+    p.locks.downgrade_all(
+        owner,
+        LockClass::Member(g),
+        LockClass::Nexus(g),
+        &mut p.wakeups,
+    );
+    if let Some(r) = rank {
+        let reached = p.rules.reached.entry(owner).or_default();
+        *reached = (*reached).max(r + 1);
+        let reached = *reached;
+        let_go_held(p, owner, Reach::Rank(reached));
+    }
+}
+
+/// Runtime Pipelining, after a blind increment that ends its row's part of
+/// the piece (`CallasStmt::end_row`): the member locks on the rows it
+/// wrote become the group's nexus locks, for a transaction that has done
+/// nothing to the row but increment it (and read it), as at the end of the
+/// piece.
+fn end_incremented_rows(p: &mut Partition<CallasRules>, stmt: &Stmt) {
+    let LockClass::Member(g) = stmt.lock.class else {
+        return;
+    };
+    let owner = stmt.owner;
+    for i in 0..p.needs.len() {
+        if p.needs[i].access != Access::Write {
+            continue;
+        }
+        let only_added = p
+            .rules
+            .nexus
+            .on(&p.needs[i].target)
+            .iter()
+            .any(|u| u.txn == owner && u.write == 0 && u.add != 0);
+        if only_added {
+            let target = p.needs[i].target.clone();
+            p.locks.downgrade(
+                owner,
+                &target,
+                LockClass::Member(g),
+                LockClass::Nexus(g),
+                &mut p.wakeups,
+            );
+        }
+    }
+}
+
+/// After a member lock on `target` was granted: the same-group
+/// transactions with nexus locks there, or on a row or range that overlaps
+/// it (`NexusUses`), that this access depends on, column by column (it
+/// read or overwrote what they wrote, or scanned a row they inserted or
+/// deleted; at serializable also: it wrote what they read, or inserted or
+/// deleted a row in a range they scanned; read committed ignores
+/// anti-dependencies, DESIGN 4.4). Those whose writes are uncommitted
+/// (Runtime Pipelining) take this transaction down if they abort.
+fn member_granted(p: &mut Partition<CallasRules>, stmt: &mut Stmt, need: &LockNeed, g: u32) {
+    let owner = stmt.owner;
+    let mine = ColUse::of(owner, stmt.plan.access());
+    let serializable = stmt.lock.serializable;
+    let ranges = !p.rules.exact;
+    let rules = &mut p.rules;
+    let (groups, store, dependants) = (&rules.groups, &p.store, &mut rules.dependants);
+    rules
+        .nexus
+        .for_each_conflict(&need.target, &mine, ranges, |u, c| {
+            if groups.get(&u.txn) != Some(&g) || !(c.sees || (serializable && c.overwrites_read)) {
+                return;
+            }
+            if !stmt.after.contains(&u.txn) {
+                stmt.after.push(u.txn);
+            }
+            if c.sees && store.has_writes(u.txn) {
+                let ds = dependants.entry(u.txn).or_default();
+                if !ds.contains(&owner) {
+                    ds.push(owner);
+                }
+            }
+        });
+    rules.nexus.record(&need.target, mine);
+}
+
+impl Rules for CallasRules {
+    fn arrive(p: &mut Partition<Self>, stmt: &Stmt) -> Result<()> {
+        if p.rules.cascaded.contains(&stmt.owner) {
+            return Err(Error::Aborted(AbortCause::Cascade));
+        }
+        if let LockClass::Member(g) = stmt.lock.class {
+            p.rules.groups.insert(stmt.owner, g);
+        }
+        Ok(())
+    }
+
+    fn admit(p: &mut Partition<Self>, stmt: Stmt) -> Option<Stmt> {
+        match words(&stmt).after_rank {
+            Some((t, r)) if !p.rules.reached(t, r) => {
+                p.counters.rank_holds.fetch_add(1, Ordering::Relaxed);
+                p.rules.held.push((stmt, now()));
+                None
+            }
+            _ => Some(stmt),
+        }
+    }
+
+    fn next_ready(p: &mut Partition<Self>) -> Option<Stmt> {
+        p.rules.ready.pop_front()
+    }
+
+    fn granted(p: &mut Partition<Self>, stmt: &mut Stmt, need: &LockNeed, short: bool) -> bool {
+        if let LockClass::Member(g) = stmt.lock.class {
+            if words(stmt).track {
+                member_granted(p, stmt, need, g);
+            }
+        }
+        let dirty = p.owned_granted(stmt, need, short);
+        stmt.dirty |= dirty;
+        dirty
+    }
+
+    fn executed(p: &mut Partition<Self>, stmt: &Stmt) {
+        let w = words(stmt);
+        if w.end_row && w.track {
+            end_incremented_rows(p, stmt);
+        }
+        if let Some(r) = w.ends_piece {
+            end_piece(p, stmt.owner, Some(r));
+        }
+    }
+
+    fn prepare(p: &mut Partition<Self>, txn: TxnId) -> Prepared {
+        if p.rules.cascaded.remove(&txn) {
+            Prepared::Refuse
+        } else {
+            Prepared::Go { context: None }
+        }
+    }
+
+    fn committed(p: &mut Partition<Self>, txn: TxnId) {
+        p.rules.dependants.remove(&txn);
+    }
+
+    /// Undoes `txn` here. Under Runtime Pipelining every same-group
+    /// transaction that saw or overwrote its uncommitted writes here (and,
+    /// in turn, theirs) aborts here with it: all their changes are undone
+    /// together, newest first, their waiting statements fail, their locks
+    /// go, and whatever they send here next fails until their coordinator
+    /// ends them.
+    fn undo(p: &mut Partition<Self>, txn: TxnId) {
+        let mut closure: Vec<TxnId> = Vec::new();
+        let mut stack = vec![txn];
+        while let Some(t) = stack.pop() {
+            for d in p.rules.dependants.remove(&t).unwrap_or_default() {
+                if d != txn
+                    && !closure.contains(&d)
+                    && !p.rules.cascaded.contains(&d)
+                    && p.rules.groups.contains_key(&d)
+                {
+                    closure.push(d);
+                    stack.push(d);
+                }
+            }
+        }
+        if closure.is_empty() {
+            p.store.abort(txn);
+            return;
+        }
+        closure.push(txn);
+        p.store.abort_all(&closure);
+        closure.pop();
+        for d in closure {
+            tracing::debug!(partition = p.id.0, %d, cause = %txn, "cascading abort");
+            if let Some(parked) = p.parked.remove(&d) {
+                p.locks.cancel_waits(d, &mut p.wakeups);
+                parked
+                    .stmt
+                    .reply
+                    .send(Err(Error::Aborted(AbortCause::Cascade)));
+            }
+            Self::ending(p, d);
+            p.counters.aborts.fetch_add(1, Ordering::Relaxed);
+            p.counters.count_victim(AbortCause::Cascade);
+            forget(p, d);
+            let _ = p.release_all(d);
+            p.rules.cascaded.insert(d);
+        }
+    }
+
+    fn aborted(p: &mut Partition<Self>, txn: TxnId) {
+        p.rules.cascaded.remove(&txn);
+    }
+
+    /// Fails the statement `owner` has held here, if any (it ended).
+    fn ending(p: &mut Partition<Self>, owner: TxnId) {
+        if let Some(i) = p.rules.held.iter().position(|(h, _)| h.owner == owner) {
+            let (stmt, _) = p.rules.held.remove(i);
+            stmt.reply.send(Err(Error::Aborted(AbortCause::Cascade)));
+        }
+    }
+
+    /// A transaction that commits keeping its locks (`Ending::Keep`) keeps
+    /// them as its group's nexus locks until the release order lets them
+    /// go (`Release`), and so does every committed piece of a chopped one;
+    /// a rolled-back piece's locks go (the nexus locks of the pieces
+    /// before it stay), and with them what it was recorded to have used;
+    /// a transaction that keeps nothing (nothing to wait for), or aborts,
+    /// lets them go now.
+    fn end_locks(p: &mut Partition<Self>, txn: TxnId, ending: Ending, commit: bool) {
+        let owner = ending.owner(txn);
+        let Some(&g) = p.rules.groups.get(&owner) else {
+            // The default group: strict two-phase locking.
+            if ending == Ending::Release {
+                let _ = p.release_all(txn);
+            }
+            return;
+        };
+        match ending {
+            Ending::Sub { .. } if !commit => {
+                let gone = p
+                    .locks
+                    .release_class(owner, LockClass::Member(g), &mut p.wakeups);
+                p.rules.nexus.forget_targets(owner, &gone);
+            }
+            Ending::Sub { .. } | Ending::Keep if commit => {
+                p.locks.downgrade_all(
+                    owner,
+                    LockClass::Member(g),
+                    LockClass::Nexus(g),
+                    &mut p.wakeups,
+                );
+            }
+            Ending::Release | Ending::Keep | Ending::Sub { .. } => {
+                forget(p, owner);
+                let _ = p.release_all(txn);
+            }
+        }
+    }
+
+    fn release(
+        p: &mut Partition<Self>,
+        owner: TxnId,
+        stages: std::vec::IntoIter<ReleaseStage>,
+        reply: Reply<()>,
+    ) {
+        p.release_owned(owner, stages, reply);
+    }
+
+    fn released(p: &mut Partition<Self>, owner: TxnId, whole: bool) {
+        p.answer_releases(owner, whole);
+    }
+
+    fn holder_owner(p: &Partition<Self>, holder: TxnId) -> TxnId {
+        p.rules.owned.owner_of(holder)
+    }
+
+    fn message(p: &mut Partition<Self>, msg: Box<dyn Any + Send>) -> Result<()> {
+        let msg = msg
+            .downcast::<CallasMsg>()
+            .map_err(|_| Error::Internal("a message Callas' rules do not know".into()))?;
+        match *msg {
+            CallasMsg::EndPiece { owner, rank } => end_piece(p, owner, rank),
+            CallasMsg::RankGo { txn, after } => {
+                if let Some(i) = p
+                    .rules
+                    .held
+                    .iter()
+                    .position(|(h, _)| h.owner == txn && words(h).after_rank == Some(after))
+                {
+                    let_go(p, i);
+                }
+            }
+        }
+        Ok(())
+    }
+}

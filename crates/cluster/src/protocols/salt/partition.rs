@@ -1,0 +1,141 @@
+//! Salt's rules at the partition: a BASE transaction's locks are owned
+//! across its alkaline subtransactions ([`Owned`], with the saline
+//! release-order dependencies on), downgraded from alkaline to saline as
+//! each subtransaction ends, and released in stages at its end; with a log,
+//! what each subtransaction ran here is its context, logged with its
+//! commit or prepare so a roll-forward can replay it (seed 000 section 3.3;
+//! `docs/salt.md`).
+
+use rustc_hash::FxHashMap as HashMap;
+
+use brine_core::{LockNeed, Result, TxnId};
+use brine_lock::LockClass;
+use brine_sql::QueryResult;
+use brine_storage::wal::record::{BaseContext, BaseEntry};
+
+use crate::message::{ReleaseStage, Reply};
+use crate::partition::{Ending, Owned, OwnsLocks, Partition, Prepared, Rules, Stmt};
+
+/// Salt's state at one partition.
+pub struct SaltRules {
+    owned: Owned,
+    /// With a log: what each running alkaline subtransaction ran here,
+    /// logged when it commits or prepares.
+    contexts: HashMap<TxnId, BaseContext>,
+}
+
+impl SaltRules {
+    /// `release_order`: the saline release-order rules are on.
+    pub fn new(release_order: bool) -> SaltRules {
+        SaltRules {
+            owned: Owned::new(release_order),
+            contexts: HashMap::default(),
+        }
+    }
+}
+
+impl OwnsLocks for SaltRules {
+    fn owned(&mut self) -> &mut Owned {
+        &mut self.owned
+    }
+    fn owned_ref(&self) -> &Owned {
+        &self.owned
+    }
+}
+
+impl Rules for SaltRules {
+    fn arrive(p: &mut Partition<Self>, stmt: &Stmt) -> Result<()> {
+        if let Some(prev) = stmt.sub.and_then(|s| s.commit_first) {
+            // Nobody waits for this commit: the statement's answer says
+            // it happened, and a later commit of the owner here that is
+            // durable makes it durable (one log, in order).
+            let ending = Ending::Sub { owner: stmt.owner };
+            p.commit(prev, ending, Reply::nobody(), ());
+        }
+        Ok(())
+    }
+
+    fn granted(p: &mut Partition<Self>, stmt: &mut Stmt, need: &LockNeed, short: bool) -> bool {
+        let dirty = p.owned_granted(stmt, need, short);
+        stmt.dirty |= dirty;
+        dirty
+    }
+
+    fn finishing(p: &mut Partition<Self>, stmt: &Stmt, result: &Result<QueryResult>) {
+        let (Some(s), Some(_), Ok(r)) = (stmt.sub, &p.wal, result) else {
+            return;
+        };
+        let c = p
+            .rules
+            .contexts
+            .entry(stmt.txn)
+            .or_insert_with(|| BaseContext {
+                sub: stmt.txn,
+                owner: s.owner,
+                intro: None,
+                entries: Vec::new(),
+            });
+        if let Some(call) = &stmt.call {
+            c.intro = Some((call.0.clone(), call.1.clone()));
+        }
+        c.entries.push(BaseEntry {
+            seq: s.seq,
+            columns: r.columns.to_vec(),
+            rows: r.rows.clone(),
+            affected: r.affected,
+        });
+    }
+
+    fn prepare(p: &mut Partition<Self>, txn: TxnId) -> Prepared {
+        Prepared::Go {
+            context: p.rules.contexts.remove(&txn),
+        }
+    }
+
+    fn commit_context(p: &mut Partition<Self>, txn: TxnId) -> Option<BaseContext> {
+        p.rules.contexts.remove(&txn)
+    }
+
+    fn aborted(p: &mut Partition<Self>, txn: TxnId) {
+        p.rules.contexts.remove(&txn);
+    }
+
+    /// An alkaline subtransaction's locks are downgraded to saline, not
+    /// released: kept to the BASE transaction's end, also after a
+    /// rollback (conservative; the end-of-BASE release accounts for them).
+    /// An ACID transaction's go; `acid` sets no release-order
+    /// dependencies, so that completes now.
+    fn end_locks(p: &mut Partition<Self>, txn: TxnId, ending: Ending, _commit: bool) {
+        match ending {
+            Ending::Release => {
+                let _ = p.release_all(txn);
+            }
+            Ending::Keep | Ending::Sub { .. } => {
+                let owner = ending.owner(txn);
+                p.locks.downgrade_all(
+                    owner,
+                    LockClass::Alkaline,
+                    LockClass::Saline,
+                    &mut p.wakeups,
+                );
+            }
+        }
+    }
+
+    fn release(
+        p: &mut Partition<Self>,
+        owner: TxnId,
+        stages: std::vec::IntoIter<ReleaseStage>,
+        reply: Reply<()>,
+    ) {
+        p.release_owned(owner, stages, reply);
+    }
+
+    fn released(p: &mut Partition<Self>, owner: TxnId, whole: bool) {
+        p.answer_releases(owner, whole);
+    }
+
+    fn holder_owner(p: &Partition<Self>, holder: TxnId) -> TxnId {
+        p.rules.owned.owner_of(holder)
+    }
+}

@@ -1,0 +1,157 @@
+//! The end of a BASE transaction at its coordinator: its saline locks are
+//! released in rounds of `Release` messages (see `base.rs`'s module doc),
+//! the end logged first; a transaction that cannot go on gives up its
+//! locks but keeps its context for recovery.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use brine_core::{NodeId, Result, TxnId};
+use parking_lot::Mutex;
+
+use super::base::{base_mut, BaseState};
+use crate::coordinator::{Shared, TxnState};
+use crate::message::{PartitionMsg, ReleaseStage};
+
+/// The `Release` messages that end a BASE transaction, in rounds: a
+/// round's messages (partition, stages) go together, and the next round
+/// waits for all their answers.
+type Rounds = Vec<Round>;
+type Round = Vec<(usize, Vec<ReleaseStage>)>;
+
+impl BaseState {
+    /// Every lock everywhere in one stage, `stage`.
+    pub(super) fn release_at_once(&self, stage: ReleaseStage) -> Rounds {
+        vec![self
+            .touched
+            .iter()
+            .map(|&(p, _)| (p, vec![stage]))
+            .collect()]
+    }
+
+    /// How the locks of a transaction whose body completed go (see the
+    /// module doc): each partition runs its own stages (those of the dirty
+    /// reads that happened there, then all), unless it holds a lock taken
+    /// after a dirty read elsewhere, which must wait for that read's
+    /// dependency: then every stage runs at every partition in lockstep.
+    pub(super) fn release_rounds(&self) -> Rounds {
+        if !self.release_order || self.dirty.is_empty() {
+            return self.release_at_once(ReleaseStage::End);
+        }
+        let mut each = Vec::with_capacity(self.touched.len());
+        for &(p, last) in &self.touched {
+            let mut stages = Vec::new();
+            for (d, at) in &self.dirty {
+                if at.as_slice() == [p] {
+                    stages.push(ReleaseStage::Upto(*d));
+                } else if *d < last {
+                    return self
+                        .dirty
+                        .iter()
+                        .map(|(d, _)| ReleaseStage::Upto(*d))
+                        .chain([ReleaseStage::End])
+                        .flat_map(|stage| self.release_at_once(stage))
+                        .collect();
+                }
+            }
+            stages.push(ReleaseStage::End);
+            each.push((p, stages));
+        }
+        vec![each]
+    }
+}
+
+/// Ends a BASE transaction that cannot go on (a failure that is not a
+/// concurrency-control abort): its locks are released in the background,
+/// so nothing that waits for them (locks, release-order dependencies)
+/// waits forever; its end is not logged, so what it committed stays in
+/// the log and recovery rolls it forward.
+pub(super) fn give_up(shared: &Arc<Shared>, node: NodeId, state: &Arc<Mutex<TxnState>>) {
+    let (owner, rounds) = {
+        let mut st = state.lock();
+        st.finished = true;
+        let owner = st.txn;
+        // Every lock, but not the end (the context stays).
+        (
+            owner,
+            base_mut(&mut st).release_at_once(ReleaseStage::AllKept),
+        )
+    };
+    tokio::spawn(release(shared.clone(), node, owner, rounds));
+}
+
+/// Releases the BASE transaction's locks at every partition it touched,
+/// round by round (see the module doc). The first round's messages leave
+/// at the call, unless the round ends the transaction and its end must be
+/// logged first: a caller that spawns the rest and then reports
+/// completion has the release on the link ahead of the client's next
+/// request (pay after create-order used to wait for the saline lock its
+/// own order still held).
+pub(super) fn release(
+    shared: Arc<Shared>,
+    node: NodeId,
+    owner: TxnId,
+    rounds: Rounds,
+) -> impl Future<Output = ()> + Send + 'static {
+    let ends = |round: &Round| {
+        round
+            .iter()
+            .any(|(_, stages)| stages.contains(&ReleaseStage::End))
+    };
+    let mut rounds = rounds.into_iter().peekable();
+    let first = match rounds.peek() {
+        Some(round) if shared.wal.is_none() || !ends(round) => rounds
+            .next()
+            .map(|round| send_round(&shared, node, owner, round)),
+        _ => None,
+    };
+    async move {
+        if let Some(acks) = first {
+            acknowledged(owner, acks).await;
+        }
+        for mut round in rounds {
+            if let (true, Some(wal)) = (ends(&round), &shared.wal) {
+                // The end is durable at the coordinator before any
+                // partition forgets the context; if it cannot be logged,
+                // the locks go but the contexts stay (a later recovery
+                // finds the transaction complete by replaying it).
+                if let Err(e) = wal.log_base_end(node, owner).await {
+                    tracing::error!(%owner, "cannot log the end of a BASE transaction: {e}");
+                    for stage in round.iter_mut().flat_map(|(_, stages)| stages.iter_mut()) {
+                        if *stage == ReleaseStage::End {
+                            *stage = ReleaseStage::AllKept;
+                        }
+                    }
+                }
+            }
+            acknowledged(owner, send_round(&shared, node, owner, round)).await;
+        }
+    }
+}
+
+/// Sends one round of `Release` messages now; the answers come later.
+fn send_round(
+    shared: &Shared,
+    node: NodeId,
+    owner: TxnId,
+    round: Round,
+) -> Vec<impl Future<Output = Result<()>> + Send + 'static> {
+    round
+        .into_iter()
+        .map(|(p, stages)| {
+            shared.request_now(node, p, move |reply| PartitionMsg::Release {
+                owner,
+                stages,
+                reply,
+            })
+        })
+        .collect()
+}
+
+async fn acknowledged(owner: TxnId, acks: Vec<impl Future<Output = Result<()>>>) {
+    for a in futures::future::join_all(acks).await {
+        if let Err(e) = a {
+            tracing::warn!(%owner, "release not acknowledged: {e}");
+        }
+    }
+}

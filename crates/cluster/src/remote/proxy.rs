@@ -1,0 +1,362 @@
+//! The client side: the proxy task of a remote partition, which forwards
+//! its partition messages to the serving node, follows the readiness of
+//! statements gated there, and tracks which incarnation of that node ran
+//! each open transaction.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use brine_core::{Error, TxnId};
+use tokio::sync::mpsc;
+
+use super::wire::{unexpected, WireGate, WireMsg, WireRequest, WireResponse};
+use super::PeerClient;
+use crate::message::{Gate, GateNotice, PartitionMsg, PartitionStatus, Vote, WaitGraph};
+
+/// How long a commit decision is retried against an unreachable
+/// participant before it is left to that participant's recovery.
+const COMMIT_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// Starts the proxy of remote partition `partition`: messages sent into
+/// the returned queue go to the peer over `client`.
+pub fn spawn_proxy(partition: u32, client: Arc<PeerClient>) -> mpsc::UnboundedSender<PartitionMsg> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<PartitionMsg>();
+    let seen = Arc::new(Incarnations::default());
+    tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            // Each request runs on its own: the coordinator never has two
+            // requests of one transaction to one partition in flight, so
+            // their order cannot matter.
+            tokio::spawn(forward(partition, client.clone(), seen.clone(), msg));
+        }
+    });
+    tx
+}
+
+/// Which incarnation of the serving node ran each open transaction's
+/// statements. A node that restarted lost what an open transaction did
+/// there: its prepare must vote No and its one-round commit must fail,
+/// never commit the statements that ran elsewhere without these.
+#[derive(Default)]
+struct Incarnations {
+    by_txn: parking_lot::Mutex<HashMap<TxnId, u64>>,
+}
+
+/// Transactions whose end never reaches this proxy (a coordinator that
+/// died) would otherwise stay; past this many the map starts over.
+const INCARNATIONS_MAX: usize = 1 << 20;
+
+impl Incarnations {
+    /// Records the incarnation that ran a statement of `txn`; false if an
+    /// earlier statement ran on another one.
+    fn ran(&self, txn: TxnId, incarnation: u64) -> bool {
+        let mut m = self.by_txn.lock();
+        if m.len() >= INCARNATIONS_MAX && !m.contains_key(&txn) {
+            tracing::warn!(
+                "{INCARNATIONS_MAX} open transactions tracked by one proxy; starting over"
+            );
+            m.clear();
+        }
+        *m.entry(txn).or_insert(incarnation) == incarnation
+    }
+
+    fn expected(&self, txn: TxnId) -> Option<u64> {
+        self.by_txn.lock().get(&txn).copied()
+    }
+
+    fn ended(&self, txn: TxnId) {
+        self.by_txn.lock().remove(&txn);
+    }
+}
+
+async fn forward(
+    partition: u32,
+    client: Arc<PeerClient>,
+    seen: Arc<Incarnations>,
+    msg: PartitionMsg,
+) {
+    let request = |msg: WireMsg| WireRequest::Partition { partition, msg };
+    let unreachable = |e: &brine_net::NetError| {
+        Error::Transport(format!("partition {partition} at {}: {e}", client.addr()))
+    };
+    match msg {
+        PartitionMsg::Execute {
+            txn,
+            plan,
+            params,
+            lock,
+            sub,
+            call,
+            ext,
+            gate,
+            reply,
+        } => {
+            if ext.is_some() {
+                // Callas runs in one process only (Cluster::start refuses
+                // it on nodes), so this never happens.
+                reply.send(Err(Error::Config(format!(
+                    "partition {partition}: this protocol's statements do not cross processes"
+                ))));
+                return;
+            }
+            let wire_gate = match &gate {
+                None => WireGate::None,
+                Some(Gate::Local) => WireGate::Local,
+                Some(Gate::Coordinated(_)) => WireGate::Coordinated,
+            };
+            // The coordinator learns the readiness by watching it.
+            let watch = match gate {
+                Some(Gate::Coordinated(notice)) => Some(tokio::spawn(follow_remote_gate(
+                    partition,
+                    client.clone(),
+                    txn,
+                    notice,
+                ))),
+                _ => None,
+            };
+            let msg = WireMsg::Execute {
+                txn,
+                sql: plan.sql().to_string(),
+                params,
+                lock,
+                sub,
+                call: call.map(|i| (i.0.clone(), i.1.clone())),
+                gate: wire_gate,
+            };
+            let answer = client.request(request(msg)).await;
+            if let Some(w) = watch {
+                w.abort();
+            }
+            let answer = match answer {
+                Ok(WireResponse::Executed(r, incarnation)) => {
+                    if seen.ran(txn, incarnation) {
+                        r
+                    } else {
+                        Err(Error::Transport(format!(
+                            "partition {partition} at {} restarted during transaction {txn}",
+                            client.addr()
+                        )))
+                    }
+                }
+                Ok(other) => Err(unexpected(&other)),
+                Err(e) => Err(unreachable(&e)),
+            };
+            reply.send(answer);
+        }
+        PartitionMsg::Prepare {
+            txn,
+            ending,
+            hold,
+            reply,
+        } => {
+            let expect = seen.expected(txn);
+            let vote = match client
+                .request(request(WireMsg::Prepare {
+                    txn,
+                    ending,
+                    hold,
+                    expect,
+                }))
+                .await
+            {
+                Ok(WireResponse::Vote(v)) => v,
+                Ok(other) => {
+                    tracing::warn!(%txn, "prepare: {}", unexpected(&other));
+                    Vote::No
+                }
+                Err(e) => {
+                    tracing::warn!(%txn, "prepare: {}", unreachable(&e));
+                    Vote::No
+                }
+            };
+            if vote != Vote::Yes {
+                // No phase two follows a read-only or No vote.
+                seen.ended(txn);
+            }
+            reply.send(vote);
+        }
+        PartitionMsg::Commit {
+            txn,
+            ending,
+            decided,
+            reply,
+        } => {
+            let expect = seen.expected(txn);
+            seen.ended(txn);
+            let commit = || {
+                request(WireMsg::Commit {
+                    txn,
+                    ending,
+                    decided,
+                    expect,
+                })
+            };
+            if !decided {
+                // One round: if it cannot be delivered its outcome is
+                // unknown (the participant may have lost the transaction
+                // in a crash, or applied it and lost the answer), so it is
+                // never resent; dropping the reply tells the coordinator.
+                match client.request(commit()).await {
+                    Ok(WireResponse::Ack) => reply.send(()),
+                    Ok(other) => tracing::warn!(%txn, "commit: {}", unexpected(&other)),
+                    Err(e) => tracing::warn!(%txn, "commit outcome unknown: {}", unreachable(&e)),
+                }
+                return;
+            }
+            let started = Instant::now();
+            let mut backoff = Duration::from_millis(10);
+            loop {
+                let failure = match client.request(commit()).await {
+                    Ok(WireResponse::Ack) => break,
+                    // Refused: the node is restarting (or no longer hosts it).
+                    Ok(other) => unexpected(&other),
+                    Err(e) => unreachable(&e),
+                };
+                if started.elapsed() >= COMMIT_RETRY_FOR {
+                    tracing::error!(%txn, "commit not delivered; the participant asks for it at its recovery: {failure}");
+                    break;
+                }
+                tracing::warn!(%txn, "commit not delivered yet, retrying: {failure}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            reply.send(());
+        }
+        PartitionMsg::Abort { txn, ending, reply } => {
+            seen.ended(txn);
+            // Presumed abort: a participant that never hears it aborts the
+            // transaction at recovery.
+            if let Err(e) = client
+                .request(request(WireMsg::Abort { txn, ending }))
+                .await
+            {
+                tracing::warn!(%txn, "abort not delivered: {}", unreachable(&e));
+            }
+            reply.send(());
+        }
+        PartitionMsg::Ungate { txn } => {
+            if let Err(e) = client.request(request(WireMsg::Ungate { txn })).await {
+                tracing::warn!(%txn, "ungate not delivered: {}", unreachable(&e));
+            }
+        }
+        PartitionMsg::Protocol(_) => {
+            // Callas runs in one process only (Cluster::start refuses it
+            // on nodes), so this never crosses the network.
+            tracing::error!("a protocol's own message cannot be sent to another process");
+        }
+        PartitionMsg::Protect { owner } => {
+            // Lost, the protection still reaches the partition with the
+            // owner's next statement there (`SubStmt::protect`).
+            if let Err(e) = client.request(request(WireMsg::Protect { owner })).await {
+                tracing::warn!(%owner, "protection not delivered: {}", unreachable(&e));
+            }
+        }
+        PartitionMsg::Release {
+            owner,
+            stages,
+            reply,
+        } => {
+            if let Err(e) = client
+                .request(request(WireMsg::Release { owner, stages }))
+                .await
+            {
+                tracing::warn!(%owner, "release not delivered: {}", unreachable(&e));
+            }
+            reply.send(());
+        }
+        PartitionMsg::Load { table, rows, reply } => {
+            let answer = match client.request(request(WireMsg::Load { table, rows })).await {
+                Ok(WireResponse::Done(r)) => r,
+                Ok(other) => Err(unexpected(&other)),
+                Err(e) => Err(unreachable(&e)),
+            };
+            reply.send(answer);
+        }
+        PartitionMsg::WaitGraph {
+            began_by, reply, ..
+        } => {
+            // A peer that cannot answer shows no waits: its cycles wait
+            // for the detector's next round, or for the lock wait timeout.
+            // The look's start crosses as an age (clocks of two processes
+            // do not compare); the peer counts it from when it reads the
+            // request, so its cut-off is later by the wire's one-way
+            // latency. The detector's doorbell does not cross the wire:
+            // a peer's cycles are found by the detector's periodic look.
+            let age = tokio::time::Instant::now()
+                .into_std()
+                .saturating_duration_since(began_by);
+            let older_than_us = u64::try_from(age.as_micros()).unwrap_or(u64::MAX);
+            let graph = match client
+                .request(request(WireMsg::WaitGraph { older_than_us }))
+                .await
+            {
+                Ok(WireResponse::WaitGraph(g)) => g,
+                Ok(other) => {
+                    tracing::debug!("wait graph: {}", unexpected(&other));
+                    WaitGraph::default()
+                }
+                Err(e) => {
+                    tracing::debug!("wait graph: {}", unreachable(&e));
+                    WaitGraph::default()
+                }
+            };
+            reply.send(graph);
+        }
+        PartitionMsg::BreakDeadlock { victim, pass } => {
+            if let Err(e) = client
+                .request(request(WireMsg::BreakDeadlock { victim, pass }))
+                .await
+            {
+                tracing::warn!(%victim, "deadlock victim not delivered: {}", unreachable(&e));
+            }
+        }
+        PartitionMsg::Status { reply } => {
+            let answer = match client.request(request(WireMsg::Status)).await {
+                Ok(WireResponse::Status(s)) => s,
+                _ => PartitionStatus::default(),
+            };
+            reply.send(answer);
+        }
+        PartitionMsg::AbortOrphans { coordinator, reply } => {
+            match client
+                .request(request(WireMsg::AbortOrphans { coordinator }))
+                .await
+            {
+                Ok(WireResponse::Orphans(in_doubt)) => reply.send(in_doubt),
+                Ok(other) => tracing::warn!("abort orphans: {}", unexpected(&other)),
+                Err(e) => tracing::warn!("abort orphans: {}", unreachable(&e)),
+            }
+        }
+        PartitionMsg::Verify { reply } => {
+            let answer = match client.request(request(WireMsg::Verify)).await {
+                Ok(WireResponse::Done(r)) => r,
+                Ok(other) => Err(unexpected(&other)),
+                Err(e) => Err(unreachable(&e)),
+            };
+            reply.send(answer);
+        }
+    }
+}
+
+/// The coordinator's side of a statement gated at a remote partition:
+/// watches its readiness there and reports every change through `notice`,
+/// until the partition says it is no longer gated (or cannot be reached;
+/// then the statement's lock wait timeout ends it).
+async fn follow_remote_gate(
+    partition: u32,
+    client: Arc<PeerClient>,
+    txn: TxnId,
+    notice: GateNotice,
+) {
+    loop {
+        let msg = WireMsg::WatchGate { txn };
+        match client
+            .request(WireRequest::Partition { partition, msg })
+            .await
+        {
+            Ok(WireResponse::GateReady(Some(ready))) => notice.send(ready),
+            _ => return,
+        }
+    }
+}
