@@ -373,12 +373,20 @@ fn point_result(p: PointInputs) -> PointResult {
         lock_waits: d.lock_waits,
         lock_waits_by_table: p.by_table,
         pipelining_waits: [
-            ("rank", d.rank_waits, d.rank_wait_us_total),
-            ("commit", d.commit_waits, d.commit_wait_us_total),
+            (
+                "rank",
+                d.counter("rank_waits"),
+                d.counter("rank_wait_us_total"),
+            ),
+            (
+                "commit",
+                d.counter("commit_waits"),
+                d.counter("commit_wait_us_total"),
+            ),
             (
                 "rank held at partitions",
-                d.rank_holds,
-                d.rank_hold_us_total,
+                d.counter("rank_holds"),
+                d.counter("rank_hold_us_total"),
             ),
         ]
         .into_iter()

@@ -305,7 +305,7 @@ async fn render_metrics(
         &mut out,
         "brine_base_accepted_total",
         "Salt: BASE transactions accepted.",
-        &[(n.clone(), s.base_accepted)],
+        &[(n.clone(), s.counter("base_accepted"))],
     );
     counter(
         &mut out,

@@ -24,7 +24,7 @@ use crate::partition::{PartitionCounters, PartitionParts};
 use crate::procedure::{Application, PreparedProc};
 use crate::protocol::{Isolation, Mutation, Protocol, Setup};
 use crate::remote::{NodeService, PeerClient};
-use crate::stats::{ClusterCounters, StatsSnapshot};
+use crate::stats::{ClusterCounters, Kept, StatsSnapshot};
 use brine_check::history::FORMAT_VERSION;
 use brine_check::Header;
 
@@ -680,15 +680,19 @@ impl Cluster {
             aborts_deadlock: c.aborts_deadlock.load(Ordering::Relaxed),
             aborts_timeout: c.aborts_timeout.load(Ordering::Relaxed),
             aborts_cascade: c.aborts_cascade.load(Ordering::Relaxed),
-            base_accepted: c.base_accepted.load(Ordering::Relaxed),
-            base_replays: c.base_replays.load(Ordering::Relaxed),
-            safe_mode_switches: c.safe_mode_switches.load(Ordering::Relaxed),
-            rank_waits: c.rank_waits.load(Ordering::Relaxed),
-            rank_wait_us_total: c.rank_wait_ns.load(Ordering::Relaxed) / 1000,
-            commit_waits: c.commit_waits.load(Ordering::Relaxed),
-            commit_wait_us_total: c.commit_wait_ns.load(Ordering::Relaxed) / 1000,
             ..Default::default()
         };
+        for k in self.shared.protocol.counters() {
+            let raw = match k.kept {
+                Kept::Coordinator => c.protocol.get(k.slot),
+                Kept::Partition => self
+                    .partition_counters
+                    .iter()
+                    .map(|p| p.protocol.get(k.slot))
+                    .sum(),
+            };
+            s.protocol.insert(k.name, raw / k.divisor.max(1));
+        }
         for p in self.partition_counters.iter() {
             s.statements += p.statements.load(Ordering::Relaxed);
             s.lock_waits += p.lock_waits.load(Ordering::Relaxed);
@@ -696,8 +700,6 @@ impl Cluster {
             s.searches_cut += p.searches_cut.load(Ordering::Relaxed);
             s.detector_breaks += p.detector_breaks.load(Ordering::Relaxed);
             s.lock_wait_us_total += p.lock_wait_ns.load(Ordering::Relaxed) / 1000;
-            s.rank_holds += p.rank_holds.load(Ordering::Relaxed);
-            s.rank_hold_us_total += p.rank_hold_ns.load(Ordering::Relaxed) / 1000;
         }
         s
     }

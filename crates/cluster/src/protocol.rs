@@ -147,6 +147,12 @@ pub trait Protocol: Send + Sync + 'static {
         tokio::spawn(Partition::new(parts, Plain).run(rx));
     }
 
+    /// The protocol's own counters, kept in its slots of the engine's
+    /// counters and reported by name in `StatsSnapshot::protocol`.
+    fn counters(&self) -> &'static [crate::stats::Counter] {
+        &[]
+    }
+
     /// What the protocol adds to a run's recorded configuration (history
     /// header, `--json`).
     fn describe(&self, _config: &mut serde_json::Map<String, serde_json::Value>) {}

@@ -1,9 +1,56 @@
 //! Cluster-wide counters, kept as relaxed atomics so no hot path takes a lock
 //! to count.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use brine_core::AbortCause;
+
+/// Counter slots a protocol keeps for itself, at the coordinators
+/// (`ClusterCounters::protocol`) and at each partition
+/// (`PartitionCounters::protocol`), reported under the names it gives
+/// them ([`Counter`], `Protocol::counters`).
+pub const PROTOCOL_SLOTS: usize = 8;
+
+/// A protocol's own counter slots.
+#[derive(Debug, Default)]
+pub struct ProtocolCounters([AtomicU64; PROTOCOL_SLOTS]);
+
+impl ProtocolCounters {
+    pub fn add(&self, slot: usize, n: u64) {
+        self.0[slot].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts one wait of `took`: one in `count`, its nanoseconds in `ns`.
+    pub fn count_wait(&self, count: usize, ns: usize, took: std::time::Duration) {
+        self.add(count, 1);
+        self.add(ns, took.as_nanos() as u64);
+    }
+
+    pub fn get(&self, slot: usize) -> u64 {
+        self.0[slot].load(Ordering::Relaxed)
+    }
+}
+
+/// Where a protocol's counter is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kept {
+    /// At the coordinators (`ClusterCounters::protocol`).
+    Coordinator,
+    /// At each partition (`PartitionCounters::protocol`), summed.
+    Partition,
+}
+
+/// One of a protocol's counters: its name in stats and reports, where it
+/// is kept and in which slot, and the divisor its raw value is reported
+/// with (1000: nanoseconds kept, microseconds reported).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counter {
+    pub name: &'static str,
+    pub kept: Kept,
+    pub slot: usize,
+    pub divisor: u64,
+}
 
 #[derive(Debug, Default)]
 pub struct ClusterCounters {
@@ -14,21 +61,8 @@ pub struct ClusterCounters {
     pub aborts_deadlock: AtomicU64,
     pub aborts_timeout: AtomicU64,
     pub aborts_cascade: AtomicU64,
-    /// Salt: BASE transactions accepted (first subtransaction committed).
-    pub base_accepted: AtomicU64,
-    /// Salt: bodies run again after acceptance because a subtransaction
-    /// was a concurrency-control victim (replayed from the context table).
-    pub base_replays: AtomicU64,
-    /// Callas: times a Runtime Pipelining group went rollback-safe.
-    pub safe_mode_switches: AtomicU64,
-    /// Runtime Pipelining: pieces that waited for a transaction they
-    /// depend on to reach their rank (or commit), and for how long.
-    pub rank_waits: AtomicU64,
-    pub rank_wait_ns: AtomicU64,
-    /// Runtime Pipelining: commits that waited for a transaction they
-    /// depend on to commit, and for how long.
-    pub commit_waits: AtomicU64,
-    pub commit_wait_ns: AtomicU64,
+    /// The protocol's own counters (`Protocol::counters` names them).
+    pub protocol: ProtocolCounters,
 }
 
 impl ClusterCounters {
@@ -40,12 +74,6 @@ impl ClusterCounters {
             AbortCause::Cascade => &self.aborts_cascade,
         };
         c.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts one wait of `took` in `count`/`ns`.
-    pub fn count_wait(count: &AtomicU64, ns: &AtomicU64, took: std::time::Duration) {
-        count.fetch_add(1, Ordering::Relaxed);
-        ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
@@ -71,20 +99,18 @@ pub struct StatsSnapshot {
     /// Deadlocks broken at the request of the cluster's detector (cycles
     /// through several partitions, or left by a cut search).
     pub detector_breaks: u64,
-    pub base_accepted: u64,
-    pub base_replays: u64,
-    pub safe_mode_switches: u64,
-    /// Runtime Pipelining's waits besides locks (see `ClusterCounters`).
-    pub rank_waits: u64,
-    pub rank_wait_us_total: u64,
-    pub commit_waits: u64,
-    pub commit_wait_us_total: u64,
-    /// Rank waits held at the partitions (`LockSpec::after_rank`).
-    pub rank_holds: u64,
-    pub rank_hold_us_total: u64,
+    /// The protocol's own counters, by the names it gives them
+    /// (`Protocol::counters`; Salt: `base_accepted`, Callas:
+    /// `rank_waits`, ...).
+    pub protocol: BTreeMap<&'static str, u64>,
 }
 
 impl StatsSnapshot {
+    /// The protocol's counter `name` (0 if it keeps none of that name).
+    pub fn counter(&self, name: &str) -> u64 {
+        self.protocol.get(name).copied().unwrap_or(0)
+    }
+
     pub fn cc_aborts(&self) -> u64 {
         self.aborts_wait_die + self.aborts_deadlock + self.aborts_timeout + self.aborts_cascade
     }
@@ -105,15 +131,11 @@ impl StatsSnapshot {
             queue_bypasses: self.queue_bypasses - earlier.queue_bypasses,
             searches_cut: self.searches_cut - earlier.searches_cut,
             detector_breaks: self.detector_breaks - earlier.detector_breaks,
-            base_accepted: self.base_accepted - earlier.base_accepted,
-            base_replays: self.base_replays - earlier.base_replays,
-            safe_mode_switches: self.safe_mode_switches - earlier.safe_mode_switches,
-            rank_waits: self.rank_waits - earlier.rank_waits,
-            rank_wait_us_total: self.rank_wait_us_total - earlier.rank_wait_us_total,
-            commit_waits: self.commit_waits - earlier.commit_waits,
-            commit_wait_us_total: self.commit_wait_us_total - earlier.commit_wait_us_total,
-            rank_holds: self.rank_holds - earlier.rank_holds,
-            rank_hold_us_total: self.rank_hold_us_total - earlier.rank_hold_us_total,
+            protocol: self
+                .protocol
+                .iter()
+                .map(|(&k, &v)| (k, v - earlier.counter(k)))
+                .collect(),
         }
     }
 }

@@ -81,10 +81,9 @@ pub struct PartitionCounters {
     pub victims_wait_die: AtomicU64,
     pub victims_deadlock: AtomicU64,
     pub victims_timeout: AtomicU64,
-    /// Callas, Runtime Pipelining: statements held here for another
-    /// transaction's rank (`LockSpec::after_rank`), and for how long.
-    pub rank_holds: AtomicU64,
-    pub rank_hold_ns: AtomicU64,
+    /// The protocol's own counters here (`Protocol::counters` names
+    /// them).
+    pub protocol: crate::stats::ProtocolCounters,
 }
 
 /// At most this many transactions' hold start times are kept.

@@ -58,6 +58,18 @@ impl Owned {
     }
 }
 
+/// Which of an owner's locks one stage of its release lets go.
+#[derive(Clone, Copy)]
+enum Which {
+    /// Those taken by statements at positions `<= upto`.
+    Upto(u32),
+    /// Every one.
+    All,
+    /// Those forked to a holder of their own (`LockTable::fork_hold`),
+    /// whatever their stage.
+    Forked,
+}
+
 /// Rules that keep owned locks.
 pub trait OwnsLocks: Rules {
     fn owned(&mut self) -> &mut Owned;
@@ -131,12 +143,12 @@ impl<R: OwnsLocks> Partition<R> {
             reply.send(());
             return;
         };
-        let upto = match stage {
-            ReleaseStage::Upto(upto) => Some(upto),
-            ReleaseStage::AllKept => Some(u32::MAX),
+        let which = match stage {
+            ReleaseStage::Upto(upto) => Some(Which::Upto(upto)),
+            ReleaseStage::AllKept => Some(Which::All),
             ReleaseStage::End => None,
         };
-        if let Some(upto) = upto {
+        if let Some(which) = which {
             self.locks.begin_staged_release(owner, &mut self.wakeups);
             for alias in self
                 .rules
@@ -148,7 +160,7 @@ impl<R: OwnsLocks> Partition<R> {
             {
                 self.locks.begin_staged_release(*alias, &mut self.wakeups);
             }
-            self.release_stage(owner, Some(upto), stages, reply);
+            self.release_stage(owner, which, stages, reply);
             return;
         }
         if self
@@ -161,7 +173,7 @@ impl<R: OwnsLocks> Partition<R> {
             // Forked locks are not the owner's to release all at once:
             // they go in a stage of their own, then the end.
             let rest: Vec<_> = std::iter::once(ReleaseStage::End).chain(stages).collect();
-            self.release_stage(owner, None, rest.into_iter(), reply);
+            self.release_stage(owner, Which::Forked, rest.into_iter(), reply);
             return;
         }
         if let Some(wal) = &mut self.wal {
@@ -196,29 +208,29 @@ impl<R: OwnsLocks> Partition<R> {
         self.process_wakeups();
     }
 
-    /// One stage of `release_owned`: the locks of `owner` taken by
-    /// statements up to `upto` (with `None`: its forked locks, whatever
-    /// their stage), each now or once its dependencies allow; the rest of
-    /// the stages run once all of them went.
+    /// One stage of `release_owned`: the locks of `owner` that `which`
+    /// says, each now or once its dependencies allow; the rest of the
+    /// stages run once all of them went.
     fn release_stage(
         &mut self,
         owner: TxnId,
-        upto: Option<u32>,
+        which: Which,
         stages: std::vec::IntoIter<ReleaseStage>,
         reply: Reply<()>,
     ) {
         let mut held_back = Vec::new();
         if let Some(held) = self.rules.owned().locks.get_mut(&owner) {
             let (now, later): (Vec<_>, Vec<_>) =
-                std::mem::take(held).into_iter().partition(|l| match upto {
-                    Some(upto) => l.seq <= upto,
-                    None => l.holder != owner,
+                std::mem::take(held).into_iter().partition(|l| match which {
+                    Which::Upto(upto) => l.seq <= upto,
+                    Which::All => true,
+                    Which::Forked => l.holder != owner,
                 });
             // A dirty read of this stage on a row a later statement of the
             // same subtransaction needed again: the lock stays for its own
             // stage, but this stage (and so every write after the read)
             // waits for the dependency.
-            if let Some(upto) = upto {
+            if let Which::Upto(upto) = which {
                 for l in &later {
                     if l.dirty_at.is_some_and(|d| d <= upto)
                         && self.locks.release_blocked(l.holder, &l.target)

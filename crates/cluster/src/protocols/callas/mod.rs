@@ -89,7 +89,6 @@ mod prelude {
     };
     pub use crate::message::PartitionMsg;
     pub use crate::partition::Ending;
-    pub use crate::stats::ClusterCounters;
 }
 
 use std::any::Any;
@@ -107,6 +106,7 @@ use crate::coordinator::{run_acid, CallOutcome, ProcCtx, Shared};
 use crate::message::{LockSpec, PartitionMsg};
 use crate::partition::{Partition, PartitionParts};
 use crate::protocol::{Call, Isolation, Mutation, Protocol, Setup, Statements};
+use crate::stats::{Counter, Kept};
 
 /// `callas`: the cluster's grouping (`ClusterConfig::grouping`; none:
 /// every procedure in one `2pl` group), checked against the procedures.
@@ -212,6 +212,48 @@ impl CallasMsg {
     }
 }
 
+/// Callas' counters. At the coordinators: times a Runtime Pipelining group
+/// went rollback-safe; pieces that waited for a transaction they depend on
+/// to reach their rank (or commit), and for how long; commits that waited
+/// for a transaction they depend on to commit, and for how long. At the
+/// partitions: rank waits held there (`CallasStmt::after_rank`), and for
+/// how long.
+const COUNTERS: &[Counter] = &[
+    counter(
+        "safe_mode_switches",
+        Kept::Coordinator,
+        SAFE_MODE_SWITCHES,
+        1,
+    ),
+    counter("rank_waits", Kept::Coordinator, RANK_WAITS, 1),
+    counter("rank_wait_us_total", Kept::Coordinator, RANK_WAIT_NS, 1000),
+    counter("commit_waits", Kept::Coordinator, COMMIT_WAITS, 1),
+    counter(
+        "commit_wait_us_total",
+        Kept::Coordinator,
+        COMMIT_WAIT_NS,
+        1000,
+    ),
+    counter("rank_holds", Kept::Partition, RANK_HOLDS, 1),
+    counter("rank_hold_us_total", Kept::Partition, RANK_HOLD_NS, 1000),
+];
+const SAFE_MODE_SWITCHES: usize = 0;
+const RANK_WAITS: usize = 1;
+const RANK_WAIT_NS: usize = 2;
+const COMMIT_WAITS: usize = 3;
+const COMMIT_WAIT_NS: usize = 4;
+const RANK_HOLDS: usize = 0;
+const RANK_HOLD_NS: usize = 1;
+
+const fn counter(name: &'static str, kept: Kept, slot: usize, divisor: u64) -> Counter {
+    Counter {
+        name,
+        kept,
+        slot,
+        divisor,
+    }
+}
+
 /// The statements of a grouped transaction.
 pub struct GroupedStatements;
 
@@ -271,6 +313,10 @@ impl Protocol for Callas {
             Some(group) => Box::pin(run::run_grouped(self, call, group)),
             None => Box::pin(run_acid(call)),
         }
+    }
+
+    fn counters(&self) -> &'static [Counter] {
+        COUNTERS
     }
 
     fn spawn_partition(&self, parts: PartitionParts, rx: mpsc::UnboundedReceiver<PartitionMsg>) {

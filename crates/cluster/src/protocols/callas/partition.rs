@@ -142,7 +142,7 @@ fn let_go_held(p: &mut Partition<CallasRules>, txn: TxnId, reach: Reach) {
 fn let_go(p: &mut Partition<CallasRules>, i: usize) {
     let (stmt, since) = p.rules.held.remove(i);
     let ns = now().saturating_duration_since(since).as_nanos() as u64;
-    p.counters.rank_hold_ns.fetch_add(ns, Ordering::Relaxed);
+    p.counters.protocol.add(super::RANK_HOLD_NS, ns);
     p.rules.ready.push_back(stmt);
 }
 
@@ -248,7 +248,7 @@ impl Rules for CallasRules {
     fn admit(p: &mut Partition<Self>, stmt: Stmt) -> Option<Stmt> {
         match words(&stmt).after_rank {
             Some((t, r)) if !p.rules.reached(t, r) => {
-                p.counters.rank_holds.fetch_add(1, Ordering::Relaxed);
+                p.counters.protocol.add(super::RANK_HOLDS, 1);
                 p.rules.held.push((stmt, now()));
                 None
             }

@@ -137,7 +137,10 @@ pub(super) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
                 d.reached(r, patience).await
             };
             match waited {
-                Ok(Some(took)) => ClusterCounters::count_wait(&c.rank_waits, &c.rank_wait_ns, took),
+                Ok(Some(took)) => {
+                    c.protocol
+                        .count_wait(super::RANK_WAITS, super::RANK_WAIT_NS, took)
+                }
                 Ok(None) => {}
                 Err(e) => {
                     if let Error::Aborted(cause) = &e {

@@ -125,10 +125,7 @@ pub(super) async fn run_grouped(
         progress.decide(outcome.is_ok());
         if let Some(mode) = pieces.as_ref().and_then(|p| p.mode.as_ref()) {
             if mode.record(super::pieces::rolled_back(&outcome)) {
-                shared
-                    .counters
-                    .safe_mode_switches
-                    .fetch_add(1, Ordering::Relaxed);
+                shared.counters.protocol.add(super::SAFE_MODE_SWITCHES, 1);
             }
         }
         let (participants, after) = {
@@ -174,7 +171,8 @@ async fn commit_dependencies(shared: &Shared, state: &Mutex<TxnState>) -> Result
     let c = &shared.counters;
     for d in deps {
         if let Some(took) = d.committed(shared.wait_timeout).await? {
-            ClusterCounters::count_wait(&c.commit_waits, &c.commit_wait_ns, took);
+            c.protocol
+                .count_wait(super::COMMIT_WAITS, super::COMMIT_WAIT_NS, took);
         }
     }
     Ok(())

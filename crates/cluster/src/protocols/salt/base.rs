@@ -699,7 +699,7 @@ pub(super) async fn run_base(
                     b.subs = 0;
                     b.block = None;
                 }
-                shared.counters.base_replays.fetch_add(1, Ordering::Relaxed);
+                shared.counters.protocol.add(super::REPLAYS, 1);
                 // An accepted transaction cannot give up: no bound.
                 Retries::rerun(shared, cause, attempt, owner.id).await;
                 slot = Some(state);
@@ -769,10 +769,7 @@ pub(super) async fn run_base(
                 return Err(e);
             }
         } else {
-            shared
-                .counters
-                .base_accepted
-                .fetch_add(1, Ordering::Relaxed);
+            shared.counters.protocol.add(super::ACCEPTED, 1);
             tokio::spawn(release(shared.clone(), node, owner, rounds));
         }
         return match body_result {

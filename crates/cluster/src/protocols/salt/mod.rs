@@ -35,6 +35,7 @@ use crate::message::{LockSpec, PartitionMsg};
 use crate::partition::{Partition, PartitionParts};
 use crate::procedure::PreparedProc;
 use crate::protocol::{Call, Isolation, Mutation, Protocol, Statements};
+use crate::stats::{Counter, Kept};
 
 pub use partition::SaltRules;
 
@@ -87,6 +88,27 @@ impl Salt {
         }
     }
 }
+
+/// Salt's counters: BASE transactions accepted (first subtransaction
+/// committed), and bodies run again after acceptance because a
+/// subtransaction was a concurrency-control victim (replayed from the
+/// context table).
+const COUNTERS: &[Counter] = &[
+    Counter {
+        name: "base_accepted",
+        kept: Kept::Coordinator,
+        slot: ACCEPTED,
+        divisor: 1,
+    },
+    Counter {
+        name: "base_replays",
+        kept: Kept::Coordinator,
+        slot: REPLAYS,
+        divisor: 1,
+    },
+];
+const ACCEPTED: usize = 0;
+const REPLAYS: usize = 1;
 
 /// The statements of a BASE transaction.
 struct BaseStatements;
@@ -161,6 +183,10 @@ impl Protocol for Salt {
             unfinished,
             self.options,
         ))
+    }
+
+    fn counters(&self) -> &'static [Counter] {
+        COUNTERS
     }
 
     fn spawn_partition(&self, parts: PartitionParts, rx: mpsc::UnboundedReceiver<PartitionMsg>) {
