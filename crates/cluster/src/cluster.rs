@@ -478,7 +478,7 @@ impl Cluster {
         };
         let unfinished = wal
             .as_ref()
-            .map(|w| std::mem::take(&mut *w.unfinished_base.lock()))
+            .map(|w| std::mem::take(&mut *w.unfinished_contexts.lock()))
             .unwrap_or_default();
         let (ready_tx, ready) = tokio::sync::watch::channel(unfinished.is_empty());
         let shared = Arc::new(Shared {

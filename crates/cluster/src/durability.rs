@@ -201,7 +201,7 @@ pub struct WalSet {
     recovered_base: parking_lot::Mutex<Vec<BaseContexts>>,
     /// Salt: the accepted BASE transactions that had not ended, merged
     /// over the partitions, to roll forward (taken once at start).
-    pub(crate) unfinished_base: parking_lot::Mutex<Vec<BaseContext>>,
+    pub(crate) unfinished_contexts: parking_lot::Mutex<Vec<BaseContext>>,
 }
 
 fn part_dir(root: &Path, p: u32) -> PathBuf {
@@ -454,7 +454,7 @@ impl WalSet {
                 report,
                 txn_base: epoch << EPOCH_SHIFT,
                 recovered_base: parking_lot::Mutex::new(recovered_base),
-                unfinished_base: parking_lot::Mutex::new(unfinished.into_values().collect()),
+                unfinished_contexts: parking_lot::Mutex::new(unfinished.into_values().collect()),
             },
             stores,
         ))
@@ -499,7 +499,7 @@ impl WalSet {
     /// Salt: the BASE transaction `owner` ended; logged (durably) at its
     /// coordinator before any partition drops its context, so recovery
     /// never rolls it forward from a partial context.
-    pub async fn log_base_end(&self, node: NodeId, owner: TxnId) -> Result<()> {
+    pub async fn log_context_end(&self, node: NodeId, owner: TxnId) -> Result<()> {
         self.log_at_coordinator(node, owner, RecordKind::BaseEnd, |buf| put_txn(buf, owner))
             .await
     }
@@ -642,7 +642,7 @@ impl PartitionWal {
     /// before its Commit (`committed`: it commits with that record) or
     /// Prepare record, which forces it.
     /// A commit whose context could not be logged is never acknowledged.
-    pub fn log_base(&mut self, c: BaseContext, committed: bool) {
+    pub fn log_context(&mut self, c: BaseContext, committed: bool) {
         if let Err(e) = self
             .log
             .append(RecordKind::BaseContext, |b| encode_base_context(b, &c))
@@ -663,7 +663,7 @@ impl PartitionWal {
 
     /// Salt: the BASE transaction `owner` ended (its coordinator logged it
     /// durably); its context here can go.
-    pub fn base_end(&mut self, owner: TxnId) {
+    pub fn context_end(&mut self, owner: TxnId) {
         if !self.base.open.contains_key(&owner) {
             return;
         }

@@ -29,7 +29,7 @@ impl<R: Rules> Partition<R> {
             match &mut self.wal {
                 Some(wal) => {
                     if let Some(c) = context {
-                        wal.log_base(c, false);
+                        wal.log_context(c, false);
                     }
                     wal.prepare(&self.store, txn, reply)
                 }
@@ -62,7 +62,7 @@ impl<R: Rules> Partition<R> {
                 let context = R::commit_context(self, txn);
                 if let Some(wal) = &mut self.wal {
                     if let Some(c) = context {
-                        wal.log_base(c, true);
+                        wal.log_context(c, true);
                     }
                     wal.commit(&self.store, txn, reply, value);
                 }

@@ -30,7 +30,7 @@ mod owned;
 mod rules;
 mod statement;
 
-pub use owned::{Owned, OwnsLocks};
+pub use owned::Owned;
 pub use rules::{Ending, Plain, Prepared, Rules};
 
 use rustc_hash::FxHashMap as HashMap;

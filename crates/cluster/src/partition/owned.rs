@@ -8,8 +8,9 @@
 //! read-after-write release dependency on it (seed 000 section 3.3;
 //! `docs/salt.md`).
 //!
-//! The rules of a protocol that uses them keep an [`Owned`] and say so
-//! with [`OwnsLocks`].
+//! The rules of a protocol that uses them keep an [`Owned`] and hand it
+//! out through [`Rules::owned`]; the default hooks then release and answer
+//! through it.
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -70,15 +71,6 @@ enum Which {
     Forked,
 }
 
-/// Rules that keep owned locks.
-pub trait OwnsLocks: Rules {
-    fn owned(&mut self) -> &mut Owned;
-    fn owned_ref(&self) -> &Owned;
-    /// `owner` released everything here: what else the rules keep of it
-    /// goes too.
-    fn forget(_p: &mut Partition<Self>, _owner: TxnId) {}
-}
-
 /// A long-term lock of an owner.
 struct OwnedLock {
     target: LockTarget,
@@ -126,7 +118,17 @@ struct PendingRelease {
     reply: Reply<()>,
 }
 
-impl<R: OwnsLocks> Partition<R> {
+/// The rules' owned locks (only asked for of rules that keep them).
+fn own<R: Rules>(rules: &mut R) -> &mut Owned {
+    rules.owned().expect("rules that keep owned locks")
+}
+
+/// [`own`], to read.
+fn own_ref<R: Rules>(rules: &R) -> &Owned {
+    rules.owned_ref().expect("rules that keep owned locks")
+}
+
+impl<R: Rules> Partition<R> {
     /// Salt: runs the stages of a `Release` of BASE transaction `owner`, in
     /// order. A stage releases the locks
     /// taken by statements up to its position (all of them, and the end of
@@ -150,14 +152,7 @@ impl<R: OwnsLocks> Partition<R> {
         };
         if let Some(which) = which {
             self.locks.begin_staged_release(owner, &mut self.wakeups);
-            for alias in self
-                .rules
-                .owned_ref()
-                .forks
-                .get(&owner)
-                .into_iter()
-                .flatten()
-            {
+            for alias in own_ref(&self.rules).forks.get(&owner).into_iter().flatten() {
                 self.locks.begin_staged_release(*alias, &mut self.wakeups);
             }
             self.release_stage(owner, which, stages, reply);
@@ -166,6 +161,7 @@ impl<R: OwnsLocks> Partition<R> {
         if self
             .rules
             .owned_ref()
+            .expect("rules that keep owned locks")
             .locks
             .get(&owner)
             .is_some_and(|held| held.iter().any(|l| l.holder != owner))
@@ -177,9 +173,9 @@ impl<R: OwnsLocks> Partition<R> {
             return;
         }
         if let Some(wal) = &mut self.wal {
-            wal.base_end(owner);
+            wal.context_end(owner);
         }
-        let owned = self.rules.owned();
+        let owned = own(&mut self.rules);
         owned.locks.remove(&owner);
         for alias in owned.forks.remove(&owner).unwrap_or_default() {
             owned.forked.remove(&alias);
@@ -189,18 +185,15 @@ impl<R: OwnsLocks> Partition<R> {
         self.count_holds(owner);
         match self.locks.release_all(owner, &mut self.wakeups) {
             ReleaseOutcome::Done => reply.send(()),
-            ReleaseOutcome::Deferred => {
-                self.rules
-                    .owned()
-                    .releases
-                    .entry(owner)
-                    .or_default()
-                    .push(PendingRelease {
-                        targets: None,
-                        rest: Vec::new().into_iter(),
-                        reply,
-                    })
-            }
+            ReleaseOutcome::Deferred => own(&mut self.rules)
+                .releases
+                .entry(owner)
+                .or_default()
+                .push(PendingRelease {
+                    targets: None,
+                    rest: Vec::new().into_iter(),
+                    reply,
+                }),
         }
         // Partial releases still waiting are answered once their
         // targets went (now, or with the whole release).
@@ -219,7 +212,7 @@ impl<R: OwnsLocks> Partition<R> {
         reply: Reply<()>,
     ) {
         let mut held_back = Vec::new();
-        if let Some(held) = self.rules.owned().locks.get_mut(&owner) {
+        if let Some(held) = own(&mut self.rules).locks.get_mut(&owner) {
             let (now, later): (Vec<_>, Vec<_>) =
                 std::mem::take(held).into_iter().partition(|l| match which {
                     Which::Upto(upto) => l.seq <= upto,
@@ -257,8 +250,7 @@ impl<R: OwnsLocks> Partition<R> {
             self.release_owned(owner, stages, reply);
             return;
         }
-        self.rules
-            .owned()
+        own(&mut self.rules)
             .releases
             .entry(owner)
             .or_default()
@@ -273,7 +265,7 @@ impl<R: OwnsLocks> Partition<R> {
     /// Answers the partial releases of `owner` whose held-back targets are
     /// all released now (`whole`: and its whole release, which completed).
     pub fn answer_releases(&mut self, owner: TxnId, whole: bool) {
-        let Some(pending) = self.rules.owned().releases.remove(&owner) else {
+        let Some(pending) = own(&mut self.rules).releases.remove(&owner) else {
             return;
         };
         let mut kept = Vec::new();
@@ -294,7 +286,7 @@ impl<R: OwnsLocks> Partition<R> {
             }
         }
         if !kept.is_empty() {
-            self.rules.owned().releases.insert(owner, kept);
+            own(&mut self.rules).releases.insert(owner, kept);
         }
         // The next stages of the same releases, now that these went.
         for (rest, reply) in next {
@@ -311,18 +303,17 @@ impl<R: OwnsLocks> Partition<R> {
         let Some(b) = stmt.sub else {
             return false;
         };
-        let release_order = self.rules.owned_ref().dependencies;
+        let release_order = own_ref(&self.rules).dependencies;
         let mut dirty = false;
         // The owner's own lock on the row, if it has one.
-        let mut pos = self.rules.owned_ref().locks.get(&b.owner).and_then(|held| {
+        let mut pos = own_ref(&self.rules).locks.get(&b.owner).and_then(|held| {
             held.iter()
                 .position(|l| l.holder == b.owner && l.target == need.target)
         });
         // A later access of the same subtransaction adds no dependency:
         // its alkaline lock kept every other BASE transaction off the row
         // since the first.
-        let already =
-            pos.is_some_and(|i| self.rules.owned_ref().locks[&b.owner][i].sub == stmt.txn);
+        let already = pos.is_some_and(|i| own_ref(&self.rules).locks[&b.owner][i].sub == stmt.txn);
         // Read-after-write is the rule (seed 000 section 3.3): only an
         // access that observes the row's value (a read, a range read, or a
         // write that reads a column: `SET v = v + 1`, a filter on a
@@ -336,7 +327,7 @@ impl<R: OwnsLocks> Partition<R> {
             // row (on a row inside the range, for a range read: it
             // observed those rows as a point read of each would); not the
             // locks forked from this one's own earlier operations...
-            let forked = &self.rules.owned_ref().forked;
+            let forked = &own_ref(&self.rules).forked;
             self.locks.for_each_point_holder_with(
                 &need.target,
                 Mode::new(LockClass::Saline, Access::Write),
@@ -354,7 +345,7 @@ impl<R: OwnsLocks> Partition<R> {
             // and a row written by many concurrent BASE transactions (every
             // one of them holding its saline write) costs one dependency,
             // not one per holder.
-            let last_of = |at: &LockTarget| self.rules.owned_ref().last_writer.get(at).copied();
+            let last_of = |at: &LockTarget| own_ref(&self.rules).last_writer.get(at).copied();
             let lasts: SmallVec<[(TxnId, LockTarget); 4]> = writers
                 .iter()
                 .filter(|(w, at)| last_of(at) == Some(*w))
@@ -371,9 +362,9 @@ impl<R: OwnsLocks> Partition<R> {
         // release back behind the dirty reads in between, on which other
         // BASE transactions that read the row meanwhile may depend).
         if let Some(i) = pos.filter(|_| !already && (!short || !writers.is_empty())) {
-            let alias = self.rules.owned_ref().locks[&b.owner][i].sub;
+            let alias = own_ref(&self.rules).locks[&b.owner][i].sub;
             if self.locks.fork_hold(b.owner, &need.target, alias) {
-                let owned = self.rules.owned();
+                let owned = own(&mut self.rules);
                 let l = &mut owned.locks.get_mut(&b.owner).expect("held")[i];
                 l.holder = alias;
                 // Its stage comes before this statement's. Program order is
@@ -414,7 +405,7 @@ impl<R: OwnsLocks> Partition<R> {
         if short && !dirty {
             return false;
         }
-        let held = self.rules.owned().locks.entry(b.owner).or_default();
+        let held = own(&mut self.rules).locks.entry(b.owner).or_default();
         match pos.map(|i| &mut held[i]) {
             Some(l) => {
                 l.accesses[access_index(need.access)] = true;
@@ -444,7 +435,7 @@ impl<R: OwnsLocks> Partition<R> {
     /// grows past a bound.
     fn note_last_writer(&mut self, target: &LockTarget, owner: TxnId) {
         const SWEEP_AT: usize = 1 << 16;
-        let (last_writer, locks) = (&mut self.rules.owned().last_writer, &self.locks);
+        let (last_writer, locks) = (&mut own(&mut self.rules).last_writer, &self.locks);
         match last_writer.get_mut(target) {
             Some(w) => *w = owner,
             None => {

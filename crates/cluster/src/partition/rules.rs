@@ -16,7 +16,7 @@ use brine_sql::QueryResult;
 use brine_storage::wal::record::BaseContext;
 use serde::{Deserialize, Serialize};
 
-use super::{Partition, Stmt};
+use super::{Owned, Partition, Stmt};
 use crate::message::{ReleaseStage, Reply};
 
 /// What happens to a transaction's locks here when it commits or aborts
@@ -79,10 +79,15 @@ pub trait Rules: Sized + Send + 'static {
 
     /// A lock of `stmt` was granted (`short`: its access holds it for the
     /// statement only). Returns whether the lock must outlive the
-    /// statement all the same (Salt: a dirty read's lock, which carries a
-    /// release-order dependency).
-    fn granted(_p: &mut Partition<Self>, _stmt: &mut Stmt, _need: &LockNeed, _short: bool) -> bool {
-        false
+    /// statement all the same (a dirty read's lock, which carries a
+    /// release-order dependency: `Owned`).
+    fn granted(p: &mut Partition<Self>, stmt: &mut Stmt, need: &LockNeed, short: bool) -> bool {
+        if p.rules.owned_ref().is_none() {
+            return false;
+        }
+        let dirty = p.owned_granted(stmt, need, short);
+        stmt.dirty |= dirty;
+        dirty
     }
 
     /// A lock `stmt` asked for must be waited for: whether the rules
@@ -131,26 +136,50 @@ pub trait Rules: Sized + Send + 'static {
         let _ = p.release_all(txn);
     }
 
+    /// The locks the rules own across subtransactions (`Owned`), if they
+    /// keep any: `Release` and held-back releases then go through them
+    /// (the defaults of `release`, `released` and `holder_owner`).
+    fn owned(&mut self) -> Option<&mut Owned> {
+        None
+    }
+
+    /// [`Rules::owned`], to read.
+    fn owned_ref(&self) -> Option<&Owned> {
+        None
+    }
+
+    /// `owner` released every lock it owned here (`Release` completed its
+    /// last stage): what else the rules keep of it goes too.
+    fn forget(_p: &mut Partition<Self>, _owner: TxnId) {}
+
     /// `Release`: the coordinator lets `owner`'s kept locks go, in
     /// `stages`; `reply` once all went.
     fn release(
         p: &mut Partition<Self>,
         owner: TxnId,
-        _stages: std::vec::IntoIter<ReleaseStage>,
+        stages: std::vec::IntoIter<ReleaseStage>,
         reply: Reply<()>,
     ) {
-        let _ = p.release_all(owner);
-        reply.send(());
+        if p.rules.owned_ref().is_some() {
+            p.release_owned(owner, stages, reply);
+        } else {
+            let _ = p.release_all(owner);
+            reply.send(());
+        }
     }
 
     /// Locks of `owner` held back by release-order dependencies went
     /// (`whole`: its whole release completed).
-    fn released(_p: &mut Partition<Self>, _owner: TxnId, _whole: bool) {}
+    fn released(p: &mut Partition<Self>, owner: TxnId, whole: bool) {
+        if p.rules.owned_ref().is_some() {
+            p.answer_releases(owner, whole);
+        }
+    }
 
-    /// Whom a lock holder's held-back release answers to (Salt: the
-    /// transaction a forked holder belongs to).
-    fn holder_owner(_p: &Partition<Self>, holder: TxnId) -> TxnId {
-        holder
+    /// Whom a lock holder's held-back release answers to (a forked
+    /// holder's owner).
+    fn holder_owner(p: &Partition<Self>, holder: TxnId) -> TxnId {
+        p.rules.owned_ref().map_or(holder, |o| o.owner_of(holder))
     }
 
     /// A message of the protocol's own (`PartitionMsg::Protocol`).

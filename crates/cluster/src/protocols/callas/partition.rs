@@ -20,8 +20,8 @@ use brine_lock::LockClass;
 
 use super::nexus_uses::{ColUse, NexusUses};
 use super::{CallasMsg, CallasStmt};
-use crate::message::{ReleaseStage, Reply};
-use crate::partition::{now, Ending, Owned, OwnsLocks, Partition, Prepared, Rules, Stmt};
+
+use crate::partition::{now, Ending, Owned, Partition, Prepared, Rules, Stmt};
 
 /// Callas' state at one partition.
 pub struct CallasRules {
@@ -90,21 +90,6 @@ impl CallasRules {
     /// Whether `txn` ended a piece of rank `>= rank` here.
     fn reached(&self, txn: TxnId, rank: u32) -> bool {
         self.reached.get(&txn).is_some_and(|&r| r > rank)
-    }
-}
-
-impl OwnsLocks for CallasRules {
-    fn owned(&mut self) -> &mut Owned {
-        &mut self.owned
-    }
-
-    fn owned_ref(&self) -> &Owned {
-        &self.owned
-    }
-
-    /// `owner` holds nothing here any more.
-    fn forget(p: &mut Partition<Self>, owner: TxnId) {
-        forget(p, owner);
     }
 }
 
@@ -235,6 +220,19 @@ fn member_granted(p: &mut Partition<CallasRules>, stmt: &mut Stmt, need: &LockNe
 }
 
 impl Rules for CallasRules {
+    fn owned(&mut self) -> Option<&mut Owned> {
+        Some(&mut self.owned)
+    }
+
+    fn owned_ref(&self) -> Option<&Owned> {
+        Some(&self.owned)
+    }
+
+    /// `owner` holds nothing here any more.
+    fn forget(p: &mut Partition<Self>, owner: TxnId) {
+        forget(p, owner);
+    }
+
     fn arrive(p: &mut Partition<Self>, stmt: &Stmt) -> Result<()> {
         if p.rules.cascaded.contains(&stmt.owner) {
             return Err(Error::Aborted(AbortCause::Cascade));
@@ -387,23 +385,6 @@ impl Rules for CallasRules {
                 let _ = p.release_all(txn);
             }
         }
-    }
-
-    fn release(
-        p: &mut Partition<Self>,
-        owner: TxnId,
-        stages: std::vec::IntoIter<ReleaseStage>,
-        reply: Reply<()>,
-    ) {
-        p.release_owned(owner, stages, reply);
-    }
-
-    fn released(p: &mut Partition<Self>, owner: TxnId, whole: bool) {
-        p.answer_releases(owner, whole);
-    }
-
-    fn holder_owner(p: &Partition<Self>, holder: TxnId) -> TxnId {
-        p.rules.owned.owner_of(holder)
     }
 
     fn message(p: &mut Partition<Self>, msg: Box<dyn Any + Send>) -> Result<()> {

@@ -8,13 +8,13 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use brine_core::{LockNeed, Result, TxnId};
+use brine_core::{Result, TxnId};
 use brine_lock::LockClass;
 use brine_sql::QueryResult;
 use brine_storage::wal::record::{BaseContext, BaseEntry};
 
-use crate::message::{ReleaseStage, Reply};
-use crate::partition::{Ending, Owned, OwnsLocks, Partition, Prepared, Rules, Stmt};
+use crate::message::Reply;
+use crate::partition::{Ending, Owned, Partition, Prepared, Rules, Stmt};
 
 /// Salt's state at one partition.
 pub struct SaltRules {
@@ -34,16 +34,15 @@ impl SaltRules {
     }
 }
 
-impl OwnsLocks for SaltRules {
-    fn owned(&mut self) -> &mut Owned {
-        &mut self.owned
-    }
-    fn owned_ref(&self) -> &Owned {
-        &self.owned
-    }
-}
-
 impl Rules for SaltRules {
+    fn owned(&mut self) -> Option<&mut Owned> {
+        Some(&mut self.owned)
+    }
+
+    fn owned_ref(&self) -> Option<&Owned> {
+        Some(&self.owned)
+    }
+
     fn arrive(p: &mut Partition<Self>, stmt: &Stmt) -> Result<()> {
         if let Some(prev) = stmt.sub.and_then(|s| s.commit_first) {
             // Nobody waits for this commit: the statement's answer says
@@ -53,12 +52,6 @@ impl Rules for SaltRules {
             p.commit(prev, ending, Reply::nobody(), ());
         }
         Ok(())
-    }
-
-    fn granted(p: &mut Partition<Self>, stmt: &mut Stmt, need: &LockNeed, short: bool) -> bool {
-        let dirty = p.owned_granted(stmt, need, short);
-        stmt.dirty |= dirty;
-        dirty
     }
 
     fn finishing(p: &mut Partition<Self>, stmt: &Stmt, result: &Result<QueryResult>) {
@@ -120,22 +113,5 @@ impl Rules for SaltRules {
                 );
             }
         }
-    }
-
-    fn release(
-        p: &mut Partition<Self>,
-        owner: TxnId,
-        stages: std::vec::IntoIter<ReleaseStage>,
-        reply: Reply<()>,
-    ) {
-        p.release_owned(owner, stages, reply);
-    }
-
-    fn released(p: &mut Partition<Self>, owner: TxnId, whole: bool) {
-        p.answer_releases(owner, whole);
-    }
-
-    fn holder_owner(p: &Partition<Self>, holder: TxnId) -> TxnId {
-        p.rules.owned.owner_of(holder)
     }
 }

@@ -115,7 +115,7 @@ pub(super) fn release(
                 // partition forgets the context; if it cannot be logged,
                 // the locks go but the contexts stay (a later recovery
                 // finds the transaction complete by replaying it).
-                if let Err(e) = wal.log_base_end(node, owner).await {
+                if let Err(e) = wal.log_context_end(node, owner).await {
                     tracing::error!(%owner, "cannot log the end of a BASE transaction: {e}");
                     for stage in round.iter_mut().flat_map(|(_, stages)| stages.iter_mut()) {
                         if *stage == ReleaseStage::End {
