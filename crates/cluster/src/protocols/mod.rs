@@ -10,6 +10,7 @@
 
 pub mod acid;
 pub mod callas;
+pub mod mediator;
 pub mod raw;
 pub mod salt;
 
