@@ -85,11 +85,11 @@ pub trait Db<K, V> {
 
 /// The write-ahead log of committing transactions' write sets.
 pub trait Log<K, V> {
-    fn append(&mut self, ts: Ts, writes: &[(K, V)]);
+    fn record(&mut self, ts: Ts, writes: &[(K, V)]);
 }
 
 impl<K: Clone, V: Clone> Log<K, V> for Vec<(Ts, Vec<(K, V)>)> {
-    fn append(&mut self, ts: Ts, writes: &[(K, V)]) {
+    fn record(&mut self, ts: Ts, writes: &[(K, V)]) {
         self.push((ts, writes.to_vec()));
     }
 }
@@ -313,7 +313,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Prepared<K, V> {
     /// partitions at the commit timestamp, then the oracle hears it
     /// committed.
     pub fn write_back(self, db: &mut impl Db<K, V>, tso: &mut Tso<K>, log: &mut impl Log<K, V>) {
-        log.append(self.commit, &self.writes);
+        log.record(self.commit, &self.writes);
         db.write_back(&self.writes, self.commit);
         tso.commit(self.commit);
         tso.end(self.start);

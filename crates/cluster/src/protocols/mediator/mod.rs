@@ -10,15 +10,18 @@
 //! - `store.rs`: a partition's versions and local clock (Algorithm 3);
 //! - `tso.rs`: the transaction status oracle, its ring with write-set
 //!   Bloom filters (`bloom.rs`) and its collection (Algorithms 2 and 4);
-//! - `client.rs`: a transaction at its client (Algorithms 1 and 4).
+//! - `client.rs`: a transaction at its client (Algorithms 1 and 4);
+//! - `helper.rs`: the helper that resolves transactions their clients
+//!   left serialized but unfinished, from the log.
 //!
 //! Not yet built (issue 34): the protocol that runs them in the cluster
 //! (partition rules over the versioned store, the TSO on its node,
-//! messages), the helper's recovery, the `ycsb` workload and its
-//! baseline, history checking. See `docs/mediator.md`.
+//! messages), the `ycsb` workload and its baseline, history checking. See
+//! `docs/mediator.md`.
 
 pub mod bloom;
 pub mod client;
+pub mod helper;
 pub mod store;
 pub mod tso;
 

@@ -309,3 +309,56 @@ fn collection_is_bounded_by_the_oldest_active_snapshot() {
     assert_eq!(r.err(), Some(Abort::Tso(Refusal::TooOld)));
     assert_eq!(w.tso.stats().too_old, 1);
 }
+
+/// The helper: a client that crashed after logging its write set (here,
+/// halfway through its write-back, one partition written) is committed by
+/// a replay of the log, both partitions written; one that crashed before
+/// logging is aborted and its writes never appear; both stop holding the
+/// ring's horizon, and the aborted one conflicts with nobody.
+#[test]
+fn the_helper_replays_logged_write_backs_and_aborts_the_rest() {
+    let mut w = world();
+    w.load(20, "a0");
+    w.load(120, "b0");
+    let mut logged = Txn::begin(&mut w.tso);
+    logged.put(20, "a1");
+    logged.put(120, "b1");
+    let Ok(Committing::WriteBack(p)) = logged.commit(&mut w.db, &mut w.tso, &si()) else {
+        panic!("passes its checks");
+    };
+    // Crash after the log append and the first partition's write.
+    w.log.record(p.commit, &p.writes);
+    w.db.part(&20).tx_put([(20, "a1")], p.commit);
+    let logged_at = p.commit;
+    drop(p);
+    let mut lost = Txn::begin(&mut w.tso);
+    lost.put(21, "c1");
+    lost.put(121, "d1");
+    let Ok(Committing::WriteBack(q)) = lost.commit(&mut w.db, &mut w.tso, &si()) else {
+        panic!("passes its checks");
+    };
+    let lost_at = q.commit;
+    drop(q); // crash before the log append
+    assert_eq!(w.native_get(120), Some("b0"), "half written back");
+    assert_eq!(w.tso.status(logged_at), Some(Status::Active));
+    let horizon = w.tso.oldest_active();
+
+    let r = helper::resolve(&mut w.tso, &w.log, &mut w.db, lost_at + 1);
+    assert_eq!((r.committed, r.aborted), (vec![logged_at], vec![lost_at]));
+    assert_eq!(
+        (w.native_get(20), w.native_get(120)),
+        (Some("a1"), Some("b1"))
+    );
+    assert_eq!((w.native_get(21), w.native_get(121)), (None, None));
+    assert_eq!(w.tso.status(lost_at), Some(Status::Aborted));
+    assert!(w.tso.oldest_active() > horizon, "the horizon moved on");
+    // Nothing left to resolve; the aborted writes conflict with nobody.
+    assert_eq!(
+        helper::resolve(&mut w.tso, &w.log, &mut w.db, u64::MAX),
+        helper::Resolved::default()
+    );
+    let mut again = Txn::begin(&mut w.tso);
+    again.put(21, "c2");
+    again.put(121, "d2");
+    assert!(again.commit(&mut w.db, &mut w.tso, &si()).is_ok());
+}

@@ -66,6 +66,8 @@ impl Default for TsoConfig {
 }
 
 struct Entry<K> {
+    /// The transaction's start, which holds the horizon until it ends.
+    start: Ts,
     ts_c: Ts,
     status: Status,
     bloom: Bloom,
@@ -213,6 +215,7 @@ impl<K: Hash + Eq + Clone> Tso<K> {
             keys.insert(k.clone());
         }
         self.ring.push_back(Entry {
+            start,
             ts_c,
             status: Status::Active,
             bloom,
@@ -258,6 +261,17 @@ impl<K: Hash + Eq + Clone> Tso<K> {
             .filter(|e| e.ts_c < before && e.status != Status::Aborted)
             .find(|e| e.keys.contains(key))
             .map(|e| e.ts_c)
+    }
+
+    /// The transactions serialized but not heard of since (their commit
+    /// and start timestamps), commit timestamp `< before`: those the
+    /// helper resolves when their clients went away.
+    pub fn unresolved(&self, before: Ts) -> Vec<(Ts, Ts)> {
+        self.ring
+            .iter()
+            .filter(|e| e.status == Status::Active && e.ts_c < before)
+            .map(|e| (e.ts_c, e.start))
+            .collect()
     }
 
     /// Drops the entries no active transaction can conflict with: complete
