@@ -50,6 +50,28 @@ pub fn parse_percents(s: &str, what: &str) -> Result<Vec<u32>, String> {
     Ok(out)
 }
 
+/// Parses a comma-separated list of ratios (0 to 1), in the order given
+/// (`--read-ratio 0,0.25,0.5`).
+pub fn parse_ratios(s: &str, what: &str) -> Result<Vec<f64>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',') {
+        let t = item.trim();
+        if t.is_empty() {
+            return Err(format!(
+                "{what}: empty item in `{s}` (expected a comma-separated list like 0,0.5,1)"
+            ));
+        }
+        let v: f64 = t
+            .parse()
+            .map_err(|_| format!("{what}: `{t}` is not a ratio (0 to 1)"))?;
+        if !(0.0..=1.0).contains(&v) {
+            return Err(format!("{what}: {v} is not between 0 and 1"));
+        }
+        out.push(v);
+    }
+    Ok(out)
+}
+
 /// Parses a comma-separated list of names (protocols), trimmed, non-empty.
 pub fn parse_names(s: &str, what: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
@@ -68,6 +90,19 @@ pub fn parse_names(s: &str, what: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ratios_parse_in_order_and_stay_between_0_and_1() {
+        assert_eq!(
+            parse_ratios("0, 0.25,1", "--read-ratio"),
+            Ok(vec![0.0, 0.25, 1.0])
+        );
+        assert!(parse_ratios("1.5", "--read-ratio").is_err());
+        assert!(parse_ratios("-0.1", "--read-ratio").is_err());
+        assert!(parse_ratios("0,,1", "--read-ratio").is_err());
+        assert!(parse_ratios("half", "--read-ratio").is_err());
+        assert!(parse_ratios("NaN", "--read-ratio").is_err());
+    }
 
     #[test]
     fn counts_parse_in_order() {

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use brine_bench::workloads::{Bank, Micro};
+use brine_bench::workloads::ycsb::KeyDistribution;
+use brine_bench::workloads::{Bank, Micro, Ycsb};
 use brine_bench::{run_bench, BenchError, BenchSpec, Workload};
 use brine_cluster::{ClusterConfig, Isolation};
 use serde_json::Value as Json;
@@ -77,6 +78,34 @@ async fn bank_final_total_is_constant_at_read_committed() -> Result<(), BenchErr
         metric(r, "total_violations"),
         metric(r, "totals_read")
     );
+    Ok(())
+}
+
+/// YCSB-style mixed traffic under `acid`: native gets and puts (one
+/// statement each) beside transactions of 1..4 operations; no row lost,
+/// and the operations of both kinds counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ycsb_runs_native_and_transactional_operations() -> Result<(), BenchError> {
+    let ycsb: Arc<dyn Workload> =
+        Arc::new(Ycsb::new(500, KeyDistribution::Zipfian(0.99), 0.5, 0.5, 4)?);
+    let report = run_bench(
+        &spec(&[8], &["acid"], 1.0, Isolation::Serializable),
+        &[ycsb],
+        |_| {},
+    )
+    .await?;
+    let r = &report.results[0];
+    assert_eq!(r.check, "passed");
+    for m in ["native_gets", "native_puts", "txn_gets", "txn_puts"] {
+        assert!(
+            metric(r, m) > 0 && metric(r, m) != u64::MAX,
+            "{m}: {:?}",
+            r.workload_metrics
+        );
+    }
+    for p in ["get", "put", "txn"] {
+        assert!(r.per_procedure[p].commits > 0, "{p}");
+    }
     Ok(())
 }
 

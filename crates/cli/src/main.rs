@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brine_bench::list::{parse_counts, parse_names, parse_percents};
+use brine_bench::list::{parse_counts, parse_names, parse_percents, parse_ratios};
 use brine_bench::spec::BenchSpec;
 use brine_bench::workloads::base::BaseSet;
 use brine_bench::workloads::ticket::{self, Ticket, TicketParams};
@@ -92,6 +92,9 @@ TPC result).\n  \
 ticket ticketing modelled on the sources' description of Fusion Ticket: one event, two \
 categories of --seats N (default 10000) seats, 11 booking-flow procedures with a hot create_order; \
 --check verifies seats, counters, payments and tickets.\n  \
+ycsb   key-value traffic over --keys N (default 100000, zipfian or --distribution uniform): \
+native gets and puts (--native-ratio LIST of their share, nu) beside transactions of 1..n \
+operations (--txn-size LIST of n), --read-ratio LIST of gets (rho); the seed 003 workload.\n  \
 intergroup Callas' inter-group microbenchmark: a contended \"pipelined\" type (row i of A, B, \
 C of 10 rows each, then a private row) and an \"other\" type (a row of D) that also updates a row \
 of A in --conflict-bp LIST basis points of its calls, --ratio LIST pipelined calls per other call.\n  \
@@ -209,6 +212,9 @@ enum WorkloadName {
     /// Callas' inter-group microbenchmark: a contended "pipelined" type and an "other" type
     /// that conflicts with it in --conflict-bp of its calls, --ratio N to 1.
     Intergroup,
+    /// YCSB-style key-value traffic: native gets and puts beside transactions of U_n
+    /// operations (--read-ratio, --native-ratio, --txn-size, --distribution, --keys).
+    Ycsb,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -349,9 +355,27 @@ struct BenchArgs {
     history: Option<std::path::PathBuf>,
 
     /// Keys (registers or lists) of the register and list-append workloads
-    /// [default: 8].
+    /// [default: 8]; ycsb: its rows [default: 100000].
     #[arg(long, value_name = "N")]
     keys: Option<u64>,
+
+    /// ycsb: shares of gets among operations (rho), comma-separated (default 0.5).
+    #[arg(long, value_name = "LIST")]
+    read_ratio: Option<String>,
+
+    /// ycsb: shares of native (single-operation) operations (nu), comma-separated
+    /// (default 0.5).
+    #[arg(long, value_name = "LIST")]
+    native_ratio: Option<String>,
+
+    /// ycsb: largest transaction size n (sizes uniform in 1..n, U_n), comma-separated
+    /// (default 4).
+    #[arg(long, value_name = "LIST")]
+    txn_size: Option<String>,
+
+    /// ycsb: key distribution, zipfian (YCSB's, scrambled) or uniform [default: zipfian].
+    #[arg(long, value_name = "NAME")]
+    distribution: Option<String>,
 
     /// Check the workload's invariants after every point; a violation fails the run.
     #[arg(long)]
@@ -657,9 +681,19 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
     }
     if !matches!(
         args.workload,
-        WorkloadName::Register | WorkloadName::ListAppend
+        WorkloadName::Register | WorkloadName::ListAppend | WorkloadName::Ycsb
     ) {
-        only(args.keys.is_some(), "--keys", "register and list-append")?;
+        only(
+            args.keys.is_some(),
+            "--keys",
+            "register, list-append and ycsb",
+        )?;
+    }
+    if args.workload != WorkloadName::Ycsb {
+        only(args.read_ratio.is_some(), "--read-ratio", "ycsb")?;
+        only(args.native_ratio.is_some(), "--native-ratio", "ycsb")?;
+        only(args.txn_size.is_some(), "--txn-size", "ycsb")?;
+        only(args.distribution.is_some(), "--distribution", "ycsb")?;
     }
     if args.workload != WorkloadName::Micro2 {
         only(args.position.is_some(), "--position", "micro2")?;
@@ -870,6 +904,36 @@ fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>, BenchError
                         None => m,
                     };
                     out.push(Arc::new(m));
+                }
+            }
+            Ok(out)
+        }
+        WorkloadName::Ycsb => {
+            use brine_bench::workloads::ycsb::{self, KeyDistribution, Ycsb};
+            only(args.rows.is_some(), "--rows", "micro")?;
+            let ratios = |list: &Option<String>, name: &str, default: f64| match list {
+                Some(l) => parse_ratios(l, name).map_err(BenchError::Config),
+                None => Ok(vec![default]),
+            };
+            let reads = ratios(&args.read_ratio, "--read-ratio", ycsb::DEFAULT_READ_RATIO)?;
+            let natives = ratios(
+                &args.native_ratio,
+                "--native-ratio",
+                ycsb::DEFAULT_NATIVE_RATIO,
+            )?;
+            let sizes = match &args.txn_size {
+                Some(l) => parse_counts(l, "--txn-size", u64::from(ycsb::MAX_TXN_SIZE))
+                    .map_err(BenchError::Config)?,
+                None => vec![u64::from(ycsb::DEFAULT_TXN_SIZE)],
+            };
+            let dist = KeyDistribution::parse(args.distribution.as_deref().unwrap_or("zipfian"))?;
+            let keys = args.keys.unwrap_or(ycsb::DEFAULT_KEYS);
+            let mut out: Vec<Arc<dyn Workload>> = Vec::new();
+            for &n in &sizes {
+                for &rho in &reads {
+                    for &nu in &natives {
+                        out.push(Arc::new(Ycsb::new(keys, dist, rho, nu, n as u32)?));
+                    }
                 }
             }
             Ok(out)

@@ -10,6 +10,7 @@ pub mod micro3;
 pub mod rollback;
 pub mod ticket;
 pub mod tpcc;
+pub mod ycsb;
 
 use std::cmp::Ordering;
 use std::time::Duration;
@@ -28,6 +29,7 @@ pub use micro3::Micro3;
 pub use rollback::Rollback;
 pub use ticket::Ticket;
 pub use tpcc::Tpcc;
+pub use ycsb::Ycsb;
 
 /// Rows per `Cluster::load` call while loading initial data.
 const LOAD_BATCH: usize = 50_000;
