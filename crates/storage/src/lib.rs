@@ -209,6 +209,30 @@ impl PartitionStore {
         insert_row(def, data, row).map(|_| ())
     }
 
+    /// Replaces the row with `row`'s primary key by `row` (or inserts it),
+    /// with its index entries: type-checked, no undo. For a protocol that
+    /// keeps its own versions and materializes the latest here (Mediator);
+    /// a unique-index conflict is `Error::DuplicateKey` and changes nothing.
+    pub fn replace_row(&mut self, table: TableId, row: Row) -> Result<()> {
+        self.check_table(table)?;
+        let def = self.catalog.table(table);
+        def.check_row(&row)?;
+        let data = &mut self.tables[table.0 as usize];
+        let pk = def.primary_key_of(&row);
+        if let Some(old) = data.rows.remove(&pk) {
+            for (i, set) in data.secondary.iter_mut().enumerate() {
+                set.remove(&def.secondary_key_of(IndexId(i as u32 + 1), &old));
+            }
+            if let Err(e) = insert_row(def, data, row) {
+                // Put the old row back as it was.
+                insert_row(def, data, old)?;
+                return Err(e);
+            }
+            return Ok(());
+        }
+        insert_row(def, data, row).map(|_| ())
+    }
+
     /// Number of rows of `table` on this partition.
     pub fn len(&self, table: TableId) -> usize {
         self.tables

@@ -1139,3 +1139,31 @@ fn recorded_versions_survive_undo_under_a_later_write() {
     s.abort_all(&[T1, T2]);
     assert_eq!(read(&mut s), 0);
 }
+
+#[test]
+fn replace_row_overwrites_a_whole_row_with_its_index_entries() -> Result<()> {
+    let catalog = Arc::new(brine_sql::parse_schema(
+        "CREATE TABLE t (id INT, name VARCHAR(10) NOT NULL, PRIMARY KEY (id), UNIQUE (name));",
+    )?);
+    let t = catalog.table_by_name("t")?.id;
+    let mut s = PartitionStore::new(catalog);
+    s.replace_row(t, vec![Value::Int(1), Value::Str("a".into())])?;
+    s.replace_row(t, vec![Value::Int(2), Value::Str("b".into())])?;
+    s.replace_row(t, vec![Value::Int(1), Value::Str("c".into())])?;
+    assert_eq!(s.len(t), 2);
+    assert_eq!(
+        s.get(t, &Key::new([Value::Int(1)])),
+        Some(&vec![Value::Int(1), Value::Str("c".into())])
+    );
+    // `a` is free again; `b` is taken by row 2, and the failed replace
+    // leaves row 1 as it was.
+    s.replace_row(t, vec![Value::Int(3), Value::Str("a".into())])?;
+    let dup = s.replace_row(t, vec![Value::Int(1), Value::Str("b".into())]);
+    assert!(matches!(dup, Err(Error::DuplicateKey { .. })), "{dup:?}");
+    assert_eq!(
+        s.get(t, &Key::new([Value::Int(1)])),
+        Some(&vec![Value::Int(1), Value::Str("c".into())])
+    );
+    s.check_consistency()?;
+    Ok(())
+}

@@ -431,14 +431,7 @@ impl<R: Rules> Partition<R> {
                 }
             }
             PartitionMsg::Load { table, rows, reply } => {
-                let mut result = Ok(());
-                for row in rows {
-                    if let Err(e) = self.store.load(table, row) {
-                        result = Err(e);
-                        break;
-                    }
-                }
-                reply.send(result);
+                reply.send(R::load(self, table, rows));
             }
             PartitionMsg::Verify { reply } => {
                 let id = self.id.0;

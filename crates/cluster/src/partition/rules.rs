@@ -11,7 +11,7 @@
 
 use std::any::Any;
 
-use brine_core::{Error, LockNeed, Result, TxnId};
+use brine_core::{Error, LockNeed, Result, Row, TableId, TxnId};
 use brine_sql::QueryResult;
 use brine_storage::wal::record::BaseContext;
 use serde::{Deserialize, Serialize};
@@ -180,6 +180,16 @@ pub trait Rules: Sized + Send + 'static {
     /// holder's owner).
     fn holder_owner(p: &Partition<Self>, holder: TxnId) -> TxnId {
         p.rules.owned_ref().map_or(holder, |o| o.owner_of(holder))
+    }
+
+    /// Loads initial rows of `table` (`PartitionMsg::Load`, without a
+    /// log): into the engine's store, and wherever else the rules keep
+    /// rows (Mediator: as the first versions). The first error stops it.
+    fn load(p: &mut Partition<Self>, table: TableId, rows: Vec<Row>) -> Result<()> {
+        for row in rows {
+            p.store.load(table, row)?;
+        }
+        Ok(())
     }
 
     /// A message of the protocol's own (`PartitionMsg::Protocol`).

@@ -12,16 +12,22 @@
 //!   Bloom filters (`bloom.rs`) and its collection (Algorithms 2 and 4);
 //! - `client.rs`: a transaction at its client (Algorithms 1 and 4);
 //! - `helper.rs`: the helper that resolves transactions their clients
-//!   left serialized but unfinished, from the log.
+//!   left serialized but unfinished, from the log;
+//! - `kv.rs`: the statements Mediator runs, point gets and puts by
+//!   primary key, read from declared SQL;
+//! - `partition.rs`: Mediator's partition rules, the versioned store
+//!   served through Mediator's messages, the engine's store kept at the
+//!   latest versions.
 //!
-//! Not yet built (issue 34): the protocol that runs them in the cluster
-//! (partition rules over the versioned store, the TSO on its node,
-//! messages), the `ycsb` workload and its baseline, history checking. See
+//! Not yet built (issue 34): the coordinator side in the cluster (the TSO
+//! on its node, a call's path), its baseline, history checking. See
 //! `docs/mediator.md`.
 
 pub mod bloom;
 pub mod client;
 pub mod helper;
+pub mod kv;
+pub mod partition;
 pub mod store;
 pub mod tso;
 
