@@ -336,6 +336,7 @@ fn point_result(p: PointInputs) -> PointResult {
     aborts_by_cause.insert("deadlock".to_string(), d.aborts_deadlock);
     aborts_by_cause.insert("lock_timeout".to_string(), d.aborts_timeout);
     aborts_by_cause.insert("cascade".to_string(), d.aborts_cascade);
+    aborts_by_cause.insert("validation".to_string(), d.aborts_validation);
     aborts_by_cause.insert("user".to_string(), d.user_aborts);
     let per_s = |n: u64| {
         if p.stats_s > 0.0 {
@@ -372,6 +373,11 @@ fn point_result(p: PointInputs) -> PointResult {
         statements_per_s: per_s(d.statements),
         lock_waits: d.lock_waits,
         lock_waits_by_table: p.by_table,
+        protocol_counters: d
+            .protocol
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
         pipelining_waits: [
             (
                 "rank",

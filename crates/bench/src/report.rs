@@ -58,6 +58,11 @@ pub struct PointResult {
     /// `rank`, a piece waiting for a transaction it depends on to reach
     /// its rank; `commit`, a commit waiting for one to commit.
     pub pipelining_waits: BTreeMap<String, TableWaits>,
+    /// The protocol's own counters over the measured interval
+    /// (`Protocol::counters`: Salt's acceptances, Mediator's aborts by
+    /// cause, ...).
+    #[serde(default)]
+    pub protocol_counters: BTreeMap<String, u64>,
     /// Deadlocks the detector broke by letting a request pass the queue
     /// instead of aborting one.
     pub queue_bypasses: u64,
@@ -715,6 +720,14 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
             "anomalies: {} calls tripped a workload guard (possible without isolation) and were rolled back",
             all.anomalies
         );
+    }
+    if !r.protocol_counters.is_empty() {
+        let m: Vec<String> = r
+            .protocol_counters
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(s, "protocol: {}", m.join(", "));
     }
     if !r.workload_metrics.is_empty() {
         let m: Vec<String> = r

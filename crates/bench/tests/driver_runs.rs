@@ -109,6 +109,51 @@ async fn ycsb_runs_native_and_transactional_operations() -> Result<(), BenchErro
     Ok(())
 }
 
+/// The same traffic under Mediator (snapshot isolation and serializable)
+/// and its baseline: every row kept; Mediator serves the native gets and
+/// puts natively (counted), the baseline runs each as a transaction; the
+/// only aborts are validation aborts (no locks, no deadlocks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ycsb_runs_under_mediator_and_its_baseline() -> Result<(), BenchError> {
+    let ycsb: Arc<dyn Workload> = Arc::new(Ycsb::new(
+        2_000,
+        KeyDistribution::Zipfian(0.99),
+        0.5,
+        0.5,
+        4,
+    )?);
+    let report = run_bench(
+        &spec(
+            &[8],
+            &["omid", "mediator", "mediator-ser"],
+            1.0,
+            Isolation::Serializable,
+        ),
+        &[ycsb],
+        |_| {},
+    )
+    .await?;
+    for r in &report.results {
+        assert_eq!(r.check, "passed", "{}", r.protocol);
+        assert!(r.commits > 0, "{}", r.protocol);
+        assert_eq!(r.lock_waits, 0, "{}: no locks", r.protocol);
+        let others: u64 = r
+            .aborts_by_cause
+            .iter()
+            .filter(|(k, _)| k.as_str() != "validation")
+            .map(|(_, v)| v)
+            .sum();
+        assert_eq!(others, 0, "{}: {:?}", r.protocol, r.aborts_by_cause);
+        let native = r.protocol_counters.get("native_ops").copied().unwrap_or(0);
+        if r.protocol == "omid" {
+            assert_eq!(native, 0, "the baseline transactifies them");
+        } else {
+            assert!(native > 0, "{}: {:?}", r.protocol, r.protocol_counters);
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn micro_commits_and_keeps_its_sum() -> Result<(), BenchError> {
     let micro: Arc<dyn Workload> = Arc::new(Micro::new(100)?);

@@ -334,7 +334,10 @@ impl Cluster {
             hosting.is_some(),
             config.durability.mode == DurabilityMode::Wal,
         )?;
+        let link = Link::new(config.link, config.seed);
         let setup = Setup {
+            link: &link,
+            nodes: config.nodes,
             app_name: &app.name,
             ddl: &app.ddl,
             procedures: &app.procedures,
@@ -355,7 +358,6 @@ impl Cluster {
                 )));
             }
         }
-        let link = Link::new(config.link, config.seed);
         // With a log: recover what the data directory holds first.
         let (wal, mut recovered) = if config.durability.mode == DurabilityMode::Wal {
             let opened = match &hosting {
@@ -680,6 +682,7 @@ impl Cluster {
             aborts_deadlock: c.aborts_deadlock.load(Ordering::Relaxed),
             aborts_timeout: c.aborts_timeout.load(Ordering::Relaxed),
             aborts_cascade: c.aborts_cascade.load(Ordering::Relaxed),
+            aborts_validation: c.aborts_validation.load(Ordering::Relaxed),
             ..Default::default()
         };
         for k in self.shared.protocol.counters() {

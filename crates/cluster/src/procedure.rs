@@ -43,6 +43,10 @@ pub struct ProcedureDef {
     /// with `ProcCtx::begin_alkaline` / `end_alkaline`. Under `acid` the
     /// marks are ignored and the whole body is one ACID transaction.
     pub base: bool,
+    /// A single-key operation that a protocol with native operations
+    /// (Mediator) runs natively: never aborted, no transaction. Elsewhere
+    /// a transaction like any other.
+    pub native: bool,
     /// Other bodies of the same procedure that run its statements in
     /// another order (see [`ProcedureDef::reordered`]).
     pub reorderings: Vec<Reordering>,
@@ -84,6 +88,7 @@ impl ProcedureDef {
             name,
             statements: Vec::new(),
             base: false,
+            native: false,
             reorderings: Vec::new(),
             isolation: None,
             body: Arc::new(move |_, _| {
@@ -100,6 +105,13 @@ impl ProcedureDef {
     /// Marks the procedure BASE (Salt). See [`ProcedureDef::base`] field.
     pub fn base(mut self) -> Self {
         self.base = true;
+        self
+    }
+
+    /// Marks the procedure a native single-key operation (Mediator). See
+    /// [`ProcedureDef::native`] field.
+    pub fn native(mut self) -> Self {
+        self.native = true;
         self
     }
 
@@ -187,6 +199,8 @@ impl ProcedureDef {
 pub struct PreparedProc {
     pub name: String,
     pub base: bool,
+    /// See [`ProcedureDef::native`].
+    pub native: bool,
     /// See [`ProcedureDef::isolation`].
     pub isolation: Option<Isolation>,
     pub statements: HashMap<String, Arc<Plan>>,
@@ -214,6 +228,7 @@ impl PreparedProc {
         Ok(PreparedProc {
             name: def.name,
             base: def.base,
+            native: def.native,
             isolation: def.isolation,
             statements,
             statement_order,

@@ -164,6 +164,12 @@ pub trait Protocol: Send + Sync + 'static {
 
 /// What a protocol's [`Protocol::start`] sees of the cluster.
 pub struct Setup<'a> {
+    /// The link between nodes, for a service of the protocol's own (the
+    /// Mediator TSO) that answers over it.
+    pub link: &'a crate::link::Link,
+    /// Nodes of the cluster: `NodeId(nodes)` hosts the coordinators
+    /// (separate placement); the protocol's service goes on the next one.
+    pub nodes: u32,
     pub app_name: &'a str,
     pub ddl: &'a str,
     pub procedures: &'a [ProcedureDef],

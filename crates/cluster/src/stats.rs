@@ -61,6 +61,7 @@ pub struct ClusterCounters {
     pub aborts_deadlock: AtomicU64,
     pub aborts_timeout: AtomicU64,
     pub aborts_cascade: AtomicU64,
+    pub aborts_validation: AtomicU64,
     /// The protocol's own counters (`Protocol::counters` names them).
     pub protocol: ProtocolCounters,
 }
@@ -72,6 +73,7 @@ impl ClusterCounters {
             AbortCause::Deadlock => &self.aborts_deadlock,
             AbortCause::LockTimeout => &self.aborts_timeout,
             AbortCause::Cascade => &self.aborts_cascade,
+            AbortCause::Validation => &self.aborts_validation,
         };
         c.fetch_add(1, Ordering::Relaxed);
     }
@@ -88,6 +90,7 @@ pub struct StatsSnapshot {
     pub aborts_deadlock: u64,
     pub aborts_timeout: u64,
     pub aborts_cascade: u64,
+    pub aborts_validation: u64,
     pub statements: u64,
     pub lock_waits: u64,
     pub lock_wait_us_total: u64,
@@ -112,7 +115,11 @@ impl StatsSnapshot {
     }
 
     pub fn cc_aborts(&self) -> u64 {
-        self.aborts_wait_die + self.aborts_deadlock + self.aborts_timeout + self.aborts_cascade
+        self.aborts_wait_die
+            + self.aborts_deadlock
+            + self.aborts_timeout
+            + self.aborts_cascade
+            + self.aborts_validation
     }
 
     /// The difference `self - earlier`, for measuring an interval.
@@ -125,6 +132,7 @@ impl StatsSnapshot {
             aborts_deadlock: self.aborts_deadlock - earlier.aborts_deadlock,
             aborts_timeout: self.aborts_timeout - earlier.aborts_timeout,
             aborts_cascade: self.aborts_cascade - earlier.aborts_cascade,
+            aborts_validation: self.aborts_validation - earlier.aborts_validation,
             statements: self.statements - earlier.statements,
             lock_waits: self.lock_waits - earlier.lock_waits,
             lock_wait_us_total: self.lock_wait_us_total - earlier.lock_wait_us_total,

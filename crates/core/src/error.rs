@@ -18,6 +18,10 @@ pub enum AbortCause {
     LockTimeout,
     /// Aborted because another participant of its 2PC voted no.
     Cascade,
+    /// An optimistic protocol's commit-time validation found a conflict
+    /// (Mediator: with a transaction that committed since, or with a
+    /// native put).
+    Validation,
 }
 
 impl AbortCause {
@@ -27,6 +31,7 @@ impl AbortCause {
             AbortCause::Deadlock => "deadlock",
             AbortCause::LockTimeout => "lock_timeout",
             AbortCause::Cascade => "cascade",
+            AbortCause::Validation => "validation",
         }
     }
 }

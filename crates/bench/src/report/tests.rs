@@ -26,6 +26,7 @@ fn point(protocol: &str, pi: usize, variant: usize, clients: u32, tps: f64) -> P
         lock_waits: 0,
         lock_waits_by_table: BTreeMap::new(),
         pipelining_waits: BTreeMap::new(),
+        protocol_counters: BTreeMap::new(),
         lock_wait_us_mean: 0.0,
         queue_bypasses: 0,
         searches_cut: 0,

@@ -14,9 +14,11 @@
 //!  txn(op1, k1, v1, ...)        1..n of them in one transaction (op 0: get, 1: put)
 //! ```
 //!
-//! Under a protocol without native operations (`acid`, Salt, Callas) a
-//! native `get` or `put` is a one-statement transaction of its own, the
-//! sources' "transactified" traffic. Mediator serves them natively.
+//! `get` and `put` are declared native (`ProcedureDef::native`): Mediator
+//! serves them natively; under a protocol without native operations
+//! (`acid`, Salt, Callas, Mediator's baseline `omid`) each is a
+//! one-statement transaction of its own, the sources' "transactified"
+//! traffic.
 //!
 //! Invariant (`--check`): no row is lost or added (puts only overwrite).
 //! The per-procedure latencies in the report are the native and the
@@ -312,6 +314,7 @@ const DDL: &str =
 
 fn get_proc() -> ProcedureDef {
     ProcedureDef::new(GET)
+        .native()
         .statement("get", "SELECT v FROM usertable WHERE k = $k")
         .body(|mut ctx, args| async move {
             let r = ctx.exec("get", args).await?;
@@ -321,6 +324,7 @@ fn get_proc() -> ProcedureDef {
 
 fn put_proc() -> ProcedureDef {
     ProcedureDef::new(PUT)
+        .native()
         .statement("put", "UPDATE usertable SET v = $v WHERE k = $k")
         .body(|mut ctx, args| async move {
             let r = ctx.exec("put", args).await?;

@@ -69,6 +69,9 @@ pub const BUILT_IN: &[Registration] = &[
     salt::SALT,
     salt::SALT_NOLOCAL,
     callas::CALLAS,
+    mediator::MEDIATOR,
+    mediator::MEDIATOR_SER,
+    mediator::OMID,
 ];
 
 /// Protocols registered at run time ([`register`]).

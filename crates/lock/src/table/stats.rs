@@ -34,13 +34,14 @@ pub struct LockStats {
 }
 
 impl LockStats {
-    /// Victims of the given cause (`Cascade` is never produced here).
+    /// Victims of the given cause (`Cascade` and `Validation` are never
+    /// produced here).
     pub fn aborts(&self, cause: AbortCause) -> u64 {
         match cause {
             AbortCause::WaitDie => self.aborts_wait_die,
             AbortCause::Deadlock => self.aborts_deadlock,
             AbortCause::LockTimeout => self.aborts_lock_timeout,
-            AbortCause::Cascade => 0,
+            AbortCause::Cascade | AbortCause::Validation => 0,
         }
     }
 
@@ -49,7 +50,7 @@ impl LockStats {
             AbortCause::WaitDie => self.aborts_wait_die += 1,
             AbortCause::Deadlock => self.aborts_deadlock += 1,
             AbortCause::LockTimeout => self.aborts_lock_timeout += 1,
-            AbortCause::Cascade => {}
+            AbortCause::Cascade | AbortCause::Validation => {}
         }
     }
 }

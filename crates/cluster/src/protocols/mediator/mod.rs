@@ -19,15 +19,22 @@
 //!   served through Mediator's messages, the engine's store kept at the
 //!   latest versions.
 //!
-//! Not yet built (issue 34): the coordinator side in the cluster (the TSO
-//! on its node, a call's path), its baseline, history checking. See
-//! `docs/mediator.md`.
+//! - `service.rs`: the TSO as a task on a node of its own;
+//! - `run.rs`: a call at its coordinator, native or transactional.
+//!
+//! Registered as `mediator` (snapshot isolation), `mediator-ser`
+//! (serializable) and the baseline `omid` (the same store and TSO, every
+//! native operation run as a one-operation transaction). Not yet built
+//! (issue 34): the log of write-backs in the cluster's WAL, history
+//! checking, across processes. See `docs/mediator.md`.
 
 pub mod bloom;
 pub mod client;
 pub mod helper;
 pub mod kv;
 pub mod partition;
+mod run;
+pub mod service;
 pub mod store;
 pub mod tso;
 
@@ -37,3 +44,160 @@ mod tests;
 pub use client::{Abort, ClientConfig, Committing, Db, Level, Log, Partitioned, Prepared, Txn};
 pub use store::{Ts, VersionedStore};
 pub use tso::{Check, Refusal, Status, Tso, TsoConfig, TsoStats};
+
+use std::any::Any;
+use std::sync::Arc;
+
+use brine_core::{Error, NodeId, Result};
+use brine_lock::DeadlockPolicy;
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use super::Registration;
+use crate::coordinator::CallOutcome;
+use crate::message::{LockSpec, PartitionMsg};
+use crate::partition::{Partition, PartitionParts};
+use crate::protocol::{Call, Isolation, Mutation, Protocol, Setup};
+use crate::stats::{Counter, Kept};
+use service::TsoHandle;
+
+/// A native put's clock step (delta); the TSO's is 2^20 (`TsoConfig`).
+pub const DELTA: Ts = 1;
+
+/// `mediator`: snapshot isolation.
+pub const MEDIATOR: Registration = Registration {
+    name: "mediator",
+    deadlock: DeadlockPolicy::WaitDie,
+    build: |config, _| {
+        Ok(Arc::new(Mediator::new(
+            "mediator",
+            Level::Snapshot,
+            false,
+            config.mutation,
+        )))
+    },
+};
+
+/// `mediator-ser`: serializability (Algorithm 4, with the write-set fence).
+pub const MEDIATOR_SER: Registration = Registration {
+    name: "mediator-ser",
+    deadlock: DeadlockPolicy::WaitDie,
+    build: |config, _| {
+        Ok(Arc::new(Mediator::new(
+            "mediator-ser",
+            Level::Serializable,
+            false,
+            config.mutation,
+        )))
+    },
+};
+
+/// `omid`: the sources' baseline, every native operation transactified.
+pub const OMID: Registration = Registration {
+    name: "omid",
+    deadlock: DeadlockPolicy::WaitDie,
+    build: |config, _| {
+        Ok(Arc::new(Mediator::new(
+            "omid",
+            Level::Snapshot,
+            true,
+            config.mutation,
+        )))
+    },
+};
+
+/// Mediator's counters (at the coordinators): commits the TSO refused for
+/// a conflict, for a Bloom filter's false positive, for age; commits a
+/// native put aborted; gets that gave up on a version still being written
+/// back; native operations served.
+const COUNTERS: &[Counter] = &[
+    counter("tso_conflicts", run::TSO_CONFLICTS),
+    counter("bloom_false_positives", run::FALSE_POSITIVES),
+    counter("too_old", run::TOO_OLD),
+    counter("native_conflicts", run::NATIVE_CONFLICTS),
+    counter("stale_reads", run::STALE_READS),
+    counter("native_ops", run::NATIVE_OPS),
+];
+
+const fn counter(name: &'static str, slot: usize) -> Counter {
+    Counter {
+        name,
+        kept: Kept::Coordinator,
+        slot,
+        divisor: 1,
+    }
+}
+
+/// The Mediator protocol (and, transactified, its baseline).
+pub struct Mediator {
+    name: &'static str,
+    level: Level,
+    /// Native operations run as transactions (the `omid` baseline).
+    transactify: bool,
+    /// The temporal fences and the native-conflict check; off only for
+    /// mutation testing.
+    fences: bool,
+    native_check: bool,
+    tso: Option<TsoHandle>,
+}
+
+impl Mediator {
+    fn new(
+        name: &'static str,
+        level: Level,
+        transactify: bool,
+        _mutation: Option<Mutation>,
+    ) -> Mediator {
+        Mediator {
+            name,
+            level,
+            transactify,
+            fences: true,
+            native_check: true,
+            tso: None,
+        }
+    }
+}
+
+impl Protocol for Mediator {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn lock_spec(&self, isolation: Isolation) -> LockSpec {
+        LockSpec::acid(isolation)
+    }
+
+    fn start(&self, setup: &Setup<'_>) -> Result<Option<Arc<dyn Protocol>>> {
+        let tso = TsoHandle::spawn(setup.link, NodeId(setup.nodes + 1), TsoConfig::default());
+        Ok(Some(Arc::new(Mediator {
+            tso: Some(tso),
+            ..Mediator::new(self.name, self.level, self.transactify, setup.mutation)
+        })))
+    }
+
+    fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
+        if multi_process || durable {
+            return Err(Error::Config(
+                "Mediator runs in the embedded cluster without a log for now (issue 34)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn run<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<CallOutcome>> {
+        run::run(self, call)
+    }
+
+    fn spawn_partition(&self, parts: PartitionParts, rx: mpsc::UnboundedReceiver<PartitionMsg>) {
+        tokio::spawn(Partition::new(parts, partition::MediatorRules::new(DELTA)).run(rx));
+    }
+
+    fn counters(&self) -> &'static [Counter] {
+        COUNTERS
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -263,6 +263,19 @@ impl<K: Hash + Eq + Clone> Tso<K> {
             .map(|e| e.ts_c)
     }
 
+    /// The transactions serialized before `start` whose write-backs have
+    /// not been heard of yet, with their write sets: a snapshot at
+    /// `start` must see their versions, and a get that finds an older one
+    /// reads again (the oracle's state a client gets with its start
+    /// timestamp, seed 003 section 4.2).
+    pub fn pending_before(&self, start: Ts) -> Vec<(Ts, Vec<K>)> {
+        self.ring
+            .iter()
+            .filter(|e| e.status == Status::Active && e.ts_c < start)
+            .map(|e| (e.ts_c, e.keys.iter().cloned().collect()))
+            .collect()
+    }
+
     /// The transactions serialized but not heard of since (their commit
     /// and start timestamps), commit timestamp `< before`: those the
     /// helper resolves when their clients went away.

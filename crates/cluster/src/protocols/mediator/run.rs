@@ -1,0 +1,480 @@
+//! A call under Mediator, at its coordinator: a native procedure's one
+//! statement goes straight to its partition (no TSO, never aborted); a
+//! transaction begins at the TSO, reads at its snapshot, buffers its puts,
+//! and commits as `client.rs` describes, over messages: the TSO's check,
+//! the partitions' native-conflict checks, the fences, the write-back.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use brine_core::{AbortCause, Error, Result, Row, Value};
+use brine_sql::{Plan, QueryResult};
+use futures::future::{join_all, BoxFuture};
+use parking_lot::Mutex;
+
+use super::kv::{self, Item, KvOp};
+use super::partition::MediatorMsg;
+use super::service::TsoMsg;
+use super::store::Ts;
+use super::tso::Refusal;
+use super::Mediator;
+use crate::coordinator::{CallOutcome, ProcCtx, Retries, Shared, TxnState};
+use crate::message::PartitionMsg;
+use crate::protocol::{Call, Statements, TxnExt};
+
+/// Counter slots (`Mediator::counters`).
+pub(super) const TSO_CONFLICTS: usize = 0;
+pub(super) const FALSE_POSITIVES: usize = 1;
+pub(super) const TOO_OLD: usize = 2;
+pub(super) const NATIVE_CONFLICTS: usize = 3;
+pub(super) const STALE_READS: usize = 4;
+pub(super) const NATIVE_OPS: usize = 5;
+
+/// Re-reads of a version still being written back before the
+/// transaction aborts.
+const RETRY_GET: u32 = 3;
+
+/// A transaction's state at its coordinator.
+struct MedTxn {
+    start: Ts,
+    /// Serialized before the start, still writing back (item sets).
+    pending: Vec<(Ts, Vec<Item>)>,
+    /// Each read with the version's timestamp and its partition.
+    reads: Vec<(Item, Ts, usize)>,
+    /// Each buffered put with its partition.
+    writes: Vec<(Item, Row, usize)>,
+}
+
+impl TxnExt for MedTxn {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+fn med(st: &mut TxnState) -> &mut MedTxn {
+    st.ext
+        .as_mut()
+        .and_then(|e| e.as_any_mut().downcast_mut::<MedTxn>())
+        .expect("a Mediator transaction")
+}
+
+fn mediator_of(shared: &Shared) -> &Mediator {
+    shared
+        .protocol
+        .as_any()
+        .downcast_ref::<Mediator>()
+        .expect("a Mediator call runs under Mediator")
+}
+
+/// Sends `msg` to partition `p` and awaits the answer.
+async fn ask<T: Send + 'static>(
+    shared: &Shared,
+    node: brine_core::NodeId,
+    p: usize,
+    make: impl FnOnce(crate::message::Reply<T>) -> MediatorMsg,
+) -> Result<T> {
+    shared
+        .request(node, p, move |reply| {
+            PartitionMsg::Protocol(Box::new(make(reply)))
+        })
+        .await
+}
+
+/// The partition of a point statement.
+fn partition_of(shared: &Shared, plan: &Plan, params: &[Value]) -> Result<usize> {
+    match shared.targets(plan, params).as_slice() {
+        [p] => Ok(*p),
+        _ => Err(Error::Sql(format!(
+            "Mediator: `{}` does not name its partition's key",
+            plan.sql()
+        ))),
+    }
+}
+
+/// A native operation's statement.
+struct NativeStatements;
+
+impl Statements for NativeStatements {
+    fn exec<'a>(
+        &'a self,
+        ctx: &'a mut ProcCtx,
+        _statement: &'a str,
+        plan: Arc<Plan>,
+        args: Vec<Value>,
+    ) -> BoxFuture<'a, Result<QueryResult>> {
+        Box::pin(async move {
+            let shared = ctx.shared.clone();
+            let params = plan.bind(args)?;
+            let op = kv::interpret(&plan, &params, &shared.catalog)?;
+            let p = partition_of(&shared, &plan, &params)?;
+            match op {
+                KvOp::Get { item } => {
+                    let got = ask(&shared, ctx.node, p, |reply| MediatorMsg::Get {
+                        item,
+                        reply,
+                    })
+                    .await?;
+                    Ok(kv::get_result(&plan, got.as_ref().map(|(r, _)| r)))
+                }
+                op => {
+                    let wrote =
+                        ask(&shared, ctx.node, p, |reply| MediatorMsg::Put { op, reply }).await??;
+                    Ok(kv::put_result(wrote.is_some()))
+                }
+            }
+        })
+    }
+}
+
+/// A transaction's statements.
+struct TxnStatements;
+
+impl Statements for TxnStatements {
+    fn exec<'a>(
+        &'a self,
+        ctx: &'a mut ProcCtx,
+        _statement: &'a str,
+        plan: Arc<Plan>,
+        args: Vec<Value>,
+    ) -> BoxFuture<'a, Result<QueryResult>> {
+        Box::pin(tx_exec(ctx, plan, args))
+    }
+}
+
+async fn tx_exec(ctx: &mut ProcCtx, plan: Arc<Plan>, args: Vec<Value>) -> Result<QueryResult> {
+    let shared = ctx.shared.clone();
+    let (_, _, _) = ctx.live()?;
+    let params = plan.bind(args)?;
+    let op = kv::interpret(&plan, &params, &shared.catalog)?;
+    let p = partition_of(&shared, &plan, &params)?;
+    let m = mediator_of(&shared);
+    match op {
+        KvOp::Get { item } => {
+            let (start, expected, mine) = {
+                let mut st = ctx.state.lock();
+                let t = med(&mut st);
+                let mine = t
+                    .writes
+                    .iter()
+                    .find(|(i, _, _)| *i == item)
+                    .map(|w| w.1.clone());
+                let expected = t
+                    .pending
+                    .iter()
+                    .filter(|(_, items)| items.contains(&item))
+                    .map(|(ts, _)| *ts)
+                    .max()
+                    .unwrap_or(0);
+                (t.start, expected, mine)
+            };
+            if let Some(row) = mine {
+                // Its own write (read after write): the buffered row.
+                return Ok(kv::get_result(&plan, Some(&row)));
+            }
+            let serializable = m.level == super::Level::Serializable;
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let item2 = item.clone();
+                let got = if serializable {
+                    ask(&shared, ctx.node, p, |reply| MediatorMsg::Get {
+                        item: item2,
+                        reply,
+                    })
+                    .await?
+                } else {
+                    let fence = m.fences;
+                    ask(&shared, ctx.node, p, |reply| MediatorMsg::TxGet {
+                        item: item2,
+                        ts: start,
+                        fence,
+                        reply,
+                    })
+                    .await?
+                };
+                let ts = got.as_ref().map_or(0, |(_, t)| *t);
+                if serializable || ts >= expected {
+                    med(&mut ctx.state.lock()).reads.push((item, ts, p));
+                    return Ok(kv::get_result(&plan, got.as_ref().map(|(r, _)| r)));
+                }
+                if tries >= RETRY_GET {
+                    shared.counters.protocol.add(STALE_READS, 1);
+                    let cause = AbortCause::Validation;
+                    ctx.state.lock().doomed = Some(cause);
+                    return Err(Error::Aborted(cause));
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        op => {
+            let item = op.item().clone();
+            let row = whole_row(&plan, &shared, &op)?;
+            let mut st = ctx.state.lock();
+            let t = med(&mut st);
+            match t.writes.iter_mut().find(|(i, _, _)| *i == item) {
+                Some(w) => w.1 = row,
+                None => t.writes.push((item, row, p)),
+            }
+            Ok(kv::put_result(true))
+        }
+    }
+}
+
+/// The row a transactional put writes: whole rows only (a put is blind;
+/// keeping columns of the old row would be a read).
+fn whole_row(plan: &Plan, shared: &Shared, op: &KvOp) -> Result<Row> {
+    match op {
+        KvOp::Insert { row, .. } => Ok(row.clone()),
+        KvOp::Set { item, sets } => {
+            let def = shared.catalog.table(item.0);
+            let mut row: Row = vec![Value::Null; def.columns.len()];
+            for (c, v) in def.primary_key.iter().zip(item.1.values()) {
+                row[*c] = v.clone();
+            }
+            for (c, v) in sets {
+                row[*c] = v.clone();
+            }
+            if let Some(c) = (0..def.columns.len())
+                .find(|c| !def.primary_key.contains(c) && !sets.iter().any(|(s, _)| s == c))
+            {
+                return Err(Error::Sql(format!(
+                    "under Mediator a transactional put writes whole rows: `{}` leaves `{}` as it was",
+                    plan.sql(),
+                    def.columns[c].name
+                )));
+            }
+            def.check_row(&row)?;
+            Ok(row)
+        }
+        KvOp::Get { .. } => Err(Error::Internal("a get is no put".into())),
+    }
+}
+
+/// Runs a call: natively, or as a transaction.
+pub(super) fn run<'a>(m: &'a Mediator, call: Call<'a>) -> BoxFuture<'a, Result<CallOutcome>> {
+    if call.proc.native && !m.transactify {
+        Box::pin(run_native(call))
+    } else {
+        Box::pin(run_txn(m, call))
+    }
+}
+
+async fn run_native(call: Call<'_>) -> Result<CallOutcome> {
+    let Call {
+        shared,
+        node,
+        proc,
+        args,
+        on_accept,
+    } = call;
+    let mut tries = Retries::new(shared);
+    tries.begin();
+    let txn = tries.new_txn();
+    let state = Arc::new(Mutex::new(TxnState::begin(shared, txn, Some(proc))));
+    let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state)
+        .with_statements(&NativeStatements);
+    let values = (proc.body)(ctx, args)
+        .await
+        .inspect_err(|e| tries.failed(e))?;
+    shared.counters.protocol.add(NATIVE_OPS, 1);
+    Ok(tries.committed(txn, &proc.name, values, on_accept))
+}
+
+async fn run_txn(m: &Mediator, call: Call<'_>) -> Result<CallOutcome> {
+    let Call {
+        shared,
+        node,
+        proc,
+        args,
+        mut on_accept,
+    } = call;
+    let tso = m
+        .tso
+        .as_ref()
+        .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
+    let mut tries = Retries::new(shared);
+    loop {
+        tries.begin();
+        let txn = tries.new_txn();
+        let begun = tso.ask(node, |reply| TsoMsg::Begin { reply }).await?;
+        let start = begun.start;
+        let mut st = TxnState::begin(shared, txn, Some(proc));
+        st.ext = Some(Box::new(MedTxn {
+            start,
+            pending: begun.pending,
+            reads: Vec::new(),
+            writes: Vec::new(),
+        }));
+        let state = Arc::new(Mutex::new(st));
+        let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone())
+            .with_statements(&TxnStatements);
+        let body = (proc.body)(ctx, args.clone()).await;
+        let doomed = state.lock().doomed;
+        let values = match (body, doomed) {
+            (_, Some(cause)) => {
+                tso.send(node, TsoMsg::Ended { start });
+                tries.victim(cause, txn.id).await?;
+                continue;
+            }
+            (Err(e), None) => {
+                tso.send(node, TsoMsg::Ended { start });
+                tries.failed(&e);
+                return Err(e);
+            }
+            (Ok(values), None) => values,
+        };
+        let (reads, writes) = {
+            let mut st = state.lock();
+            let t = med(&mut st);
+            (std::mem::take(&mut t.reads), std::mem::take(&mut t.writes))
+        };
+        match commit(m, shared, node, start, reads, writes).await? {
+            Ok(()) => return Ok(tries.committed(txn, &proc.name, values, on_accept.take())),
+            Err(refused) => {
+                let slot = match refused {
+                    Some(Refusal::Conflict) => TSO_CONFLICTS,
+                    Some(Refusal::FalsePositive) => FALSE_POSITIVES,
+                    Some(Refusal::TooOld) => TOO_OLD,
+                    None => NATIVE_CONFLICTS,
+                };
+                shared.counters.protocol.add(slot, 1);
+                tries.victim(AbortCause::Validation, txn.id).await?;
+            }
+        }
+    }
+}
+
+/// Commits a transaction (Algorithms 1 and 4 over messages). The outer
+/// error: a failure (an unreachable TSO or partition); the inner one: a
+/// validation abort, by the TSO's refusal (`Some`) or a native conflict
+/// (`None`).
+async fn commit(
+    m: &Mediator,
+    shared: &Arc<Shared>,
+    node: brine_core::NodeId,
+    start: Ts,
+    reads: Vec<(Item, Ts, usize)>,
+    writes: Vec<(Item, Row, usize)>,
+) -> Result<std::result::Result<(), Option<Refusal>>> {
+    let tso = m
+        .tso
+        .as_ref()
+        .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
+    let serializable = m.level == super::Level::Serializable;
+    if writes.is_empty() && !serializable {
+        // No-commit: the snapshot was the transaction.
+        tso.send(node, TsoMsg::Ended { start });
+        return Ok(Ok(()));
+    }
+    if reads.is_empty() && writes.len() == 1 {
+        // Local commit: a put transaction is a native put.
+        let (item, row, p) = writes.into_iter().next().expect("one write");
+        let op = KvOp::Insert { item, row };
+        ask(shared, node, p, |reply| MediatorMsg::Put { op, reply }).await??;
+        tso.send(node, TsoMsg::Ended { start });
+        return Ok(Ok(()));
+    }
+    let checked: Vec<(Item, Ts, usize)> = if serializable {
+        reads
+    } else {
+        writes
+            .iter()
+            .map(|(i, _, p)| (i.clone(), start, *p))
+            .collect()
+    };
+    let write_items: Vec<Item> = writes.iter().map(|(i, _, _)| i.clone()).collect();
+    let checked_items: Vec<(Item, Ts)> = checked.iter().map(|(i, t, _)| (i.clone(), *t)).collect();
+    let refused = tso
+        .ask(node, |reply| TsoMsg::TryCommit {
+            start,
+            writes: write_items,
+            checked: checked_items,
+            reply,
+        })
+        .await?;
+    let commit_ts = match refused {
+        Ok(ts) => ts,
+        Err(r) => {
+            tso.send(node, TsoMsg::Ended { start });
+            return Ok(Err(Some(r)));
+        }
+    };
+    // The native-conflict check at the checked items' partitions.
+    if m.native_check {
+        let mut by_part: Vec<(usize, Vec<(Item, Ts)>)> = Vec::new();
+        for (item, ts, p) in checked {
+            match by_part.iter_mut().find(|(q, _)| *q == p) {
+                Some((_, items)) => items.push((item, ts)),
+                None => by_part.push((p, vec![(item, ts)])),
+            }
+        }
+        let fence = m.fences;
+        let oks = join_all(by_part.into_iter().map(|(p, items)| {
+            ask(shared, node, p, move |reply| MediatorMsg::Check {
+                items,
+                ts: commit_ts,
+                fence,
+                reply,
+            })
+        }))
+        .await;
+        let mut all = true;
+        for ok in oks {
+            all &= ok?;
+        }
+        if !all {
+            tso.send(
+                node,
+                TsoMsg::Aborted {
+                    commit: commit_ts,
+                    start,
+                },
+            );
+            return Ok(Err(None));
+        }
+    }
+    let mut parts: Vec<usize> = writes.iter().map(|(_, _, p)| *p).collect();
+    parts.sort_unstable();
+    parts.dedup();
+    if serializable && m.fences {
+        // The write set's partitions, which the read-set check may not
+        // have reached (the fence the source's pseudo-code omits).
+        join_all(parts.iter().map(|&p| {
+            ask(shared, node, p, |reply| MediatorMsg::Fence {
+                ts: commit_ts,
+                reply,
+            })
+        }))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>>>()?;
+    }
+    // Write-back, partition by partition in parallel.
+    let answers = join_all(parts.iter().map(|&p| {
+        let mine: Vec<(Item, Row)> = writes
+            .iter()
+            .filter(|(_, _, q)| *q == p)
+            .map(|(i, r, _)| (i.clone(), r.clone()))
+            .collect();
+        ask(shared, node, p, move |reply| MediatorMsg::WriteBack {
+            writes: mine,
+            ts: commit_ts,
+            reply,
+        })
+    }))
+    .await;
+    for a in answers {
+        a??;
+    }
+    tso.send(
+        node,
+        TsoMsg::Committed {
+            commit: commit_ts,
+            start,
+        },
+    );
+    Ok(Ok(()))
+}

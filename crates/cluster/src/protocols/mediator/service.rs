@@ -1,0 +1,135 @@
+//! The TSO as a service: one task owning the oracle ([`Tso`]), on a node
+//! of its own, answering coordinators over the link; it ticks the global
+//! clock by Delta and collects its ring periodically.
+
+use std::time::Duration;
+
+use brine_core::NodeId;
+use tokio::sync::mpsc;
+
+use super::kv::Item;
+use super::store::Ts;
+use super::tso::{Refusal, Tso, TsoConfig};
+use crate::link::Link;
+use crate::message::Reply;
+
+/// How often the clock ticks and the ring is collected.
+const TICK: Duration = Duration::from_millis(10);
+
+/// A transaction's start: its timestamp and the oracle's state it needs
+/// (transactions serialized before it, still writing back).
+pub struct Begun {
+    pub start: Ts,
+    pub pending: Vec<(Ts, Vec<Item>)>,
+}
+
+/// Requests to the TSO.
+pub enum TsoMsg {
+    Begin {
+        reply: Reply<Begun>,
+    },
+    TryCommit {
+        start: Ts,
+        writes: Vec<Item>,
+        checked: Vec<(Item, Ts)>,
+        reply: Reply<Result<Ts, Refusal>>,
+    },
+    /// The transaction serialized at `commit` wrote back.
+    Committed {
+        commit: Ts,
+        start: Ts,
+    },
+    /// It failed after serialization (a native conflict).
+    Aborted {
+        commit: Ts,
+        start: Ts,
+    },
+    /// A transaction that never asked to commit ended.
+    Ended {
+        start: Ts,
+    },
+}
+
+/// The way to the TSO.
+#[derive(Clone)]
+pub struct TsoHandle {
+    tx: mpsc::UnboundedSender<TsoMsg>,
+    node: NodeId,
+    link: Link,
+}
+
+impl TsoHandle {
+    /// Starts the TSO on `node`.
+    pub fn spawn(link: &Link, node: NodeId, config: TsoConfig) -> TsoHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(Tso::new(config), rx));
+        TsoHandle {
+            tx,
+            node,
+            link: link.clone(),
+        }
+    }
+
+    /// Sends a message from node `from` (no answer).
+    pub fn send(&self, from: NodeId, msg: TsoMsg) {
+        let tx = self.tx.clone();
+        // A TSO that went away (shutdown) no longer listens.
+        self.link.send(from, self.node, move || {
+            let _ = tx.send(msg);
+        });
+    }
+
+    /// Asks from node `from` and awaits the answer.
+    pub async fn ask<T: Send + 'static>(
+        &self,
+        from: NodeId,
+        make: impl FnOnce(Reply<T>) -> TsoMsg,
+    ) -> brine_core::Result<T> {
+        let (reply, rx) = Reply::channel(&self.link, self.node, from);
+        self.send(from, make(reply));
+        rx.await
+            .map_err(|_| brine_core::Error::Transport("the TSO did not answer (shut down?)".into()))
+    }
+}
+
+async fn run(mut tso: Tso<Item>, mut rx: mpsc::UnboundedReceiver<TsoMsg>) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            msg = rx.recv() => match msg {
+                Some(msg) => handle(&mut tso, msg),
+                None => break,
+            },
+            _ = tick.tick() => {
+                tso.tick();
+                tso.collect();
+            }
+        }
+    }
+}
+
+fn handle(tso: &mut Tso<Item>, msg: TsoMsg) {
+    match msg {
+        TsoMsg::Begin { reply } => {
+            let start = tso.begin();
+            let pending = tso.pending_before(start);
+            reply.send(Begun { start, pending });
+        }
+        TsoMsg::TryCommit {
+            start,
+            writes,
+            checked,
+            reply,
+        } => reply.send(tso.try_commit(start, writes.iter(), &checked)),
+        TsoMsg::Committed { commit, start } => {
+            tso.commit(commit);
+            tso.end(start);
+        }
+        TsoMsg::Aborted { commit, start } => {
+            tso.abort(commit);
+            tso.end(start);
+        }
+        TsoMsg::Ended { start } => tso.end(start),
+    }
+}
