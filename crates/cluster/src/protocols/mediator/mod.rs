@@ -92,7 +92,9 @@ pub const MEDIATOR_SER: Registration = Registration {
     },
 };
 
-/// `omid`: the sources' baseline, every native operation transactified.
+/// `omid`: the sources' baseline (Omid), every native operation
+/// transactified, and every transaction committed through the TSO (none of
+/// Mediator's no-commit and local-commit shortcuts).
 pub const OMID: Registration = Registration {
     name: "omid",
     deadlock: DeadlockPolicy::WaitDie,
@@ -132,7 +134,8 @@ const fn counter(name: &'static str, slot: usize) -> Counter {
 pub struct Mediator {
     name: &'static str,
     level: Level,
-    /// Native operations run as transactions (the `omid` baseline).
+    /// Native operations run as transactions, and no commit takes a
+    /// shortcut (the `omid` baseline).
     transactify: bool,
     /// The temporal fences and the native-conflict check; off only for
     /// mutation testing.

@@ -364,12 +364,15 @@ async fn commit(
         .as_ref()
         .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
     let serializable = m.level == super::Level::Serializable;
-    if writes.is_empty() && !serializable {
+    // The baseline (`omid`) has neither shortcut: every transaction
+    // commits through the TSO.
+    let shortcuts = !m.transactify;
+    if shortcuts && writes.is_empty() && !serializable {
         // No-commit: the snapshot was the transaction.
         tso.send(node, TsoMsg::Ended { start });
         return Ok(Ok(()));
     }
-    if reads.is_empty() && writes.len() == 1 {
+    if shortcuts && reads.is_empty() && writes.len() == 1 {
         // Local commit: a put transaction is a native put.
         let (item, row, p) = writes.into_iter().next().expect("one write");
         let op = KvOp::Insert { item, row };
