@@ -1,90 +1,86 @@
 //! Parsing of sweep lists given on the command line (`--clients 1,8,64`,
 //! `--rows 10,100,1000`, `--compare acid,salt`).
 
+/// The items of a comma-separated list, trimmed; an empty item is an error
+/// naming the option (`what`) and an example of a good list.
+fn items<'a>(s: &'a str, what: &str, example: &str) -> Result<Vec<&'a str>, String> {
+    s.split(',')
+        .map(|item| {
+            let t = item.trim();
+            if t.is_empty() {
+                Err(format!(
+                    "{what}: empty item in `{s}` (expected a comma-separated list like {example})"
+                ))
+            } else {
+                Ok(t)
+            }
+        })
+        .collect()
+}
+
 /// Parses a comma-separated list of positive integers, in the order given.
 /// `what` names the option in error messages. Accepts `_` as a digit
 /// separator (`1_000_000`) and surrounding whitespace; rejects empty items,
 /// zero and values above `max`.
 pub fn parse_counts(s: &str, what: &str, max: u64) -> Result<Vec<u64>, String> {
-    let mut out = Vec::new();
-    for item in s.split(',') {
-        let t = item.trim().replace('_', "");
-        if t.is_empty() {
-            return Err(format!(
-                "{what}: empty item in `{s}` (expected a comma-separated list like 1,8,64)"
-            ));
-        }
-        let v: u64 = t
-            .parse()
-            .map_err(|_| format!("{what}: `{}` is not a positive integer", item.trim()))?;
-        if v == 0 {
-            return Err(format!("{what}: values must be at least 1"));
-        }
-        if v > max {
-            return Err(format!("{what}: {v} is above the limit of {max}"));
-        }
-        out.push(v);
-    }
-    Ok(out)
+    items(s, what, "1,8,64")?
+        .into_iter()
+        .map(|t| {
+            let v: u64 = t
+                .replace('_', "")
+                .parse()
+                .map_err(|_| format!("{what}: `{t}` is not a positive integer"))?;
+            if v == 0 {
+                return Err(format!("{what}: values must be at least 1"));
+            }
+            if v > max {
+                return Err(format!("{what}: {v} is above the limit of {max}"));
+            }
+            Ok(v)
+        })
+        .collect()
 }
 
 /// Parses a comma-separated list of percentages (0 to 100), in the order
 /// given (`--read-only-percent 0,50,95`).
 pub fn parse_percents(s: &str, what: &str) -> Result<Vec<u32>, String> {
-    let mut out = Vec::new();
-    for item in s.split(',') {
-        let t = item.trim();
-        if t.is_empty() {
-            return Err(format!(
-                "{what}: empty item in `{s}` (expected a comma-separated list like 0,50,95)"
-            ));
-        }
-        let v: u32 = t
-            .parse()
-            .map_err(|_| format!("{what}: `{t}` is not a percentage (0 to 100)"))?;
-        if v > 100 {
-            return Err(format!("{what}: {v} is above 100"));
-        }
-        out.push(v);
-    }
-    Ok(out)
+    items(s, what, "0,50,95")?
+        .into_iter()
+        .map(|t| {
+            let v: u32 = t
+                .parse()
+                .map_err(|_| format!("{what}: `{t}` is not a percentage (0 to 100)"))?;
+            if v > 100 {
+                return Err(format!("{what}: {v} is above 100"));
+            }
+            Ok(v)
+        })
+        .collect()
 }
 
 /// Parses a comma-separated list of ratios (0 to 1), in the order given
 /// (`--read-ratio 0,0.25,0.5`).
 pub fn parse_ratios(s: &str, what: &str) -> Result<Vec<f64>, String> {
-    let mut out = Vec::new();
-    for item in s.split(',') {
-        let t = item.trim();
-        if t.is_empty() {
-            return Err(format!(
-                "{what}: empty item in `{s}` (expected a comma-separated list like 0,0.5,1)"
-            ));
-        }
-        let v: f64 = t
-            .parse()
-            .map_err(|_| format!("{what}: `{t}` is not a ratio (0 to 1)"))?;
-        if !(0.0..=1.0).contains(&v) {
-            return Err(format!("{what}: {v} is not between 0 and 1"));
-        }
-        out.push(v);
-    }
-    Ok(out)
+    items(s, what, "0,0.5,1")?
+        .into_iter()
+        .map(|t| {
+            let v: f64 = t
+                .parse()
+                .map_err(|_| format!("{what}: `{t}` is not a ratio (0 to 1)"))?;
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("{what}: {v} is not between 0 and 1"));
+            }
+            Ok(v)
+        })
+        .collect()
 }
 
 /// Parses a comma-separated list of names (protocols), trimmed, non-empty.
 pub fn parse_names(s: &str, what: &str) -> Result<Vec<String>, String> {
-    let mut out = Vec::new();
-    for item in s.split(',') {
-        let t = item.trim();
-        if t.is_empty() {
-            return Err(format!(
-                "{what}: empty item in `{s}` (expected a comma-separated list like acid,salt)"
-            ));
-        }
-        out.push(t.to_string());
-    }
-    Ok(out)
+    Ok(items(s, what, "acid,salt")?
+        .into_iter()
+        .map(str::to_string)
+        .collect())
 }
 
 #[cfg(test)]
