@@ -261,6 +261,15 @@ pub enum Mutation {
     /// Pipelining lets a scan see one of a transaction's writes and miss
     /// another (a phantom inside a group at serializable).
     ExactCallasDeps,
+    /// Mediator without temporal fences: transactional accesses leave the
+    /// partitions' clocks where they are, so a native put after a
+    /// transaction's commit can be stamped below it and lost (seed 003
+    /// Fig. 2a).
+    NoTemporalFence,
+    /// Mediator without the native-conflict check: a transaction commits
+    /// over a native put to an item it read or wrote since (a lost
+    /// update).
+    NoNativeCheck,
 }
 
 impl Mutation {
@@ -271,6 +280,8 @@ impl Mutation {
             Mutation::EarlyWriteRelease => spec.short_writes = true,
             // Read by the protocols' own rules.
             Mutation::ExactCallasDeps
+            | Mutation::NoTemporalFence
+            | Mutation::NoNativeCheck
             | Mutation::NoSalineReleaseOrder
             | Mutation::NoNexusReleaseOrder
             | Mutation::NoGate => {}

@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use brine_cluster::{Application, Cluster, ClusterConfig, LinkConfig, ProcedureDef};
+use brine_cluster::{
+    Application, CallOutcome, Cluster, ClusterConfig, LinkConfig, Mutation, ProcedureDef,
+};
 use brine_core::{Error, Value};
 use tokio::sync::{mpsc, Mutex, Notify};
 
@@ -78,11 +80,15 @@ fn app(gate: Arc<Gate>, seen: mpsc::UnboundedSender<i64>) -> Application {
     }
 }
 
-async fn start(protocol: &str) -> (Cluster, Arc<Gate>, mpsc::UnboundedReceiver<i64>) {
+async fn start(
+    protocol: &str,
+    mutation: Option<Mutation>,
+) -> (Cluster, Arc<Gate>, mpsc::UnboundedReceiver<i64>) {
     let gate = Arc::new(Gate::default());
     let (tx, rx) = mpsc::unbounded_channel();
     let config = ClusterConfig {
         protocol: protocol.into(),
+        mutation,
         link: LinkConfig {
             delay_us: 0,
             jitter_us: 0,
@@ -106,25 +112,37 @@ async fn v_of(c: &Cluster, k: i64) -> i64 {
     r.values[0].as_int().unwrap_or(-1)
 }
 
-/// Fig. 2b in the cluster: `bump` reads k = 3 (v = 3) and stops; a native
-/// put writes v = 50 inside its epoch; the commit finds it and aborts
-/// (a native conflict, counted); the retry reads 50 and commits 150.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_native_put_inside_a_transaction_s_epoch_aborts_it_and_the_retry_commits() {
-    let (c, gate, mut seen) = start("mediator").await;
+/// Fig. 2b's race in the cluster: `bump` reads k = 3 (v = 3) and stops
+/// at the gate; a native `put` (or, under the baseline, a one-put
+/// transaction) writes v = 50 inside its epoch; then `bump` goes on to
+/// write k and k + 1 and commit. Returns the cluster, `bump`'s outcome
+/// and the values its runs read.
+async fn race(protocol: &str, mutation: Option<Mutation>) -> (Cluster, CallOutcome, Vec<i64>) {
+    let (c, gate, mut seen) = start(protocol, mutation).await;
     *gate.armed.lock().await = true;
     let client = c.client();
     let bump = tokio::spawn(async move { client.call("bump", vec![Value::Int(3)]).await });
     gate.reached.notified().await;
-    assert_eq!(seen.recv().await, Some(3));
     c.client()
         .call("put", vec![Value::Int(50), Value::Int(1), Value::Int(3)])
         .await
-        .expect("native put");
+        .expect("put");
     gate.go.notify_one();
-    let outcome = bump.await.expect("task").expect("bump commits on retry");
-    assert_eq!(outcome.attempts, 2);
-    assert_eq!(seen.recv().await, Some(50), "the retry read the native put");
+    let outcome = bump.await.expect("task").expect("bump commits");
+    seen.close();
+    let mut reads = Vec::new();
+    while let Some(v) = seen.recv().await {
+        reads.push(v);
+    }
+    (c, outcome, reads)
+}
+
+/// Fig. 2b: the commit finds the put and aborts (a native conflict,
+/// counted); the retry reads 50 and commits 150.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_put_inside_a_transaction_s_epoch_aborts_it_and_the_retry_commits() {
+    let (c, outcome, reads) = race("mediator", None).await;
+    assert_eq!((outcome.attempts, reads), (2, vec![3, 50]));
     assert_eq!((v_of(&c, 3).await, v_of(&c, 4).await), (150, 150));
     let s = c.stats();
     assert_eq!(s.counter("native_conflicts"), 1, "{s:?}");
@@ -132,24 +150,24 @@ async fn a_native_put_inside_a_transaction_s_epoch_aborts_it_and_the_retry_commi
     assert_eq!(s.counter("native_ops"), 3, "one put, two gets");
 }
 
+/// Without the native-conflict check (the mutation) the same race loses
+/// the put: `bump` commits on its first attempt the value it computed from
+/// v = 3, over the put's 50.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_native_check_the_put_is_lost() {
+    let (c, outcome, reads) = race("mediator", Some(Mutation::NoNativeCheck)).await;
+    assert_eq!((outcome.attempts, reads), (1, vec![3]));
+    assert_eq!(v_of(&c, 3).await, 103, "the put's 50 was overwritten");
+    assert_eq!(c.stats().aborts_validation, 0);
+}
+
 /// The baseline runs the same procedures as transactions: the put is a
 /// transaction serialized before `bump`'s commit, so the oracle (not a
 /// native check) refuses `bump`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_baseline_the_same_conflict_is_the_oracle_s() {
-    let (c, gate, mut seen) = start("omid").await;
-    *gate.armed.lock().await = true;
-    let client = c.client();
-    let bump = tokio::spawn(async move { client.call("bump", vec![Value::Int(3)]).await });
-    gate.reached.notified().await;
-    assert_eq!(seen.recv().await, Some(3));
-    c.client()
-        .call("put", vec![Value::Int(50), Value::Int(1), Value::Int(3)])
-        .await
-        .expect("transactified put");
-    gate.go.notify_one();
-    let outcome = bump.await.expect("task").expect("bump commits on retry");
-    assert_eq!(outcome.attempts, 2);
+    let (c, outcome, reads) = race("omid", None).await;
+    assert_eq!((outcome.attempts, reads), (2, vec![3, 50]));
     let s = c.stats();
     assert_eq!(
         (s.counter("tso_conflicts"), s.counter("native_ops")),
@@ -163,7 +181,7 @@ async fn under_the_baseline_the_same_conflict_is_the_oracle_s() {
 /// row: each a clear error, nothing changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_clear_errors_and_changes_nothing() {
-    let (c, _gate, _seen) = start("mediator").await;
+    let (c, _gate, _seen) = start("mediator", None).await;
     let client = c.client();
     let err = client
         .call("get", vec![Value::str("three")])

@@ -171,11 +171,71 @@ impl<K: Hash + Eq + Clone, V: Clone> Db<K, V> for Partitioned<K, V> {
     }
 }
 
-/// A transaction's descriptor: its start timestamp, what it read (with
-/// the timestamps of the versions) and what it will write.
+/// What a commit must do, decided from what the transaction did: the
+/// shortcuts and the conflict check of Algorithms 1 and 4. `Txn::commit`
+/// carries it out in one process, `run.rs` over messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitPath {
+    /// No-commit: a snapshot-isolation transaction that wrote nothing
+    /// was its snapshot.
+    NoCommit,
+    /// Local commit: one put and nothing read is a native put.
+    LocalPut,
+    /// The oracle's check (`check`: its writes at the start under SI, its
+    /// reads at their versions under serializability), the partitions'
+    /// native-conflict check, the write set's fences if `fence_writes`,
+    /// then the write-back.
+    Validate { check: Check, fence_writes: bool },
+}
+
+/// The commit path of a transaction at `level` that read `reads` items
+/// and writes `writes` (`shortcuts` off: every commit validates, as the
+/// `omid` baseline's; `fences` off: mutation testing).
+pub fn commit_path(
+    level: Level,
+    shortcuts: bool,
+    fences: bool,
+    reads: usize,
+    writes: usize,
+) -> CommitPath {
+    let serializable = level == Level::Serializable;
+    if shortcuts && writes == 0 && !serializable {
+        return CommitPath::NoCommit;
+    }
+    if shortcuts && reads == 0 && writes == 1 {
+        return CommitPath::LocalPut;
+    }
+    CommitPath::Validate {
+        check: if serializable {
+            Check::ReadWrite
+        } else {
+            Check::WriteWrite
+        },
+        // The fence the source's pseudo-code omits: the write set's
+        // partitions, which the read-set check may not have reached.
+        fence_writes: serializable && fences,
+    }
+}
+
+/// The timestamp a snapshot-isolation get of `key` must find at least:
+/// that of the latest transaction serialized before the start that wrote
+/// it and is still writing back (`pending`, from `Tso::pending_before`).
+pub fn expected_version<K: PartialEq>(pending: &[(Ts, Vec<K>)], key: &K) -> Ts {
+    pending
+        .iter()
+        .filter(|(_, keys)| keys.contains(key))
+        .map(|(ts, _)| *ts)
+        .max()
+        .unwrap_or(0)
+}
+
+/// A transaction's descriptor: its start timestamp, the write-backs
+/// pending at its start, what it read (with the timestamps of the
+/// versions) and what it will write.
 #[derive(Debug)]
 pub struct Txn<K, V> {
     pub start: Ts,
+    pub pending: Vec<(Ts, Vec<K>)>,
     pub reads: Vec<(K, Ts)>,
     pub writes: Vec<(K, V)>,
 }
@@ -199,8 +259,10 @@ pub enum Committing<K, V> {
 
 impl<K: Hash + Eq + Clone, V: Clone> Txn<K, V> {
     pub fn begin(tso: &mut Tso<K>) -> Self {
+        let start = tso.begin();
         Txn {
-            start: tso.begin(),
+            start,
+            pending: tso.pending_before(start),
             reads: Vec::new(),
             writes: Vec::new(),
         }
@@ -223,7 +285,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Txn<K, V> {
                 .push((key.clone(), got.as_ref().map_or(0, |(_, t)| *t)));
             return Ok(got.map(|(v, _)| v));
         }
-        let expected = tso.latest_committed(key, self.start).unwrap_or(0);
+        let expected = expected_version(&self.pending, key);
         for _ in 0..config.retry_get.max(1) {
             let got = db.tx_get(key, self.start, config.fences);
             let ts = got.as_ref().map_or(0, |(_, t)| *t);
@@ -256,26 +318,37 @@ impl<K: Hash + Eq + Clone, V: Clone> Txn<K, V> {
         tso: &mut Tso<K>,
         config: &ClientConfig,
     ) -> Result<Committing<K, V>, Abort> {
-        let serializable = config.level == Level::Serializable;
-        if self.writes.is_empty() && !serializable {
-            // No-commit: the snapshot was the transaction.
-            tso.end(self.start);
-            return Ok(Committing::Done);
-        }
-        if self.reads.is_empty() && self.writes.len() == 1 {
-            // Local commit: a put transaction is a native put.
-            let (k, v) = self.writes.into_iter().next().expect("one write");
-            db.put(k, v);
-            tso.end(self.start);
-            return Ok(Committing::Done);
-        }
-        let (check, checked) = if serializable {
-            (Check::ReadWrite, self.reads.clone())
-        } else {
-            let stamped = self.writes.iter().map(|(k, _)| (k.clone(), self.start));
-            (Check::WriteWrite, stamped.collect())
+        let path = commit_path(
+            config.level,
+            true,
+            config.fences,
+            self.reads.len(),
+            self.writes.len(),
+        );
+        let (check, fence_writes) = match path {
+            CommitPath::NoCommit => {
+                tso.end(self.start);
+                return Ok(Committing::Done);
+            }
+            CommitPath::LocalPut => {
+                let (k, v) = self.writes.into_iter().next().expect("one write");
+                db.put(k, v);
+                tso.end(self.start);
+                return Ok(Committing::Done);
+            }
+            CommitPath::Validate {
+                check,
+                fence_writes,
+            } => (check, fence_writes),
         };
-        debug_assert!(matches!(check, Check::ReadWrite | Check::WriteWrite));
+        let checked: Vec<(K, Ts)> = match check {
+            Check::ReadWrite => self.reads.clone(),
+            Check::WriteWrite => self
+                .writes
+                .iter()
+                .map(|(k, _)| (k.clone(), self.start))
+                .collect(),
+        };
         let commit = match tso.try_commit(self.start, self.writes.iter().map(|(k, _)| k), &checked)
         {
             Ok(ts) => ts,
@@ -289,9 +362,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Txn<K, V> {
             tso.end(self.start);
             return Err(Abort::Native);
         }
-        if serializable && config.fences {
-            // The fence the source's pseudo-code omits: the write set's
-            // partitions, which the read-set check may not have reached.
+        if fence_writes {
             let keys: Vec<K> = self.writes.iter().map(|(k, _)| k.clone()).collect();
             db.fence(&keys, commit);
         }

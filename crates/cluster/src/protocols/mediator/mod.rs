@@ -41,7 +41,10 @@ pub mod tso;
 #[cfg(test)]
 mod tests;
 
-pub use client::{Abort, ClientConfig, Committing, Db, Level, Log, Partitioned, Prepared, Txn};
+pub use client::{
+    commit_path, expected_version, Abort, ClientConfig, CommitPath, Committing, Db, Level, Log,
+    Partitioned, Prepared, Txn,
+};
 pub use store::{Ts, VersionedStore};
 pub use tso::{Check, Refusal, Status, Tso, TsoConfig, TsoStats};
 
@@ -137,11 +140,14 @@ pub struct Mediator {
     /// Native operations run as transactions, and no commit takes a
     /// shortcut (the `omid` baseline).
     transactify: bool,
-    /// The temporal fences and the native-conflict check; off only for
-    /// mutation testing.
+    /// The temporal fences and the native-conflict check; off only under
+    /// `Mutation::NoTemporalFence` and `Mutation::NoNativeCheck`.
     fences: bool,
     native_check: bool,
     tso: Option<TsoHandle>,
+    /// The version collector (`run.rs`, `collect_versions`), started
+    /// with the first call.
+    collector: std::sync::Once,
 }
 
 impl Mediator {
@@ -149,15 +155,16 @@ impl Mediator {
         name: &'static str,
         level: Level,
         transactify: bool,
-        _mutation: Option<Mutation>,
+        mutation: Option<Mutation>,
     ) -> Mediator {
         Mediator {
             name,
             level,
             transactify,
-            fences: true,
-            native_check: true,
+            fences: mutation != Some(Mutation::NoTemporalFence),
+            native_check: mutation != Some(Mutation::NoNativeCheck),
             tso: None,
+            collector: std::sync::Once::new(),
         }
     }
 }

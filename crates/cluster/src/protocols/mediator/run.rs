@@ -12,11 +12,12 @@ use brine_sql::{Plan, QueryResult};
 use futures::future::{join_all, BoxFuture};
 use parking_lot::Mutex;
 
+use super::client::{commit_path, expected_version, CommitPath};
 use super::kv::{self, Item, KvOp};
 use super::partition::MediatorMsg;
 use super::service::TsoMsg;
 use super::store::Ts;
-use super::tso::Refusal;
+use super::tso::{Check, Refusal};
 use super::Mediator;
 use crate::coordinator::{CallOutcome, ProcCtx, Retries, Shared, TxnState};
 use crate::message::PartitionMsg;
@@ -161,13 +162,7 @@ async fn tx_exec(ctx: &mut ProcCtx, plan: Arc<Plan>, args: Vec<Value>) -> Result
                     .iter()
                     .find(|(i, _, _)| *i == item)
                     .map(|w| w.1.clone());
-                let expected = t
-                    .pending
-                    .iter()
-                    .filter(|(_, items)| items.contains(&item))
-                    .map(|(ts, _)| *ts)
-                    .max()
-                    .unwrap_or(0);
+                let expected = expected_version(&t.pending, &item);
                 (t.start, expected, mine)
             };
             if let Some(row) = mine {
@@ -255,6 +250,9 @@ fn whole_row(plan: &Plan, shared: &Shared, op: &KvOp) -> Result<Row> {
 
 /// Runs a call: natively, or as a transaction.
 pub(super) fn run<'a>(m: &'a Mediator, call: Call<'a>) -> BoxFuture<'a, Result<CallOutcome>> {
+    m.collector.call_once(|| {
+        tokio::spawn(collect_versions(Arc::downgrade(call.shared), call.node));
+    });
     if call.proc.native && !m.transactify {
         Box::pin(run_native(call))
     } else {
@@ -347,6 +345,39 @@ async fn run_txn(m: &Mediator, call: Call<'_>) -> Result<CallOutcome> {
     }
 }
 
+/// How often the partitions collect versions.
+const COLLECT_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Every `COLLECT_PERIOD`, asks the TSO for the oldest snapshot in use and
+/// tells every partition to drop the versions no snapshot at or after it
+/// can read (native puts add versions too, so this runs whatever the
+/// traffic). Ends when the cluster is gone.
+async fn collect_versions(shared: std::sync::Weak<Shared>, node: brine_core::NodeId) {
+    let mut tick = tokio::time::interval(COLLECT_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut last = 0;
+    loop {
+        tick.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let Some(tso) = mediator_of(&shared).tso.clone() else {
+            return;
+        };
+        let Ok(oldest) = tso.ask(node, |reply| TsoMsg::Oldest { reply }).await else {
+            return;
+        };
+        if oldest == last {
+            continue;
+        }
+        last = oldest;
+        for p in 0..shared.partitions.len() {
+            let msg = MediatorMsg::Collect { oldest };
+            shared.send(node, p, PartitionMsg::Protocol(Box::new(msg)));
+        }
+    }
+}
+
 /// Commits a transaction (Algorithms 1 and 4 over messages). The outer
 /// error: a failure (an unreachable TSO or partition); the inner one: a
 /// validation abort, by the TSO's refusal (`Some`) or a native conflict
@@ -363,30 +394,32 @@ async fn commit(
         .tso
         .as_ref()
         .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
-    let serializable = m.level == super::Level::Serializable;
     // The baseline (`omid`) has neither shortcut: every transaction
     // commits through the TSO.
-    let shortcuts = !m.transactify;
-    if shortcuts && writes.is_empty() && !serializable {
-        // No-commit: the snapshot was the transaction.
-        tso.send(node, TsoMsg::Ended { start });
-        return Ok(Ok(()));
-    }
-    if shortcuts && reads.is_empty() && writes.len() == 1 {
-        // Local commit: a put transaction is a native put.
-        let (item, row, p) = writes.into_iter().next().expect("one write");
-        let op = KvOp::Insert { item, row };
-        ask(shared, node, p, |reply| MediatorMsg::Put { op, reply }).await??;
-        tso.send(node, TsoMsg::Ended { start });
-        return Ok(Ok(()));
-    }
-    let checked: Vec<(Item, Ts, usize)> = if serializable {
-        reads
-    } else {
-        writes
+    let path = commit_path(m.level, !m.transactify, m.fences, reads.len(), writes.len());
+    let (check, fence_writes) = match path {
+        CommitPath::NoCommit => {
+            tso.send(node, TsoMsg::Ended { start });
+            return Ok(Ok(()));
+        }
+        CommitPath::LocalPut => {
+            let (item, row, p) = writes.into_iter().next().expect("one write");
+            let op = KvOp::Insert { item, row };
+            ask(shared, node, p, |reply| MediatorMsg::Put { op, reply }).await??;
+            tso.send(node, TsoMsg::Ended { start });
+            return Ok(Ok(()));
+        }
+        CommitPath::Validate {
+            check,
+            fence_writes,
+        } => (check, fence_writes),
+    };
+    let checked: Vec<(Item, Ts, usize)> = match check {
+        Check::ReadWrite => reads,
+        Check::WriteWrite => writes
             .iter()
             .map(|(i, _, p)| (i.clone(), start, *p))
-            .collect()
+            .collect(),
     };
     let write_items: Vec<Item> = writes.iter().map(|(i, _, _)| i.clone()).collect();
     let checked_items: Vec<(Item, Ts)> = checked.iter().map(|(i, t, _)| (i.clone(), *t)).collect();
@@ -442,9 +475,7 @@ async fn commit(
     let mut parts: Vec<usize> = writes.iter().map(|(_, _, p)| *p).collect();
     parts.sort_unstable();
     parts.dedup();
-    if serializable && m.fences {
-        // The write set's partitions, which the read-set check may not
-        // have reached (the fence the source's pseudo-code omits).
+    if fence_writes {
         join_all(parts.iter().map(|&p| {
             ask(shared, node, p, |reply| MediatorMsg::Fence {
                 ts: commit_ts,

@@ -48,6 +48,10 @@ pub enum TsoMsg {
     Ended {
         start: Ts,
     },
+    /// The oldest snapshot still in use (`Tso::oldest_active`).
+    Oldest {
+        reply: Reply<Ts>,
+    },
 }
 
 /// The way to the TSO.
@@ -131,5 +135,6 @@ fn handle(tso: &mut Tso<Item>, msg: TsoMsg) {
             tso.end(start);
         }
         TsoMsg::Ended { start } => tso.end(start),
+        TsoMsg::Oldest { reply } => reply.send(tso.oldest_active()),
     }
 }

@@ -72,7 +72,8 @@ struct Entry<K> {
     status: Status,
     bloom: Bloom,
     /// The exact keys, to tell a real conflict from a Bloom filter's false
-    /// positive (counted) and to answer `latest_committed`.
+    /// positive (counted) and to tell a snapshot what is still being
+    /// written back (`pending_before`).
     keys: HashSet<K>,
 }
 
@@ -248,19 +249,6 @@ impl<K: Hash + Eq + Clone> Tso<K> {
     pub fn status(&self, ts_c: Ts) -> Option<Status> {
         let i = self.ring.binary_search_by_key(&ts_c, |e| e.ts_c).ok()?;
         Some(self.ring[i].status)
-    }
-
-    /// The commit timestamp of the latest transaction committed before
-    /// `before` that wrote `key`, as far as the ring remembers: the
-    /// version a snapshot at `before` must read (a get that finds an older
-    /// one read before that transaction's write-back, and retries).
-    pub fn latest_committed(&self, key: &K, before: Ts) -> Option<Ts> {
-        self.ring
-            .iter()
-            .rev()
-            .filter(|e| e.ts_c < before && e.status != Status::Aborted)
-            .find(|e| e.keys.contains(key))
-            .map(|e| e.ts_c)
     }
 
     /// The transactions serialized before `start` whose write-backs have
