@@ -29,10 +29,6 @@ impl KvOp {
             KvOp::Get { item } | KvOp::Set { item, .. } | KvOp::Insert { item, .. } => item,
         }
     }
-
-    pub fn is_read(&self) -> bool {
-        matches!(self, KvOp::Get { .. })
-    }
 }
 
 fn refuse(plan: &Plan, why: &str) -> Error {

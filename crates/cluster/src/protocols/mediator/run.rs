@@ -147,7 +147,8 @@ impl Statements for TxnStatements {
 
 async fn tx_exec(ctx: &mut ProcCtx, plan: Arc<Plan>, args: Vec<Value>) -> Result<QueryResult> {
     let shared = ctx.shared.clone();
-    let (_, _, _) = ctx.live()?;
+    // A victim or ended transaction runs nothing more.
+    ctx.live()?;
     let params = plan.bind(args)?;
     let op = kv::interpret(&plan, &params, &shared.catalog)?;
     let p = partition_of(&shared, &plan, &params)?;
