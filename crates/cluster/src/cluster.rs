@@ -335,29 +335,6 @@ impl Cluster {
             config.durability.mode == DurabilityMode::Wal,
         )?;
         let link = Link::new(config.link, config.seed);
-        let setup = Setup {
-            link: &link,
-            nodes: config.nodes,
-            app_name: &app.name,
-            ddl: &app.ddl,
-            procedures: &app.procedures,
-            isolation: config.isolation,
-            mutation: config.mutation,
-        };
-        let protocol = protocol.start(&setup)?.unwrap_or(protocol);
-        let mut procedures = HashMap::new();
-        for def in app.procedures {
-            let name = def.name.clone();
-            let prepared = PreparedProc::prepare(&catalog, def)?;
-            if procedures
-                .insert(name.clone(), Arc::new(prepared))
-                .is_some()
-            {
-                return Err(Error::Schema(format!(
-                    "procedure `{name}` is defined twice"
-                )));
-            }
-        }
         // With a log: recover what the data directory holds first.
         let (wal, mut recovered) = if config.durability.mode == DurabilityMode::Wal {
             let opened = match &hosting {
@@ -395,6 +372,33 @@ impl Cluster {
         } else {
             (None, Vec::new())
         };
+        // The protocol starts after recovery: its own logs live beside
+        // the engine's (Mediator).
+        let setup = Setup {
+            link: &link,
+            nodes: config.nodes,
+            partitions: config.total_partitions(),
+            app_name: &app.name,
+            ddl: &app.ddl,
+            procedures: &app.procedures,
+            isolation: config.isolation,
+            mutation: config.mutation,
+            wal: wal.as_ref(),
+        };
+        let protocol = protocol.start(&setup)?.unwrap_or(protocol);
+        let mut procedures = HashMap::new();
+        for def in app.procedures {
+            let name = def.name.clone();
+            let prepared = PreparedProc::prepare(&catalog, def)?;
+            if procedures
+                .insert(name.clone(), Arc::new(prepared))
+                .is_some()
+            {
+                return Err(Error::Schema(format!(
+                    "procedure `{name}` is defined twice"
+                )));
+            }
+        }
         let mut partitions = Vec::new();
         let mut partition_counters = Vec::new();
         let mut local = HashMap::new();
@@ -549,6 +553,12 @@ impl Cluster {
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// The protocol the cluster runs (as started: downcast it through
+    /// `Protocol::as_any` for a protocol's own report).
+    pub fn protocol(&self) -> &Arc<dyn Protocol> {
+        &self.shared.protocol
     }
 
     pub fn config(&self) -> &ClusterConfig {

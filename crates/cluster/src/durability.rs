@@ -202,6 +202,13 @@ pub struct WalSet {
     /// Salt: the accepted BASE transactions that had not ended, merged
     /// over the partitions, to roll forward (taken once at start).
     pub(crate) unfinished_contexts: parking_lot::Mutex<Vec<BaseContext>>,
+    /// The data directory.
+    root: PathBuf,
+    /// Every log's settings but its directory and id.
+    template: LogConfig,
+    /// Logs a protocol opened for itself (Mediator's version and commit
+    /// logs): crashed, closed and counted with the engine's.
+    protocol_logs: parking_lot::Mutex<Vec<Arc<Log>>>,
 }
 
 fn part_dir(root: &Path, p: u32) -> PathBuf {
@@ -404,12 +411,17 @@ impl WalSet {
             .crash
             .clone()
             .unwrap_or_else(|| Arc::new(CrashSwitch::never(0)));
-        let config = |dir: PathBuf, id: u32| LogConfig {
-            dir,
-            log_id: id,
+        let template = LogConfig {
+            dir: root.clone(),
+            log_id: 0,
             segment_bytes: durability.segment_bytes,
             group_commit_window: durability.group_commit_window,
             max_batch_bytes: durability.max_batch_bytes,
+        };
+        let config = |dir: PathBuf, log_id: u32| LogConfig {
+            dir,
+            log_id,
+            ..template.clone()
         };
         let mut plogs = Vec::with_capacity(ends.len());
         for (p, end) in ends.into_iter().enumerate() {
@@ -455,6 +467,9 @@ impl WalSet {
                 txn_base: epoch << EPOCH_SHIFT,
                 recovered_base: parking_lot::Mutex::new(recovered_base),
                 unfinished_contexts: parking_lot::Mutex::new(unfinished.into_values().collect()),
+                root,
+                template,
+                protocol_logs: parking_lot::Mutex::new(Vec::new()),
             },
             stores,
         ))
@@ -537,9 +552,14 @@ impl WalSet {
         })?
     }
 
+    /// The logs' statistics; a protocol's own logs count with the
+    /// partitions' (they hold its partitions' writes).
     pub fn stats(&self) -> WalStats {
         let mut s = WalStats::default();
         for l in self.partitions.iter().flatten() {
+            s.partitions.add(&l.stats());
+        }
+        for l in self.protocol_logs.lock().iter() {
             s.partitions.add(&l.stats());
         }
         for l in self.decisions.iter().flatten() {
@@ -550,17 +570,18 @@ impl WalSet {
 
     /// Nothing more can commit: a log failed or the power was cut.
     pub fn is_down(&self) -> bool {
-        self.crash.is_crashed() || self.logs().any(|l| l.is_down())
+        self.crash.is_crashed() || self.logs().iter().any(|l| l.is_down())
     }
 
     /// Simulated power loss: every writer stops at once and loses what it
     /// had not synced; returns when all have stopped.
     pub fn crash(&self) {
         self.crash.crash_now();
-        for l in self.logs() {
+        let logs = self.logs();
+        for l in &logs {
             l.wake();
         }
-        for l in self.logs() {
+        for l in &logs {
             l.join();
         }
     }
@@ -572,8 +593,47 @@ impl WalSet {
         }
     }
 
-    fn logs(&self) -> impl Iterator<Item = &Arc<Log>> {
-        self.partitions.iter().chain(&self.decisions).flatten()
+    fn logs(&self) -> Vec<Arc<Log>> {
+        let mut logs: Vec<Arc<Log>> = self
+            .partitions
+            .iter()
+            .chain(&self.decisions)
+            .flatten()
+            .cloned()
+            .collect();
+        logs.extend(self.protocol_logs.lock().iter().cloned());
+        logs
+    }
+
+    /// Where a protocol keeps logs of its own (`<data dir>/<name>`).
+    pub fn protocol_dir(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    /// Opens a log of a protocol's own in `dir`, continuing at `end` (what
+    /// the protocol's recovery read), with the cluster's log settings and
+    /// crash switch; it is crashed, closed and counted with the engine's.
+    pub fn open_protocol_log(
+        &self,
+        dir: PathBuf,
+        log_id: u32,
+        end: LogPosition,
+    ) -> Result<Arc<Log>> {
+        std::fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
+        let config = LogConfig {
+            dir,
+            log_id,
+            ..self.template.clone()
+        };
+        let log = Arc::new(Log::open(config, end, self.crash.clone())?);
+        self.protocol_logs.lock().push(log.clone());
+        Ok(log)
+    }
+
+    /// How many log bytes a partition writes between checkpoints (0: only
+    /// at start).
+    pub fn checkpoint_every_bytes(&self) -> u64 {
+        self.checkpoint_every_bytes
     }
 }
 

@@ -170,11 +170,16 @@ pub struct Setup<'a> {
     /// Nodes of the cluster: `NodeId(nodes)` hosts the coordinators
     /// (separate placement); the protocol's service goes on the next one.
     pub nodes: u32,
+    /// Partitions of the whole cluster.
+    pub partitions: u32,
     pub app_name: &'a str,
     pub ddl: &'a str,
     pub procedures: &'a [ProcedureDef],
     pub isolation: Isolation,
     pub mutation: Option<Mutation>,
+    /// The cluster's logs, recovered, when it runs durably: a protocol
+    /// may open logs of its own beside them (`WalSet::open_protocol_log`).
+    pub wal: Option<&'a Arc<crate::durability::WalSet>>,
 }
 
 /// One call of a procedure, handed to [`Protocol::run`].

@@ -426,8 +426,12 @@ impl<R: Rules> Partition<R> {
                 self.process_wakeups();
             }
             PartitionMsg::Load { table, rows, reply } if self.wal.is_some() => {
+                let kept = R::KEEPS_LOADED_ROWS.then(|| rows.clone());
                 if let Some(wal) = &mut self.wal {
                     wal.load(&mut self.store, table, rows, reply);
+                }
+                if let Some(rows) = kept {
+                    R::loaded_durably(self, table, rows);
                 }
             }
             PartitionMsg::Load { table, rows, reply } => {

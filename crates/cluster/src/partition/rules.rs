@@ -192,6 +192,15 @@ pub trait Rules: Sized + Send + 'static {
         Ok(())
     }
 
+    /// Whether loads through the log ([`Rules::loaded_durably`]) must
+    /// hand the rules their rows (a copy of each).
+    const KEEPS_LOADED_ROWS: bool = false;
+
+    /// Rows of `table` loaded through the log (a durable cluster's loads
+    /// go there, not through [`Rules::load`]), after the store took them:
+    /// the rules keep those the store holds wherever else they keep rows.
+    fn loaded_durably(_p: &mut Partition<Self>, _table: TableId, _rows: Vec<Row>) {}
+
     /// A message of the protocol's own (`PartitionMsg::Protocol`).
     fn message(_p: &mut Partition<Self>, _msg: Box<dyn Any + Send>) -> Result<()> {
         Err(Error::Internal(

@@ -52,8 +52,14 @@ pub enum RecordKind {
     /// Salt: the BASE transaction finished (unforced; written when its
     /// locks are released).
     BaseEnd = 17,
-    // Reserved for later issues, so their numbers are not taken by accident:
-    // 32 Mediator write-back record.
+    /// Mediator, in a partition's own version log: versions stamped with
+    /// their timestamps (native puts and write-backs).
+    MediatorVersions = 32,
+    /// Mediator, in a coordinator's commit log: a transaction's commit
+    /// timestamp and write set, forced before its write-back.
+    MediatorCommit = 33,
+    /// Mediator: that transaction's write-back finished (unforced).
+    MediatorDone = 34,
 }
 
 impl RecordKind {
@@ -66,6 +72,9 @@ impl RecordKind {
             5 => RecordKind::Load,
             16 => RecordKind::BaseContext,
             17 => RecordKind::BaseEnd,
+            32 => RecordKind::MediatorVersions,
+            33 => RecordKind::MediatorCommit,
+            34 => RecordKind::MediatorDone,
             _ => return None,
         })
     }
@@ -343,6 +352,14 @@ impl Record {
             },
             RecordKind::BaseContext => Record::BaseContext(decode_base_context(&mut d)?),
             RecordKind::BaseEnd => Record::BaseEnd { owner: d.txn()? },
+            // Mediator's records live in its own logs, which it reads.
+            RecordKind::MediatorVersions
+            | RecordKind::MediatorCommit
+            | RecordKind::MediatorDone => {
+                return Err(DecodeError(format!(
+                    "a {kind:?} record belongs in Mediator's logs, not the engine's"
+                )))
+            }
         };
         if !d.is_empty() {
             return Err(DecodeError(format!(

@@ -30,6 +30,7 @@
 
 pub mod bloom;
 pub mod client;
+pub mod durable;
 pub mod helper;
 pub mod kv;
 pub mod partition;
@@ -64,8 +65,10 @@ use crate::protocol::{Call, Isolation, Mutation, Protocol, Setup};
 use crate::stats::{Counter, Kept};
 use service::TsoHandle;
 
-/// A native put's clock step (delta); the TSO's is 2^20 (`TsoConfig`).
-pub const DELTA: Ts = 1;
+/// A native put's clock step (delta): one step of a partition's clock
+/// above its tag bits (`store::TAG_SPAN`); the TSO's is 2^20
+/// (`TsoConfig`), 4096 native puts' worth.
+pub const DELTA: Ts = store::TAG_SPAN;
 
 /// `mediator`: snapshot isolation.
 pub const MEDIATOR: Registration = Registration {
@@ -145,6 +148,8 @@ pub struct Mediator {
     fences: bool,
     native_check: bool,
     tso: Option<TsoHandle>,
+    /// Mediator's logs, when the cluster is durable (`durable.rs`).
+    logs: Option<Arc<durable::MediatorLogs>>,
     /// The version collector (`run.rs`, `collect_versions`), started
     /// with the first call.
     collector: std::sync::Once,
@@ -164,8 +169,16 @@ impl Mediator {
             fences: mutation != Some(Mutation::NoTemporalFence),
             native_check: mutation != Some(Mutation::NoNativeCheck),
             tso: None,
+            logs: None,
             collector: std::sync::Once::new(),
         }
+    }
+}
+
+impl Mediator {
+    /// What recovery found in Mediator's logs (`None` without a log).
+    pub fn recovery(&self) -> Option<&durable::MediatorRecovery> {
+        self.logs.as_ref().map(|l| &l.recovery)
     }
 }
 
@@ -179,17 +192,35 @@ impl Protocol for Mediator {
     }
 
     fn start(&self, setup: &Setup<'_>) -> Result<Option<Arc<dyn Protocol>>> {
-        let tso = TsoHandle::spawn(setup.link, NodeId(setup.nodes + 1), TsoConfig::default());
+        let logs = match setup.wal {
+            Some(wal) => {
+                let catalog = brine_sql::parse_schema(setup.ddl)?;
+                Some(Arc::new(durable::MediatorLogs::open(
+                    wal,
+                    &catalog,
+                    setup.partitions,
+                )?))
+            }
+            None => None,
+        };
+        let resume = logs.as_ref().map_or(0, |l| l.recovery.clock);
+        let tso = TsoHandle::spawn(
+            setup.link,
+            NodeId(setup.nodes + 1),
+            TsoConfig::default(),
+            resume,
+        );
         Ok(Some(Arc::new(Mediator {
             tso: Some(tso),
+            logs,
             ..Mediator::new(self.name, self.level, self.transactify, setup.mutation)
         })))
     }
 
     fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
-        if multi_process || durable {
+        if multi_process && durable {
             return Err(Error::Config(
-                "Mediator runs in the embedded cluster without a log for now (issue 34)".into(),
+                "Mediator across processes runs without a log for now (issue 38)".into(),
             ));
         }
         Ok(())
@@ -200,7 +231,17 @@ impl Protocol for Mediator {
     }
 
     fn spawn_partition(&self, parts: PartitionParts, rx: mpsc::UnboundedReceiver<PartitionMsg>) {
-        tokio::spawn(Partition::new(parts, partition::MediatorRules::new(DELTA)).run(rx));
+        let p = parts.id.0 as usize;
+        let log = self.logs.as_ref().and_then(|l| l.take_partition(p));
+        // Tags 1..=255: partitions further on share them (their versions
+        // stay distinct within each partition; only a history's version
+        // ids could meet).
+        let tag = (p as Ts % (store::TAG_SPAN - 1)) + 1;
+        let mut partition = Partition::new(parts, partition::MediatorRules::new(DELTA, tag, log));
+        if let Err(e) = partition::MediatorRules::restore(&mut partition) {
+            tracing::error!(partition = p, "Mediator cannot restore its versions: {e}");
+        }
+        tokio::spawn(partition.run(rx));
     }
 
     fn counters(&self) -> &'static [Counter] {

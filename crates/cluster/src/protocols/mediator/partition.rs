@@ -8,6 +8,7 @@ use std::any::Any;
 
 use brine_core::{Error, Result, Row, TableId};
 
+use super::durable::PartitionLog;
 use super::kv::{put_row, Item, KvOp};
 use super::store::{Ts, VersionedStore};
 use crate::message::Reply;
@@ -59,13 +60,77 @@ pub enum MediatorMsg {
 /// Mediator's state at one partition.
 pub struct MediatorRules {
     versions: VersionedStore<Item, Row>,
+    /// The versions log, when the cluster is durable.
+    log: Option<PartitionLog>,
 }
 
 impl MediatorRules {
-    /// `delta`: the clock's step for a native put.
-    pub fn new(delta: Ts) -> MediatorRules {
-        MediatorRules {
-            versions: VersionedStore::new(delta),
+    /// `delta`: the clock's step for a native put; `tag`: the low bits of
+    /// this partition's native timestamps (`VersionedStore::tagged`).
+    pub fn new(delta: Ts, tag: Ts, log: Option<PartitionLog>) -> MediatorRules {
+        let versions = if tag == 0 {
+            VersionedStore::new(delta)
+        } else {
+            VersionedStore::tagged(delta, tag)
+        };
+        MediatorRules { versions, log }
+    }
+
+    /// After a restart: the engine store's rows (loaded, or recovered by
+    /// the engine's log) are the first versions, and the versions Mediator's
+    /// log recovered are laid over them, in the store too; the clock
+    /// resumes above them.
+    pub fn restore(p: &mut Partition<MediatorRules>) -> Result<()> {
+        let mut rows = Vec::new();
+        p.store
+            .for_each_committed_row(|table, row| rows.push((table, row.clone())));
+        let catalog = p.store.catalog().clone();
+        for (table, row) in rows {
+            let item = (table, catalog.table(table).primary_key_of(&row));
+            p.rules.versions.tx_put([(item, row)], 0);
+        }
+        let recovered = p
+            .rules
+            .log
+            .as_mut()
+            .map(|l| std::mem::take(&mut l.recovered))
+            .unwrap_or_default();
+        for (item, (ts, row)) in recovered {
+            p.store.replace_row(item.0, row.clone())?;
+            p.rules.versions.tx_put([(item, row)], ts);
+            p.rules.versions.sync(ts);
+        }
+        Ok(())
+    }
+
+    /// Answers `reply` once everything this partition logged is durable
+    /// (at once without a log): nobody acts on a version a crash could
+    /// take back.
+    fn answer_durable<T: Send + 'static>(&self, reply: Reply<T>, value: T) {
+        match &self.log {
+            Some(log) => log.when_durable(Box::new(move |r| {
+                if r.is_ok() {
+                    reply.send(value);
+                }
+            })),
+            None => reply.send(value),
+        }
+    }
+
+    /// Logs `versions` and answers `reply` once they are durable (at once
+    /// without a log; with the log's error if it failed).
+    fn log_then<T: Send + 'static>(
+        &self,
+        versions: &[(Ts, TableId, &Row)],
+        reply: Reply<Result<T>>,
+        value: T,
+    ) {
+        match &self.log {
+            Some(log) if !versions.is_empty() => log.append_then(
+                versions.iter().copied(),
+                Box::new(move |r| reply.send(r.map(|()| value))),
+            ),
+            _ => reply.send(Ok(value)),
         }
     }
 }
@@ -108,27 +173,46 @@ impl Rules for MediatorRules {
         Ok(())
     }
 
+    const KEEPS_LOADED_ROWS: bool = true;
+
+    /// Loaded rows the store took (a failed load stops at its first bad
+    /// row) are the first versions.
+    fn loaded_durably(p: &mut Partition<Self>, table: TableId, rows: Vec<Row>) {
+        let catalog = p.store.catalog().clone();
+        let def = catalog.table(table);
+        for row in rows {
+            let key = def.primary_key_of(&row);
+            if p.store.get(table, &key) == Some(&row) {
+                p.rules.versions.tx_put([((table, key), row)], 0);
+            }
+        }
+    }
+
     fn message(p: &mut Partition<Self>, msg: Box<dyn Any + Send>) -> Result<()> {
         let msg = msg
             .downcast::<MediatorMsg>()
             .map_err(|_| Error::Internal("a message Mediator's rules do not know".into()))?;
         match *msg {
-            MediatorMsg::Get { item, reply } => reply.send(p.rules.versions.get(&item)),
+            MediatorMsg::Get { item, reply } => {
+                let got = p.rules.versions.get(&item);
+                p.rules.answer_durable(reply, got);
+            }
             MediatorMsg::Put { op, reply } => {
                 let item = op.item().clone();
                 let old = p.rules.versions.get(&item).map(|(r, _)| r);
-                let answer = match put_row(&op, old.as_ref()) {
-                    None => Ok(None),
-                    Some(row) => {
-                        // The engine's store checks the row (types, unique
-                        // indexes) before it becomes a version.
-                        match p.store.replace_row(item.0, row.clone()) {
-                            Ok(()) => Ok(Some(p.rules.versions.put(item, row))),
-                            Err(e) => Err(e),
+                match put_row(&op, old.as_ref()) {
+                    None => reply.send(Ok(None)),
+                    // The engine's store checks the row (types, unique
+                    // indexes) before it becomes a version.
+                    Some(row) => match p.store.replace_row(item.0, row.clone()) {
+                        Ok(()) => {
+                            let table = item.0;
+                            let ts = p.rules.versions.put(item, row.clone());
+                            p.rules.log_then(&[(ts, table, &row)], reply, Some(ts));
                         }
-                    }
-                };
-                reply.send(answer);
+                        Err(e) => reply.send(Err(e)),
+                    },
+                }
             }
             MediatorMsg::TxGet {
                 item,
@@ -137,11 +221,12 @@ impl Rules for MediatorRules {
                 reply,
             } => {
                 let v = &mut p.rules.versions;
-                reply.send(if fence {
+                let got = if fence {
                     v.tx_get(&item, ts)
                 } else {
                     v.version_before(&item, ts)
-                });
+                };
+                p.rules.answer_durable(reply, got);
             }
             MediatorMsg::Check {
                 items,
@@ -163,17 +248,34 @@ impl Rules for MediatorRules {
             }
             MediatorMsg::WriteBack { writes, ts, reply } => {
                 let mut result = Ok(());
-                for (item, row) in writes {
+                for (item, row) in &writes {
                     p.rules.versions.tx_put([(item.clone(), row.clone())], ts);
-                    if let Err(e) = materialize(p, &item, row, ts) {
+                    if let Err(e) = materialize(p, item, row.clone(), ts) {
                         result = Err(e);
                     }
                 }
-                reply.send(result);
+                match result {
+                    Ok(()) => {
+                        let logged: Vec<(Ts, TableId, &Row)> =
+                            writes.iter().map(|((t, _), r)| (ts, *t, r)).collect();
+                        p.rules.log_then(&logged, reply, ());
+                    }
+                    Err(e) => reply.send(Err(e)),
+                }
             }
             MediatorMsg::Collect { oldest } => {
                 p.rules.versions.collect(oldest);
             }
+        }
+        let MediatorRules { versions, log } = &mut p.rules;
+        if let Some(log) = log {
+            log.maybe_checkpoint(p.id.0 as usize, || {
+                versions
+                    .latest()
+                    .filter(|(_, ts, _)| *ts > 0)
+                    .map(|((t, _), ts, r)| (ts, *t, r))
+                    .collect()
+            });
         }
         Ok(())
     }
@@ -213,7 +315,7 @@ mod tests {
                 record: false,
             };
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(Partition::new(parts, MediatorRules::new(1)).run(rx));
+            tokio::spawn(Partition::new(parts, MediatorRules::new(1, 0, None)).run(rx));
             let link = Link::new(
                 LinkConfig {
                     delay_us: 0,

@@ -487,6 +487,11 @@ async fn commit(
         .into_iter()
         .collect::<Result<Vec<()>>>()?;
     }
+    // The write set reaches the log before any of it is written back: a
+    // crash from here on leaves it to recovery's helper to finish.
+    if let Some(logs) = &m.logs {
+        logs.log_commit(commit_ts, &writes).await?;
+    }
     // Write-back, partition by partition in parallel.
     let answers = join_all(parts.iter().map(|&p| {
         let mine: Vec<(Item, Row)> = writes
@@ -503,6 +508,9 @@ async fn commit(
     .await;
     for a in answers {
         a??;
+    }
+    if let Some(logs) = &m.logs {
+        logs.log_done(commit_ts);
     }
     tso.send(
         node,

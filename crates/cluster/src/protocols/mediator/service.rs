@@ -63,10 +63,13 @@ pub struct TsoHandle {
 }
 
 impl TsoHandle {
-    /// Starts the TSO on `node`.
-    pub fn spawn(link: &Link, node: NodeId, config: TsoConfig) -> TsoHandle {
+    /// Starts the TSO on `node`, its clock above `after` (the newest
+    /// timestamp recovery found).
+    pub fn spawn(link: &Link, node: NodeId, config: TsoConfig, after: Ts) -> TsoHandle {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(Tso::new(config), rx));
+        let mut tso = Tso::new(config);
+        tso.resume(after);
+        tokio::spawn(run(tso, rx));
         TsoHandle {
             tx,
             node,

@@ -11,12 +11,21 @@ use std::hash::Hash;
 /// clock for native puts.
 pub type Ts = u64;
 
+/// The span of a partition's tag in a native put's timestamp (its low 8
+/// bits).
+pub const TAG_SPAN: Ts = 1 << 8;
+
 /// The multi-versioned items of one partition, with its clock.
 #[derive(Debug)]
 pub struct VersionedStore<K, V> {
     clock: Ts,
     /// The step of a native put (delta, much smaller than the TSO's).
     delta: Ts,
+    /// Low bits of every native put's timestamp (0: none): the partition's
+    /// tag, so no native put of one partition shares a timestamp with
+    /// another's or with a transaction's (whose low bits are zero), and a
+    /// timestamp names one version of the whole cluster.
+    tag: Ts,
     /// Each key's versions, oldest first.
     items: HashMap<K, Vec<(Ts, V)>>,
 }
@@ -33,7 +42,18 @@ impl<K: Hash + Eq + Clone, V: Clone> VersionedStore<K, V> {
         VersionedStore {
             clock: 0,
             delta: delta.max(1),
+            tag: 0,
             items: HashMap::new(),
+        }
+    }
+
+    /// A store whose native puts carry `tag` (below [`TAG_SPAN`]) in their
+    /// timestamps' low bits; `delta` must be a multiple of `TAG_SPAN`.
+    pub fn tagged(delta: Ts, tag: Ts) -> Self {
+        assert!(tag < TAG_SPAN && delta.is_multiple_of(TAG_SPAN) && delta > 0);
+        VersionedStore {
+            tag,
+            ..Self::new(delta)
         }
     }
 
@@ -50,7 +70,12 @@ impl<K: Hash + Eq + Clone, V: Clone> VersionedStore<K, V> {
     /// A native put: stamped with the clock advanced by delta. Returns its
     /// timestamp.
     pub fn put(&mut self, key: K, val: V) -> Ts {
-        self.clock += self.delta;
+        self.clock = if self.tag == 0 {
+            self.clock + self.delta
+        } else {
+            // Above the clock whatever its low bits, then tagged.
+            (self.clock & !(TAG_SPAN - 1)) + self.delta + self.tag
+        };
         self.insert(key, self.clock, val);
         self.clock
     }
@@ -139,6 +164,13 @@ impl<K: Hash + Eq + Clone, V: Clone> VersionedStore<K, V> {
             }
         }
         c
+    }
+
+    /// Every item's latest version.
+    pub fn latest(&self) -> impl Iterator<Item = (&K, Ts, &V)> {
+        self.items
+            .iter()
+            .filter_map(|(k, vs)| vs.last().map(|(t, v)| (k, *t, v)))
     }
 
     /// How many versions `key` keeps.

@@ -117,6 +117,15 @@ impl<K: Hash + Eq + Clone> Tso<K> {
         self.stats
     }
 
+    /// After a restart: the clock resumes at the first multiple of Delta
+    /// at or above `after` (every recovered timestamp), so each new
+    /// timestamp is above them and keeps its low bits zero.
+    pub fn resume(&mut self, after: Ts) {
+        let d = self.config.big_delta;
+        self.clock = self.clock.max(after.div_ceil(d) * d);
+        self.ts_min = self.ts_min.max(self.clock);
+    }
+
     pub fn ring_len(&self) -> usize {
         self.ring.len()
     }
