@@ -12,15 +12,21 @@
 //!                  ▼
 //!        [salt] drop BASE-BASE edges, add chain-wr edges
 //!                  ▼
+//!        sessions (records with `cl`) ── session-order
+//!                  ▼
 //!        Tarjan SCCs ─► per component: G0 (ww), G1c (ww+wr), G-single
-//!                       (one rw), else G2; each as a short cycle (BFS)
+//!                       (one rw), G-nonadjacent (no two rw in a row),
+//!                       else G2; each as a short cycle (BFS)
 //! ```
 //!
 //! Guarantees: every edge is implied by the history (the version order is
 //! read from `prev` links, never guessed), so every reported cycle is a
 //! real anomaly; a component yields one witness of its most severe class
-//! (G0 and G1c sub-components each yield their own). See docs/checker.md
-//! for the rules, the predicate rule and the Salt level.
+//! (G0 and G1c sub-components each yield their own). A history whose
+//! header orders versions by timestamp gets its prevs derived first
+//! ([`check_history`], [`crate::timestamps`]). See docs/checker.md for the
+//! rules, the predicate rule, snapshot isolation, sessions and the Salt
+//! level.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
@@ -30,8 +36,9 @@ use brine_core::Key;
 use smallvec::SmallVec;
 
 use crate::chains::{ChainGraph, ChainRead, Link, CHAIN_EDGES_MAX, CHAIN_LINKS_MAX};
-use crate::cycles::Graph;
+use crate::cycles::{simple_nonadjacent, Graph};
 use crate::history::{Op, Outcome, TxnClass, TxnRecord, WriteKind, INITIAL_VERSION};
+use crate::reader::History;
 use crate::report::{
     Anomaly, AnomalyClass, ChainHop, EdgeInfo, EdgeKind, Level, Report, Stats, TxnInfo,
 };
@@ -47,6 +54,8 @@ const PREV_WALK_MAX: usize = 1 << 20;
 /// walked from the version, so only runs longer than this are cut, and the
 /// report says so.
 const RUN_WALK_MAX: usize = 1 << 12;
+
+mod sessions;
 
 type KeyId = u32;
 type TxnIdx = u32;
@@ -193,9 +202,19 @@ struct Checker<'h> {
     anomalies: Vec<Anomaly>,
 }
 
-/// Checks a history at `level`.
+/// Checks a history's records at `level`, reading each key's version
+/// order from the writes' `prev` links (see [`check_history`] for a
+/// history whose header orders versions by timestamp).
 pub fn check(txns: &[TxnRecord], level: Level) -> Report {
     check_with(txns, level, true)
+}
+
+/// Checks a whole history at `level`, as its header asks: with
+/// `config.versions: "timestamp"` the version ids order each key's
+/// versions and the recorded prevs of installed writes are replaced
+/// ([`crate::timestamps`]); otherwise it is [`check`] of its records.
+pub fn check_history(history: &History, level: Level) -> Report {
+    check(&crate::timestamps::prepared(history), level)
 }
 
 /// [`check`]; `hops`: relate reads to runs of increments through hop
@@ -249,6 +268,7 @@ impl<'h> Checker<'h> {
         if self.level == Level::Salt {
             self.salt_chains();
         }
+        self.session_order();
     }
 
     fn key_id(&mut self, table: &str, key: &Key) -> KeyId {
@@ -1562,6 +1582,13 @@ impl<'h> Checker<'h> {
                 self.report_cycle(AnomalyClass::GSingle, &cycle);
                 continue;
             }
+            // G-nonadjacent: exact, over the component's walks that never
+            // take two anti-dependencies in a row (`Graph::nonadjacent_walks`);
+            // it also finds a G-single the bounded search above missed.
+            if let Some(walk) = sub.nonadjacent_cycle(G2_STARTS_MAX) {
+                self.report_nonadjacent(&walk);
+                continue;
+            }
             let mut best: Option<Vec<(u32, u32, EdgeKind, u32)>> = None;
             for s in 0..sub.len().min(G2_STARTS_MAX) as u32 {
                 if let Some(cycle) = sub.shortest_path(s, s, &all) {
@@ -1604,12 +1631,33 @@ impl<'h> Checker<'h> {
         out
     }
 
-    fn report_cycle(&mut self, class: AnomalyClass, cycle: &[(u32, u32, EdgeKind, u32)]) {
+    /// A cycle found on the graph as the checker's edges, hops collapsed.
+    fn cycle_edges(&self, cycle: &[(u32, u32, EdgeKind, u32)]) -> Vec<Edge> {
         let edges: Vec<Edge> = cycle
             .iter()
             .filter_map(|&(_, _, _, ei)| self.edges.get(ei as usize).cloned())
             .collect();
-        let edges = self.collapse_hops(&edges);
+        self.collapse_hops(&edges)
+    }
+
+    fn report_cycle(&mut self, class: AnomalyClass, cycle: &[(u32, u32, EdgeKind, u32)]) {
+        let edges = self.cycle_edges(cycle);
+        self.report_edges(class, edges);
+    }
+
+    /// A closed walk without adjacent anti-dependencies, as the simple
+    /// cycle inside it: a G-single when it has one anti-dependency, else a
+    /// G-nonadjacent.
+    fn report_nonadjacent(&mut self, walk: &[(u32, u32, EdgeKind, u32)]) {
+        let edges = simple_nonadjacent(self.cycle_edges(walk), |e| e.from, |e| e.kind.is_anti());
+        let class = match edges.iter().filter(|e| e.kind.is_anti()).count() {
+            1 => AnomalyClass::GSingle,
+            _ => AnomalyClass::GNonadjacent,
+        };
+        self.report_edges(class, edges);
+    }
+
+    fn report_edges(&mut self, class: AnomalyClass, edges: Vec<Edge>) {
         let salt_read = self.level == Level::Salt
             && edges
                 .iter()
@@ -1633,6 +1681,9 @@ impl<'h> Checker<'h> {
                 "an ACID transaction observed a BASE transaction's unfinished state (a cycle through a BASE -> ACID read)"
             }
             AnomalyClass::GSingle => "a cycle with exactly one anti-dependency edge",
+            AnomalyClass::GNonadjacent => {
+                "a cycle with anti-dependency edges, no two of them adjacent"
+            }
             _ => "a cycle with anti-dependency edges",
         };
         let summary = format!(

@@ -277,6 +277,7 @@ pub fn generate(cfg: &GenConfig) -> History {
             outcome,
             accepted: false,
             read_committed: false,
+            client: None,
             start_us,
             end_us,
             ops,

@@ -20,6 +20,22 @@
 //! versions form its one chain. A delete installs a tombstone version, and
 //! a read of an absent key reports the tombstone (or 0) it observed.
 //!
+//! A multi-versioned store installs versions out of order (a write at a
+//! later timestamp may land before one at an earlier timestamp), so the
+//! `prev` it sees at install time is not the version the write follows.
+//! Such a run says so in its header (`config.versions: "timestamp"`,
+//! [`Header::timestamp_versions`]): the version id itself orders a key's
+//! versions, and the checker derives every installed write's `prev` from
+//! the ids instead of reading it ([`crate::timestamps`]).
+//!
+//! # Sessions
+//!
+//! A record may name the client that ran it (`cl`). A client runs one
+//! transaction at a time, so its records ordered by start time are its
+//! session, and the checker holds every session to per-key order: no
+//! operation observes a version of a key older than one an earlier
+//! transaction of the same client observed (read or wrote).
+//!
 //! # Operations
 //!
 //! * `r`  point read of `(table, key)` observing `version`.
@@ -71,6 +87,19 @@ pub struct Header {
     /// Free-form run configuration (clients, seed, link, ...).
     #[serde(default)]
     pub config: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The header's `config.versions` value of a run whose version ids are
+/// timestamps (see "Versions" above).
+pub const TIMESTAMP_VERSIONS: &str = "timestamp";
+
+impl Header {
+    /// Whether version ids order each key's versions (`config.versions` is
+    /// `"timestamp"`): a multi-versioned store installs versions out of
+    /// order, so the `prev` its writes record is not their predecessor.
+    pub fn timestamp_versions(&self) -> bool {
+        self.config.get("versions").and_then(|v| v.as_str()) == Some(TIMESTAMP_VERSIONS)
+    }
 }
 
 /// What kind of transaction a record is, for the levels that treat kinds
@@ -130,6 +159,11 @@ pub struct TxnRecord {
     /// edge binds a transaction only where its own level asks for it).
     #[serde(rename = "rc", default, skip_serializing_if = "std::ops::Not::not")]
     pub read_committed: bool,
+    /// The client that ran the attempt, when the recorder names clients. A
+    /// client runs one attempt at a time; its committed records in start
+    /// order are a session, held to per-key order (see "Sessions" above).
+    #[serde(rename = "cl", default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<u64>,
     /// Microseconds since the run started, at the client.
     pub start_us: u64,
     pub end_us: u64,
@@ -421,6 +455,7 @@ mod tests {
             outcome: Outcome::Committed,
             accepted: false,
             read_committed: false,
+            client: Some(4),
             start_us: 10,
             end_us: 20,
             ops: vec![
@@ -465,8 +500,33 @@ mod tests {
         };
         let line = serde_json::to_string(&rec).unwrap();
         assert!(line.contains(r#""dec":"-12.34""#), "{line}");
+        assert!(line.contains(r#""cl":4"#), "{line}");
         let back: TxnRecord = serde_json::from_str(&line).unwrap();
         assert_eq!(back, rec);
+        // Without a client the field is left out, and a record without it
+        // reads back as no client.
+        let anonymous = TxnRecord {
+            client: None,
+            ..rec
+        };
+        let line = serde_json::to_string(&anonymous).unwrap();
+        assert!(!line.contains(r#""cl""#), "{line}");
+        let back: TxnRecord = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.client, None);
+    }
+
+    #[test]
+    fn the_timestamp_switch_is_a_string_in_the_config() {
+        let mut h = crate::script::header("w");
+        assert!(!h.timestamp_versions());
+        h.config
+            .insert("versions".into(), serde_json::json!("prev"));
+        assert!(!h.timestamp_versions());
+        h.config.insert("versions".into(), serde_json::json!(true));
+        assert!(!h.timestamp_versions());
+        h.config
+            .insert("versions".into(), serde_json::json!("timestamp"));
+        assert!(h.timestamp_versions());
     }
 
     #[test]

@@ -3,12 +3,16 @@
 //! ```text
 //!   run (--history FILE) ──► history.jsonl ──► reader ──► checker ──► Report
 //!                                   │                        (G0 G1a G1b G1c
-//!                                   └──► elle (EDN) ──► Elle   G-single G2 salt)
+//!                                   └──► elle (EDN) ──► Elle   G-single G-nonadjacent
+//!                                                              G2 salt session-order)
 //! ```
 //!
 //! * [`history`]: the file format (the contract with the recorder).
 //! * [`reader`]: streaming, line-numbered parsing of history files.
-//! * [`checker`]: Adya's direct serialization graph and the anomaly search.
+//! * [`checker`]: Adya's direct serialization graph and the anomaly search
+//!   (and the per-client session order).
+//! * [`timestamps`]: prevs derived from version ids, for runs whose header
+//!   orders versions by timestamp (multi-versioned stores).
 //! * [`chains`]: Salt's search for chains of BASE reads (chain-wr edges).
 //! * [`columns`]: column-level checking (each column of a row an item).
 //! * [`elle`], [`edn`]: export to Jepsen/Elle EDN histories and a reader
@@ -28,8 +32,9 @@ pub mod history;
 pub mod reader;
 pub mod report;
 pub mod script;
+pub mod timestamps;
 
-pub use checker::check;
+pub use checker::{check, check_history};
 pub use columns::check_columns;
 pub use history::{Cols, Header, IndexChange, Op, Outcome, Seen, TxnClass, TxnRecord, WriteKind};
 pub use reader::{read_file, read_str, History, HistoryReader, ReadError};

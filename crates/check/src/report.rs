@@ -14,6 +14,11 @@ use crate::history::{Outcome, TxnClass};
 pub enum Level {
     /// No G0, G1a, G1b, G1c (and no sanity anomaly).
     ReadCommitted,
+    /// Additionally no G-single and no G-nonadjacent: every cycle has two
+    /// adjacent anti-dependency edges (write skew is allowed), the graph
+    /// characterization of snapshot isolation (Fekete et al. 2005; Cerone
+    /// and Gotsman 2016). See docs/checker.md, "Snapshot isolation".
+    SnapshotIsolation,
     /// Nothing at all: additionally no G-single and no G2.
     Serializable,
     /// Serializable for ACID transactions with BASE transactions as whole
@@ -27,18 +32,26 @@ impl Level {
     pub fn name(self) -> &'static str {
         match self {
             Level::ReadCommitted => "read-committed",
+            Level::SnapshotIsolation => "snapshot-isolation",
             Level::Serializable => "serializable",
             Level::Salt => "salt",
         }
     }
 
-    /// Whether an anomaly of `class` violates this level.
+    /// Whether an anomaly of `class` violates this level. G-salt is only
+    /// ever found at the Salt level. A session-order violation fails every
+    /// level: it is only found when records name their clients, and a run
+    /// that records them promises each client its own order.
     pub fn forbids(self, class: AnomalyClass) -> bool {
         match self {
             Level::ReadCommitted => !matches!(
                 class,
-                AnomalyClass::GSingle | AnomalyClass::G2 | AnomalyClass::GSalt
+                AnomalyClass::GSingle
+                    | AnomalyClass::GNonadjacent
+                    | AnomalyClass::G2
+                    | AnomalyClass::GSalt
             ),
+            Level::SnapshotIsolation => !matches!(class, AnomalyClass::G2 | AnomalyClass::GSalt),
             Level::Serializable | Level::Salt => true,
         }
     }
@@ -49,10 +62,12 @@ impl std::str::FromStr for Level {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "read-committed" | "rc" => Ok(Level::ReadCommitted),
+            "snapshot-isolation" | "si" => Ok(Level::SnapshotIsolation),
             "serializable" | "ser" => Ok(Level::Serializable),
             "salt" => Ok(Level::Salt),
             other => Err(format!(
-                "unknown level {other:?} (expected read-committed, serializable or salt)"
+                "unknown level {other:?} (expected read-committed, snapshot-isolation, \
+                 serializable or salt)"
             )),
         }
     }
@@ -77,8 +92,20 @@ pub enum AnomalyClass {
     /// A cycle with exactly one anti-dependency edge.
     #[serde(rename = "G-single")]
     GSingle,
-    /// A cycle with anti-dependency edges (item or predicate).
+    /// A cycle with anti-dependency edges, no two of them adjacent (G-single
+    /// is the case of one): snapshot isolation forbids it, as it allows
+    /// only cycles with two consecutive anti-dependencies.
+    #[serde(rename = "G-nonadjacent")]
+    GNonadjacent,
+    /// A cycle with anti-dependency edges (item or predicate); as reported,
+    /// every cycle found had two adjacent ones (e.g. write skew).
     G2,
+    /// A client observed a version of a key older than one it had observed
+    /// in an earlier transaction (a session's per-key order broken:
+    /// monotonic reads, read your writes, monotonic writes or writes
+    /// follow reads). Only found when records name their clients (`cl`).
+    #[serde(rename = "session-order")]
+    SessionOrder,
     /// A read of a version no transaction wrote (or wrote to another key).
     #[serde(rename = "garbage-read")]
     GarbageRead,
@@ -107,7 +134,9 @@ impl AnomalyClass {
             AnomalyClass::G1c => "G1c",
             AnomalyClass::GSalt => "G-salt",
             AnomalyClass::GSingle => "G-single",
+            AnomalyClass::GNonadjacent => "G-nonadjacent",
             AnomalyClass::G2 => "G2",
+            AnomalyClass::SessionOrder => "session-order",
             AnomalyClass::GarbageRead => "garbage-read",
             AnomalyClass::DuplicateVersion => "duplicate-version",
             AnomalyClass::Fork => "fork",
@@ -467,5 +496,55 @@ impl Report {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_parse_from_their_names_and_short_names() {
+        for level in [
+            Level::ReadCommitted,
+            Level::SnapshotIsolation,
+            Level::Serializable,
+            Level::Salt,
+        ] {
+            assert_eq!(level.name().parse::<Level>(), Ok(level));
+        }
+        assert_eq!("si".parse::<Level>(), Ok(Level::SnapshotIsolation));
+        let e = "snapshot".parse::<Level>().unwrap_err();
+        assert!(e.contains("snapshot-isolation"), "{e}");
+        let json = serde_json::to_string(&Level::SnapshotIsolation).unwrap();
+        assert_eq!(json, r#""snapshot-isolation""#);
+    }
+
+    /// Snapshot isolation sits between read committed and serializable:
+    /// it forbids the cycles without two adjacent anti-dependencies and
+    /// allows the rest (G2 as reported); session order fails every level.
+    #[test]
+    fn what_each_level_forbids() {
+        use AnomalyClass::*;
+        let rc = Level::ReadCommitted;
+        let si = Level::SnapshotIsolation;
+        for class in [G0, G1a, G1b, G1c, SessionOrder, Fork, GarbageRead] {
+            for level in [rc, si, Level::Serializable, Level::Salt] {
+                assert!(level.forbids(class), "{level:?} {class}");
+            }
+        }
+        for class in [GSingle, GNonadjacent] {
+            assert!(!rc.forbids(class), "{class}");
+            assert!(si.forbids(class), "{class}");
+            assert!(Level::Serializable.forbids(class), "{class}");
+        }
+        assert!(!rc.forbids(G2));
+        assert!(!si.forbids(G2));
+        assert!(Level::Serializable.forbids(G2));
+        assert_eq!(GNonadjacent.name(), "G-nonadjacent");
+        assert_eq!(
+            serde_json::to_string(&SessionOrder).unwrap(),
+            r#""session-order""#
+        );
     }
 }

@@ -3,11 +3,12 @@
 //! One transaction per line, in file order; `#` starts a comment line.
 //!
 //! ```text
-//! t1 [committed|aborted|unknown] [acid|base|group] [rc] [proc=NAME]: OP OP ...
+//! t1 [committed|aborted|unknown] [acid|base|group] [rc] [proc=NAME] [cl=N]: OP OP ...
 //! ```
 //!
 //! The outcome defaults to committed and the class to acid; `rc` marks a
-//! transaction that ran at read committed in a run at a stronger level. The id is the
+//! transaction that ran at read committed in a run at a stronger level;
+//! `cl=N` names the client that ran it (sessions). The id is the
 //! number after `t`; `ts` equals the id; line `n` runs from `10n` to
 //! `10n+5` microseconds. Operations (no spaces inside one):
 //!
@@ -83,6 +84,7 @@ fn parse_txn(line: &str, pos: u64) -> Result<TxnRecord, String> {
         outcome: Outcome::Committed,
         accepted: false,
         read_committed: false,
+        client: None,
         start_us: pos * 10,
         end_us: pos * 10 + 5,
         ops: Vec::new(),
@@ -96,10 +98,16 @@ fn parse_txn(line: &str, pos: u64) -> Result<TxnRecord, String> {
             "base" => rec.class = TxnClass::Base,
             "group" => rec.class = TxnClass::Group,
             "rc" => rec.read_committed = true,
-            _ => match w.strip_prefix("proc=") {
-                Some(p) => rec.procedure = Some(p.to_string()),
-                None => return Err(format!("unknown word {w:?}")),
-            },
+            _ => {
+                if let Some(p) = w.strip_prefix("proc=") {
+                    rec.procedure = Some(p.to_string());
+                } else if let Some(c) = w.strip_prefix("cl=") {
+                    let c = c.parse().map_err(|_| format!("bad client {c:?}"))?;
+                    rec.client = Some(c);
+                } else {
+                    return Err(format!("unknown word {w:?}"));
+                }
+            }
         }
     }
     for tok in body.split_whitespace() {
@@ -286,12 +294,14 @@ mod tests {
     fn parses_every_op() -> Result<(), String> {
         let h = parse(
             "# comment\n\
-             t1 base proc=transfer: r(x,0) w(acct:1.2,0>5,i1=->a)#2 del(y,3>4) \
+             t1 base proc=transfer cl=3: r(x,0) w(acct:1.2,0>5,i1=->a)#2 del(y,3>4) \
              rr(acct:i1/>a..*|1.2@5,3@7!)\n\
              t2 aborted: ins(z,0>9)",
         )?;
         assert_eq!(h.txns.len(), 2);
         assert_eq!(h.txns[0].class, TxnClass::Base);
+        assert_eq!(h.txns[0].client, Some(3));
+        assert_eq!(h.txns[1].client, None);
         assert_eq!(h.txns[0].ops.len(), 4);
         assert!(
             matches!(&h.txns[0].ops[1], Op::Write { sub: Some(2), ix, .. } if ix.len() == 1 && ix[0].old.is_none())
@@ -304,6 +314,7 @@ mod tests {
         assert_eq!(h.txns[1].outcome, Outcome::Aborted);
         assert!(parse("t1: q(x)").is_err());
         assert!(parse("x1: r(x,0)").is_err());
+        assert!(parse("t1 cl=a: r(x,0)").is_err());
         Ok(())
     }
 }

@@ -6,17 +6,19 @@
 //!
 //! Directives:
 //!
-//! - `check [level=read-committed|serializable|salt]`: the report (level
-//!   serializable by default) with every witness.
+//! - `check [level=read-committed|snapshot-isolation|serializable|salt]
+//!   [versions=timestamp]`: the report (level serializable by default)
+//!   with every witness; `versions=timestamp` sets the header switch
+//!   (`config.versions`), so version ids order each key's versions.
 //! - `elle [model=rw-register|list-append]`: the EDN export.
 //! - `json`: the history file itself (JSON lines).
 
 use brine_check::elle::{self, ElleModel};
-use brine_check::{check, script, Level};
+use brine_check::{check_history, script, Level};
 use datadriven::TestCase;
 
 fn run(tc: &mut TestCase) -> String {
-    let history = match script::parse(&tc.input) {
+    let mut history = match script::parse(&tc.input) {
         Ok(h) => h,
         Err(e) => return format!("error: {e}\n"),
     };
@@ -31,7 +33,10 @@ fn run(tc: &mut TestCase) -> String {
                 Ok(l) => l,
                 Err(e) => return format!("error: {e}\n"),
             };
-            check(&history.txns, level).render(usize::MAX)
+            if let Ok(Some(v)) = tc.try_take_arg::<String>("versions") {
+                history.header.config.insert("versions".into(), v.into());
+            }
+            check_history(&history, level).render(usize::MAX)
         }
         "elle" => {
             let model = tc
