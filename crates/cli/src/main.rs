@@ -749,6 +749,8 @@ enum CheckLevelArg {
     /// Serializable for ACID transactions, BASE transactions interleaving
     /// under Salt isolation.
     Salt,
+    /// No G0, G1, G-single, G-nonadjacent (write skew allowed).
+    SnapshotIsolation,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -807,6 +809,7 @@ fn run_check(args: &CheckArgs) -> ExitCode {
         CheckLevelArg::ReadCommitted => brine_check::Level::ReadCommitted,
         CheckLevelArg::Serializable => brine_check::Level::Serializable,
         CheckLevelArg::Salt => brine_check::Level::Salt,
+        CheckLevelArg::SnapshotIsolation => brine_check::Level::SnapshotIsolation,
     };
     let model = match args.elle_model {
         Some(ElleModelArg::ListAppend) => ElleModel::ListAppend,

@@ -589,6 +589,7 @@ impl Cluster {
             (None, Placement::Colocated) => NodeId(n % self.config.nodes),
         };
         Client {
+            session: n as u64,
             cluster: self.clone(),
             node,
         }
@@ -764,6 +765,8 @@ impl Cluster {
 pub struct Client {
     cluster: Cluster,
     node: NodeId,
+    /// This client's number in the cluster (its session, in a history).
+    session: u64,
 }
 
 impl Client {
@@ -775,7 +778,15 @@ impl Client {
             .get(procedure)
             .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?
             .clone();
-        coordinator::run_procedure(&self.cluster.shared, self.node, &proc, args, None).await
+        coordinator::run_procedure(
+            &self.cluster.shared,
+            self.node,
+            &proc,
+            args,
+            None,
+            Some(self.session),
+        )
+        .await
     }
 
     /// Starts a call and returns at once with its two moments (Salt): a
@@ -792,9 +803,9 @@ impl Client {
             .clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let shared = self.cluster.shared.clone();
-        let node = self.node;
+        let (node, session) = (self.node, Some(self.session));
         let done = tokio::spawn(async move {
-            coordinator::run_procedure(&shared, node, &proc, args, Some(tx)).await
+            coordinator::run_procedure(&shared, node, &proc, args, Some(tx), session).await
         });
         Ok(Submitted { accepted: rx, done })
     }

@@ -53,6 +53,9 @@ pub struct TxnRecording {
     /// It ran at read committed in a run at a stronger level
     /// (`ProcedureDef::isolation`).
     pub read_committed: bool,
+    /// The client that ran it, for the checker's per-client order (set by
+    /// the protocols that promise it: Mediator).
+    pub client: Option<u64>,
 }
 
 impl HistorySink {
@@ -94,6 +97,7 @@ impl HistorySink {
             class: TxnClass::Acid,
             accepted: false,
             read_committed: false,
+            client: None,
         })
     }
 
@@ -111,6 +115,7 @@ impl HistorySink {
             group: None,
             outcome,
             accepted: rec.accepted,
+            client: rec.client,
             read_committed: rec.read_committed,
             start_us: us(rec.start),
             end_us: us(Instant::now()),

@@ -192,6 +192,8 @@ pub struct Call<'a> {
     /// Told once the call's outcome is settled for the client (commit,
     /// or Salt's acceptance).
     pub on_accept: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The client that made the call (`None`: recovery's own calls).
+    pub session: Option<u64>,
 }
 
 /// How one transaction's statements run, where a protocol runs them its

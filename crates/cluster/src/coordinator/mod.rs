@@ -639,6 +639,7 @@ pub async fn run_procedure(
     proc: &Arc<PreparedProc>,
     args: Vec<Value>,
     on_accept: Option<tokio::sync::oneshot::Sender<()>>,
+    session: Option<u64>,
 ) -> Result<CallOutcome> {
     shared.wait_ready().await;
     let call = crate::protocol::Call {
@@ -647,6 +648,7 @@ pub async fn run_procedure(
         proc,
         args,
         on_accept,
+        session,
     };
     shared.protocol.run(call).await
 }

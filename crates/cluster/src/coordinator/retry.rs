@@ -128,6 +128,7 @@ pub async fn run_acid(call: Call<'_>) -> Result<CallOutcome> {
         proc,
         args,
         on_accept,
+        ..
     } = call;
     let mut tries = Retries::new(shared);
     loop {

@@ -17,6 +17,7 @@ pub(super) async fn run_grouped(
         proc,
         args,
         on_accept,
+        ..
     } = call;
     let mut tries = Retries::new(shared);
     let mut cascaded = false;

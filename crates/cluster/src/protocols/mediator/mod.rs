@@ -248,6 +248,21 @@ impl Protocol for Mediator {
         COUNTERS
     }
 
+    /// Histories name versions by timestamp, which orders each item's
+    /// versions (they are installed out of order), and say which level
+    /// the run promises.
+    fn describe(&self, config: &mut serde_json::Map<String, serde_json::Value>) {
+        config.insert(
+            "versions".into(),
+            brine_check::history::TIMESTAMP_VERSIONS.into(),
+        );
+        let level = match self.level {
+            Level::Snapshot => "snapshot-isolation",
+            Level::Serializable => "serializable",
+        };
+        config.insert("level".into(), level.into());
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

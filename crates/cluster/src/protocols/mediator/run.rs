@@ -7,6 +7,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use brine_check::{Op, Outcome, WriteKind};
 use brine_core::{AbortCause, Error, Result, Row, Value};
 use brine_sql::{Plan, QueryResult};
 use futures::future::{join_all, BoxFuture};
@@ -21,6 +22,7 @@ use super::tso::{Check, Refusal};
 use super::Mediator;
 use crate::coordinator::{CallOutcome, ProcCtx, Retries, Shared, TxnState};
 use crate::message::PartitionMsg;
+use crate::procedure::PreparedProc;
 use crate::protocol::{Call, Statements, TxnExt};
 
 /// Counter slots (`Mediator::counters`).
@@ -95,6 +97,47 @@ fn partition_of(shared: &Shared, plan: &Plan, params: &[Value]) -> Result<usize>
     }
 }
 
+/// A read of `item`'s version `ts`, for the history (versions are
+/// timestamps: `docs/history-format.md`, "versions").
+fn read_op(shared: &Shared, item: &Item, ts: Ts) -> Op {
+    Op::Read {
+        table: shared.catalog.table(item.0).name.clone(),
+        key: item.1.clone(),
+        version: ts,
+        sub: None,
+        cols: None,
+    }
+}
+
+/// A write of `item`'s version `ts` (its predecessor is the checker's to
+/// find: versions are installed out of timestamp order).
+fn write_op(shared: &Shared, item: &Item, ts: Ts) -> Op {
+    Op::Write {
+        table: shared.catalog.table(item.0).name.clone(),
+        key: item.1.clone(),
+        version: ts,
+        prev: 0,
+        kind: WriteKind::Update,
+        ix: Vec::new(),
+        sub: None,
+        cols: None,
+    }
+}
+
+/// A new attempt's state, its record naming its client.
+fn begin_state(
+    shared: &Shared,
+    txn: brine_core::TxnId,
+    proc: &PreparedProc,
+    session: Option<u64>,
+) -> TxnState {
+    let mut st = TxnState::begin(shared, txn, Some(proc));
+    if let Some(rec) = &mut st.rec {
+        rec.client = session;
+    }
+    st
+}
+
 /// A native operation's statement.
 struct NativeStatements;
 
@@ -113,16 +156,25 @@ impl Statements for NativeStatements {
             let p = partition_of(&shared, &plan, &params)?;
             match op {
                 KvOp::Get { item } => {
+                    let item2 = item.clone();
                     let got = ask(&shared, ctx.node, p, |reply| MediatorMsg::Get {
-                        item,
+                        item: item2,
                         reply,
                     })
                     .await?;
+                    if shared.history.is_some() {
+                        let ts = got.as_ref().map_or(0, |(_, t)| *t);
+                        ctx.record_ops(vec![read_op(&shared, &item, ts)]);
+                    }
                     Ok(kv::get_result(&plan, got.as_ref().map(|(r, _)| r)))
                 }
                 op => {
+                    let item = op.item().clone();
                     let wrote =
                         ask(&shared, ctx.node, p, |reply| MediatorMsg::Put { op, reply }).await??;
+                    if let (Some(ts), Some(_)) = (wrote, &shared.history) {
+                        ctx.record_ops(vec![write_op(&shared, &item, ts)]);
+                    }
                     Ok(kv::put_result(wrote.is_some()))
                 }
             }
@@ -193,6 +245,9 @@ async fn tx_exec(ctx: &mut ProcCtx, plan: Arc<Plan>, args: Vec<Value>) -> Result
                 };
                 let ts = got.as_ref().map_or(0, |(_, t)| *t);
                 if serializable || ts >= expected {
+                    if shared.history.is_some() {
+                        ctx.record_ops(vec![read_op(&shared, &item, ts)]);
+                    }
                     med(&mut ctx.state.lock()).reads.push((item, ts, p));
                     return Ok(kv::get_result(&plan, got.as_ref().map(|(r, _)| r)));
                 }
@@ -268,16 +323,24 @@ async fn run_native(call: Call<'_>) -> Result<CallOutcome> {
         proc,
         args,
         on_accept,
+        session,
     } = call;
     let mut tries = Retries::new(shared);
     tries.begin();
     let txn = tries.new_txn();
-    let state = Arc::new(Mutex::new(TxnState::begin(shared, txn, Some(proc))));
-    let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state)
+    let state = Arc::new(Mutex::new(begin_state(shared, txn, proc, session)));
+    let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone())
         .with_statements(&NativeStatements);
-    let values = (proc.body)(ctx, args)
-        .await
-        .inspect_err(|e| tries.failed(e))?;
+    // A native operation is a transaction of its own in the history.
+    let values = match (proc.body)(ctx, args).await {
+        Ok(values) => values,
+        Err(e) => {
+            tries.failed(&e);
+            state.lock().record_end(shared, Outcome::Aborted);
+            return Err(e);
+        }
+    };
+    state.lock().record_end(shared, Outcome::Committed);
     shared.counters.protocol.add(NATIVE_OPS, 1);
     Ok(tries.committed(txn, &proc.name, values, on_accept))
 }
@@ -289,6 +352,7 @@ async fn run_txn(m: &Mediator, call: Call<'_>) -> Result<CallOutcome> {
         proc,
         args,
         mut on_accept,
+        session,
     } = call;
     let tso = m
         .tso
@@ -300,7 +364,7 @@ async fn run_txn(m: &Mediator, call: Call<'_>) -> Result<CallOutcome> {
         let txn = tries.new_txn();
         let begun = tso.ask(node, |reply| TsoMsg::Begin { reply }).await?;
         let start = begun.start;
-        let mut st = TxnState::begin(shared, txn, Some(proc));
+        let mut st = begin_state(shared, txn, proc, session);
         st.ext = Some(Box::new(MedTxn {
             start,
             pending: begun.pending,
@@ -315,11 +379,13 @@ async fn run_txn(m: &Mediator, call: Call<'_>) -> Result<CallOutcome> {
         let values = match (body, doomed) {
             (_, Some(cause)) => {
                 tso.send(node, TsoMsg::Ended { start });
+                state.lock().record_end(shared, Outcome::Aborted);
                 tries.victim(cause, txn.id).await?;
                 continue;
             }
             (Err(e), None) => {
                 tso.send(node, TsoMsg::Ended { start });
+                state.lock().record_end(shared, Outcome::Aborted);
                 tries.failed(&e);
                 return Err(e);
             }
@@ -330,9 +396,28 @@ async fn run_txn(m: &Mediator, call: Call<'_>) -> Result<CallOutcome> {
             let t = med(&mut st);
             (std::mem::take(&mut t.reads), std::mem::take(&mut t.writes))
         };
-        match commit(m, shared, node, start, reads, writes).await? {
-            Ok(()) => return Ok(tries.committed(txn, &proc.name, values, on_accept.take())),
+        let items: Vec<Item> = match shared.history {
+            Some(_) => writes.iter().map(|(i, _, _)| i.clone()).collect(),
+            None => Vec::new(),
+        };
+        let committed = commit(m, shared, node, start, reads, writes)
+            .await
+            .inspect_err(|_| state.lock().record_end(shared, Outcome::Unknown))?;
+        match committed {
+            Ok(version) => {
+                let mut st = state.lock();
+                if let Some(v) = version {
+                    let ops = items.iter().map(|i| write_op(shared, i, v)).collect();
+                    if let Some(rec) = &mut st.rec {
+                        rec.ops.extend::<Vec<Op>>(ops);
+                    }
+                }
+                st.record_end(shared, Outcome::Committed);
+                drop(st);
+                return Ok(tries.committed(txn, &proc.name, values, on_accept.take()));
+            }
             Err(refused) => {
+                state.lock().record_end(shared, Outcome::Aborted);
                 let slot = match refused {
                     Some(Refusal::Conflict) => TSO_CONFLICTS,
                     Some(Refusal::FalsePositive) => FALSE_POSITIVES,
@@ -379,7 +464,8 @@ async fn collect_versions(shared: std::sync::Weak<Shared>, node: brine_core::Nod
     }
 }
 
-/// Commits a transaction (Algorithms 1 and 4 over messages). The outer
+/// Commits a transaction (Algorithms 1 and 4 over messages) and returns
+/// the timestamp its writes carry (`None`: it wrote nothing). The outer
 /// error: a failure (an unreachable TSO or partition); the inner one: a
 /// validation abort, by the TSO's refusal (`Some`) or a native conflict
 /// (`None`).
@@ -390,7 +476,7 @@ async fn commit(
     start: Ts,
     reads: Vec<(Item, Ts, usize)>,
     writes: Vec<(Item, Row, usize)>,
-) -> Result<std::result::Result<(), Option<Refusal>>> {
+) -> Result<std::result::Result<Option<Ts>, Option<Refusal>>> {
     let tso = m
         .tso
         .as_ref()
@@ -401,14 +487,14 @@ async fn commit(
     let (check, fence_writes) = match path {
         CommitPath::NoCommit => {
             tso.send(node, TsoMsg::Ended { start });
-            return Ok(Ok(()));
+            return Ok(Ok(None));
         }
         CommitPath::LocalPut => {
             let (item, row, p) = writes.into_iter().next().expect("one write");
             let op = KvOp::Insert { item, row };
-            ask(shared, node, p, |reply| MediatorMsg::Put { op, reply }).await??;
+            let ts = ask(shared, node, p, |reply| MediatorMsg::Put { op, reply }).await??;
             tso.send(node, TsoMsg::Ended { start });
-            return Ok(Ok(()));
+            return Ok(Ok(ts));
         }
         CommitPath::Validate {
             check,
@@ -519,5 +605,5 @@ async fn commit(
             start,
         },
     );
-    Ok(Ok(()))
+    Ok(Ok(Some(commit_ts)))
 }

@@ -623,6 +623,7 @@ pub(super) async fn run_base(
         proc,
         args,
         mut on_accept,
+        ..
     } = call;
     let mut tries = Retries::new(shared);
     let mut slot: Option<Arc<Mutex<TxnState>>> = resume;

@@ -63,6 +63,7 @@ pub(super) async fn roll_forward(
                 proc: &proc,
                 args,
                 on_accept: None,
+                session: None,
             };
             match run_base(call, opts, Some(state)).await {
                 Ok(_) => tracing::info!(%owner, "BASE transaction rolled forward"),
