@@ -85,6 +85,9 @@ pub struct ClusterConfig {
     /// sending them (the follower's statements leave only once the
     /// coordinator has heard that the piece ended).
     pub rank_holds: bool,
+    /// Mediator: snapshot lifetime, the helper's patience, the TSO's
+    /// write-set filters (protocols `mediator`, `mediator-ser`, `omid`).
+    pub mediator: crate::protocols::mediator::MediatorOptions,
 }
 
 impl Default for ClusterConfig {
@@ -110,6 +113,7 @@ impl Default for ClusterConfig {
             grouping: None,
             safe_mode: Default::default(),
             rank_holds: true,
+            mediator: Default::default(),
         }
     }
 }

@@ -5,9 +5,13 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use brine_cluster::protocols::mediator::{Abandon, Mediator, MediatorOptions};
 use brine_cluster::{
     Application, CallOutcome, Cluster, ClusterConfig, LinkConfig, Mutation, ProcedureDef,
 };
+use brine_core::NodeId;
 use brine_core::{Error, Value};
 use tokio::sync::{mpsc, Mutex, Notify};
 
@@ -26,6 +30,7 @@ struct Gate {
 }
 
 fn app(gate: Arc<Gate>, seen: mpsc::UnboundedSender<i64>) -> Application {
+    let gate2 = gate.clone();
     let get = ProcedureDef::new("get")
         .native()
         .statement("get", "SELECT v FROM kv WHERE k = $k")
@@ -64,6 +69,21 @@ fn app(gate: Arc<Gate>, seen: mpsc::UnboundedSender<i64>) -> Application {
                 Ok(vec![])
             }
         });
+    // Reads a, stops at the gate (if armed), then reads b.
+    let slow_pair = ProcedureDef::new("slow_pair")
+        .statement("get", "SELECT v FROM kv WHERE k = $k")
+        .body(move |mut ctx, args| {
+            let gate = gate2.clone();
+            async move {
+                ctx.exec("get", vec![args[0].clone()]).await?;
+                if std::mem::take(&mut *gate.armed.lock().await) {
+                    gate.reached.notify_one();
+                    gate.go.notified().await;
+                }
+                ctx.exec("get", vec![args[1].clone()]).await?;
+                Ok(vec![])
+            }
+        });
     let partial = ProcedureDef::new("partial")
         .statement("get", "SELECT v FROM kv WHERE k = $k")
         .statement("set_v", "UPDATE kv SET v = $v WHERE k = $k")
@@ -76,7 +96,7 @@ fn app(gate: Arc<Gate>, seen: mpsc::UnboundedSender<i64>) -> Application {
     Application {
         name: "kv".into(),
         ddl: DDL.into(),
-        procedures: vec![get, put, bump, partial],
+        procedures: vec![get, put, bump, slow_pair, partial],
     }
 }
 
@@ -84,11 +104,20 @@ async fn start(
     protocol: &str,
     mutation: Option<Mutation>,
 ) -> (Cluster, Arc<Gate>, mpsc::UnboundedReceiver<i64>) {
+    start_with(protocol, mutation, MediatorOptions::default()).await
+}
+
+async fn start_with(
+    protocol: &str,
+    mutation: Option<Mutation>,
+    mediator: MediatorOptions,
+) -> (Cluster, Arc<Gate>, mpsc::UnboundedReceiver<i64>) {
     let gate = Arc::new(Gate::default());
     let (tx, rx) = mpsc::unbounded_channel();
     let config = ClusterConfig {
         protocol: protocol.into(),
         mutation,
+        mediator,
         link: LinkConfig {
             delay_us: 0,
             jitter_us: 0,
@@ -208,4 +237,165 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
         .expect("SQL reads see the latest versions");
     assert_eq!(r.scalar().and_then(Value::as_int), Some(10));
     t.commit().await.expect("read-only");
+}
+
+fn mediator(c: &Cluster) -> &Mediator {
+    c.protocol()
+        .as_any()
+        .downcast_ref::<Mediator>()
+        .expect("a Mediator cluster")
+}
+
+/// Waits (observing, with a deadline) until `done` holds.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn impatient(abandon: Option<Abandon>) -> MediatorOptions {
+    MediatorOptions {
+        helper_patience: Duration::from_millis(100),
+        abandon,
+        ..MediatorOptions::default()
+    }
+}
+
+/// A coordinator that goes away after its commit reached the log: the
+/// call fails, and the helper writes the commit back and tells the TSO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helper_finishes_a_logged_commit_its_coordinator_left() {
+    let (c, _gate, _seen) = start_with("mediator", None, impatient(Some(Abandon::Logged))).await;
+    let err = c
+        .client()
+        .call("bump", vec![Value::Int(3)])
+        .await
+        .expect_err("the coordinator went away");
+    assert!(matches!(err, Error::Transport(_)), "{err:?}");
+    until("the helper finished it", || {
+        c.stats().counter("helper_committed") == 1
+    })
+    .await;
+    assert_eq!((v_of(&c, 3).await, v_of(&c, 4).await), (103, 103));
+    assert_eq!(c.stats().counter("helper_aborted"), 0);
+}
+
+/// One that goes away after the TSO serialized it, before its log: the
+/// helper aborts it, its writes never appear, and the ring lets the next
+/// transactions on the same items commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helper_aborts_an_unlogged_commit_its_coordinator_left() {
+    let (c, _gate, _seen) =
+        start_with("mediator", None, impatient(Some(Abandon::Serialized))).await;
+    let err = c
+        .client()
+        .call("bump", vec![Value::Int(3)])
+        .await
+        .expect_err("the coordinator went away");
+    assert!(matches!(err, Error::Transport(_)), "{err:?}");
+    until("the helper aborted it", || {
+        c.stats().counter("helper_aborted") == 1
+    })
+    .await;
+    assert_eq!((v_of(&c, 3).await, v_of(&c, 4).await), (3, 4));
+    c.client()
+        .call("put", vec![Value::Int(7), Value::Int(0), Value::Int(3)])
+        .await
+        .expect("native puts never wait for the helper");
+    assert_eq!(v_of(&c, 3).await, 7);
+}
+
+/// A transaction that holds its snapshot past its lifetime: the TSO gives
+/// up on it, the partitions collect below it, and its next get fails with
+/// a clear error instead of reading a collected snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_that_outlives_its_snapshot_gets_a_clear_error() {
+    let options = MediatorOptions {
+        snapshot_lifetime: Duration::from_millis(200),
+        ..MediatorOptions::default()
+    };
+    let (c, gate, _seen) = start_with("mediator", None, options).await;
+    // A native get starts the version collector.
+    v_of(&c, 0).await;
+    *gate.armed.lock().await = true;
+    let client = c.client();
+    let pair = tokio::spawn(async move {
+        client
+            .call("slow_pair", vec![Value::Int(1), Value::Int(2)])
+            .await
+    });
+    gate.reached.notified().await;
+    let m = mediator(&c);
+    let start = m.oldest_snapshot(NodeId(0)).await.expect("the TSO answers");
+    until("the partitions collected past the snapshot", || {
+        m.collected_below() > start
+    })
+    .await;
+    gate.go.notify_one();
+    let err = pair.await.expect("task").expect_err("its snapshot is gone");
+    assert!(
+        err.to_string()
+            .contains("held its snapshot longer than 200ms"),
+        "{err}"
+    );
+    assert_eq!(c.stats().counter("too_old"), 1);
+    assert_eq!(v_of(&c, 1).await, 1, "nothing changed");
+}
+
+/// An unreachable TSO: transactions fail with a clear error, native gets
+/// and puts go on, and nothing committed is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_tso_fails_transactions_clearly_and_loses_nothing() {
+    let (c, _gate, _seen) = start("mediator", None).await;
+    let client = c.client();
+    client
+        .call("bump", vec![Value::Int(5)])
+        .await
+        .expect("bump commits");
+    mediator(&c).stop_tso(NodeId(0));
+    let err = client
+        .call("bump", vec![Value::Int(7)])
+        .await
+        .expect_err("no TSO");
+    assert!(matches!(err, Error::Transport(_)), "{err:?}");
+    assert!(err.to_string().contains("the TSO"), "{err}");
+    client
+        .call("put", vec![Value::Int(70), Value::Int(0), Value::Int(7)])
+        .await
+        .expect("a native put needs no TSO");
+    assert_eq!((v_of(&c, 5).await, v_of(&c, 6).await), (105, 105));
+    assert_eq!((v_of(&c, 7).await, v_of(&c, 8).await), (70, 8));
+}
+
+/// A statement on an unknown table is refused when the application is
+/// deployed, and interactively, with the table's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_table_is_refused_by_name() {
+    let bad = Application {
+        name: "bad".into(),
+        ddl: DDL.into(),
+        procedures: vec![ProcedureDef::new("get")
+            .native()
+            .statement("get", "SELECT v FROM nope WHERE k = $k")
+            .body(|mut ctx, args| async move {
+                ctx.exec("get", args).await?;
+                Ok(vec![])
+            })],
+    };
+    let config = ClusterConfig {
+        protocol: "mediator".into(),
+        ..ClusterConfig::default()
+    };
+    let err = Cluster::start(config, bad).err().expect("refused");
+    assert!(err.to_string().contains("nope"), "{err}");
+    let (c, _gate, _seen) = start("mediator", None).await;
+    let mut t = c.client().begin();
+    let err = t
+        .execute("SELECT v FROM nope WHERE k = 1", vec![])
+        .await
+        .expect_err("unknown table");
+    assert!(err.to_string().contains("nope"), "{err}");
+    t.abort().await;
 }

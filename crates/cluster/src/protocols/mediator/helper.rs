@@ -52,3 +52,88 @@ pub fn resolve<K: Hash + Eq + Clone, V: Clone>(
     }
     r
 }
+
+/// A write set by partition.
+pub type PartitionWrites = Vec<(usize, Vec<(super::kv::Item, brine_core::Row)>)>;
+
+/// The commits a cluster's coordinators have in flight, from the TSO's
+/// answer to the write-back's end: what the helper needs to finish or
+/// abort one whose coordinator went away (its call dropped). Sharded by
+/// commit timestamp, so commits do not meet on one lock.
+pub struct Inflight {
+    shards: Vec<parking_lot::Mutex<HashMap<Ts, Stage>>>,
+}
+
+/// Where an in-flight commit is.
+#[derive(Clone, Debug)]
+pub enum Stage {
+    /// Serialized by the TSO, its checks under way: not logged.
+    Checking,
+    /// Logged (the write set, by partition): it commits whatever happens.
+    Logged(PartitionWrites),
+    /// The helper gave up on it before it was logged: its coordinator,
+    /// if still there, must abort it.
+    Abandoned,
+}
+
+const SHARDS: usize = 16;
+
+impl Default for Inflight {
+    fn default() -> Self {
+        Inflight {
+            shards: (0..SHARDS).map(|_| Default::default()).collect(),
+        }
+    }
+}
+
+impl Inflight {
+    fn shard(&self, ts: Ts) -> &parking_lot::Mutex<HashMap<Ts, Stage>> {
+        // Commit timestamps step by 2^20: shard by the steps.
+        &self.shards[((ts >> 20) as usize) % SHARDS]
+    }
+
+    /// The TSO serialized `ts`.
+    pub fn checking(&self, ts: Ts) {
+        self.shard(ts).lock().insert(ts, Stage::Checking);
+    }
+
+    /// `ts` is about to be logged with its write set; `false` if the
+    /// helper abandoned it first (its coordinator must abort it).
+    pub fn logging(
+        &self,
+        ts: Ts,
+        writes: Vec<(usize, Vec<(super::kv::Item, brine_core::Row)>)>,
+    ) -> bool {
+        let mut shard = self.shard(ts).lock();
+        match shard.get(&ts) {
+            Some(Stage::Abandoned) => {
+                shard.remove(&ts);
+                false
+            }
+            _ => {
+                shard.insert(ts, Stage::Logged(writes));
+                true
+            }
+        }
+    }
+
+    /// `ts` ended (written back, or aborted by its coordinator).
+    pub fn done(&self, ts: Ts) {
+        self.shard(ts).lock().remove(&ts);
+    }
+
+    /// The helper's decision on a commit stuck at the TSO: its write set
+    /// to write back again (logged), or `None` (abandoned now, if it was
+    /// still being checked; left alone if it is not in flight here, e.g.
+    /// its end is on its way to the TSO).
+    pub fn resolve(&self, ts: Ts) -> Option<Option<PartitionWrites>> {
+        let mut shard = self.shard(ts).lock();
+        match shard.get(&ts)? {
+            Stage::Logged(w) => Some(Some(w.clone())),
+            Stage::Checking | Stage::Abandoned => {
+                shard.insert(ts, Stage::Abandoned);
+                Some(None)
+            }
+        }
+    }
+}

@@ -70,6 +70,45 @@ use service::TsoHandle;
 /// (`TsoConfig`), 4096 native puts' worth.
 pub const DELTA: Ts = store::TAG_SPAN;
 
+/// Mediator's settings (`ClusterConfig::mediator`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MediatorOptions {
+    /// How long a transaction may hold its snapshot before the TSO gives
+    /// up on it, so its versions can be collected (its later gets fail
+    /// with a clear error, its commit is refused as too old).
+    pub snapshot_lifetime: std::time::Duration,
+    /// How long a serialized commit may go unfinished before the helper
+    /// finishes it (logged: written back) or aborts it (not logged): its
+    /// coordinator went away.
+    pub helper_patience: std::time::Duration,
+    /// Bits of each ring entry's write-set Bloom filter.
+    pub bloom_bits: usize,
+    /// Fault injection for tests: every commit's coordinator goes away at
+    /// this point (the call fails with a transport error), leaving the
+    /// commit to the helper.
+    pub abandon: Option<Abandon>,
+}
+
+/// Where a commit's coordinator goes away (`MediatorOptions::abandon`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Abandon {
+    /// After the TSO serialized it, before its checks and log.
+    Serialized,
+    /// After its write set reached the log, before its write-back.
+    Logged,
+}
+
+impl Default for MediatorOptions {
+    fn default() -> Self {
+        MediatorOptions {
+            snapshot_lifetime: service::SNAPSHOT_LIFETIME,
+            helper_patience: std::time::Duration::from_secs(2),
+            bloom_bits: TsoConfig::default().bloom_bits,
+            abandon: None,
+        }
+    }
+}
+
 /// `mediator`: snapshot isolation.
 pub const MEDIATOR: Registration = Registration {
     name: "mediator",
@@ -80,6 +119,7 @@ pub const MEDIATOR: Registration = Registration {
             Level::Snapshot,
             false,
             config.mutation,
+            config.mediator,
         )))
     },
 };
@@ -94,6 +134,7 @@ pub const MEDIATOR_SER: Registration = Registration {
             Level::Serializable,
             false,
             config.mutation,
+            config.mediator,
         )))
     },
 };
@@ -110,6 +151,7 @@ pub const OMID: Registration = Registration {
             Level::Snapshot,
             true,
             config.mutation,
+            config.mediator,
         )))
     },
 };
@@ -117,7 +159,8 @@ pub const OMID: Registration = Registration {
 /// Mediator's counters (at the coordinators): commits the TSO refused for
 /// a conflict, for a Bloom filter's false positive, for age; commits a
 /// native put aborted; gets that gave up on a version still being written
-/// back; native operations served.
+/// back; native operations served; commits the helper finished and
+/// aborted for coordinators that went away.
 const COUNTERS: &[Counter] = &[
     counter("tso_conflicts", run::TSO_CONFLICTS),
     counter("bloom_false_positives", run::FALSE_POSITIVES),
@@ -125,6 +168,8 @@ const COUNTERS: &[Counter] = &[
     counter("native_conflicts", run::NATIVE_CONFLICTS),
     counter("stale_reads", run::STALE_READS),
     counter("native_ops", run::NATIVE_OPS),
+    counter("helper_committed", run::HELPER_COMMITTED),
+    counter("helper_aborted", run::HELPER_ABORTED),
 ];
 
 const fn counter(name: &'static str, slot: usize) -> Counter {
@@ -148,6 +193,11 @@ pub struct Mediator {
     fences: bool,
     native_check: bool,
     tso: Option<TsoHandle>,
+    options: MediatorOptions,
+    /// Commits in flight at this cluster's coordinators (the helper's).
+    inflight: Arc<helper::Inflight>,
+    /// The snapshot the partitions were last told to collect below.
+    collected: std::sync::atomic::AtomicU64,
     /// Mediator's logs, when the cluster is durable (`durable.rs`).
     logs: Option<Arc<durable::MediatorLogs>>,
     /// The version collector (`run.rs`, `collect_versions`), started
@@ -161,8 +211,12 @@ impl Mediator {
         level: Level,
         transactify: bool,
         mutation: Option<Mutation>,
+        options: MediatorOptions,
     ) -> Mediator {
         Mediator {
+            options,
+            inflight: Default::default(),
+            collected: Default::default(),
             name,
             level,
             transactify,
@@ -179,6 +233,31 @@ impl Mediator {
     /// What recovery found in Mediator's logs (`None` without a log).
     pub fn recovery(&self) -> Option<&durable::MediatorRecovery> {
         self.logs.as_ref().map(|l| &l.recovery)
+    }
+
+    /// The oldest snapshot a transaction holds, as the TSO says (from the
+    /// coordinators' node `node`).
+    pub async fn oldest_snapshot(&self, node: NodeId) -> Result<Ts> {
+        let tso = self
+            .tso
+            .as_ref()
+            .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
+        tso.ask(node, |reply| service::TsoMsg::Oldest { reply })
+            .await
+    }
+
+    /// The snapshot below which the partitions were last told to collect
+    /// versions (0: not yet).
+    pub fn collected_below(&self) -> Ts {
+        self.collected.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Stops the TSO (from node `node`): transactions then fail with a
+    /// clear error, native gets and puts go on.
+    pub fn stop_tso(&self, node: NodeId) {
+        if let Some(tso) = &self.tso {
+            tso.send(node, service::TsoMsg::Stop);
+        }
     }
 }
 
@@ -207,13 +286,23 @@ impl Protocol for Mediator {
         let tso = TsoHandle::spawn(
             setup.link,
             NodeId(setup.nodes + 1),
-            TsoConfig::default(),
+            TsoConfig {
+                bloom_bits: self.options.bloom_bits,
+                ..TsoConfig::default()
+            },
             resume,
+            self.options.snapshot_lifetime,
         );
         Ok(Some(Arc::new(Mediator {
             tso: Some(tso),
             logs,
-            ..Mediator::new(self.name, self.level, self.transactify, setup.mutation)
+            ..Mediator::new(
+                self.name,
+                self.level,
+                self.transactify,
+                setup.mutation,
+                self.options,
+            )
         })))
     }
 

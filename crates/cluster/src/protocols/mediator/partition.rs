@@ -29,12 +29,13 @@ pub enum MediatorMsg {
         reply: Reply<Result<Option<Ts>>>,
     },
     /// A transactional get: the latest version before `ts`, the clock
-    /// fenced at `ts` first (unless `fence` is off: mutation testing).
+    /// fenced at `ts` first (unless `fence` is off: mutation testing);
+    /// `Err(SnapshotGone)` if versions it may need were collected.
     TxGet {
         item: Item,
         ts: Ts,
         fence: bool,
-        reply: Reply<Option<(Row, Ts)>>,
+        reply: Reply<std::result::Result<Option<(Row, Ts)>, SnapshotGone>>,
     },
     /// The native-conflict check at commit timestamp `ts` (fencing the
     /// clock there unless `fence` is off): whether no item changed after
@@ -56,6 +57,11 @@ pub enum MediatorMsg {
     /// Drops the versions no snapshot at or after `oldest` can read.
     Collect { oldest: Ts },
 }
+
+/// A transactional get's snapshot is older than what the partition
+/// collected: the transaction outlived its snapshot's lifetime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotGone;
 
 /// Mediator's state at one partition.
 pub struct MediatorRules {
@@ -221,10 +227,12 @@ impl Rules for MediatorRules {
                 reply,
             } => {
                 let v = &mut p.rules.versions;
-                let got = if fence {
-                    v.tx_get(&item, ts)
+                let got = if !v.snapshot_kept(ts) {
+                    Err(SnapshotGone)
+                } else if fence {
+                    Ok(v.tx_get(&item, ts))
                 } else {
-                    v.version_before(&item, ts)
+                    Ok(v.version_before(&item, ts))
                 };
                 p.rules.answer_durable(reply, got);
             }
@@ -445,7 +453,7 @@ mod tests {
                 reply,
             })
             .await;
-        assert_eq!(v_of(read), Some((5, 1)));
+        assert_eq!(v_of(read.expect("a kept snapshot")), Some((5, 1)));
         let after = h.put(1, 6).await?.unwrap_or(0);
         assert_eq!(after, start + 1, "stamped past the fence");
         assert!(

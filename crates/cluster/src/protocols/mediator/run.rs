@@ -5,6 +5,7 @@
 //! the partitions' native-conflict checks, the fences, the write-back.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use brine_check::{Op, Outcome, WriteKind};
@@ -14,12 +15,13 @@ use futures::future::{join_all, BoxFuture};
 use parking_lot::Mutex;
 
 use super::client::{commit_path, expected_version, CommitPath};
+use super::helper::PartitionWrites;
 use super::kv::{self, Item, KvOp};
-use super::partition::MediatorMsg;
+use super::partition::{MediatorMsg, SnapshotGone};
 use super::service::TsoMsg;
 use super::store::Ts;
 use super::tso::{Check, Refusal};
-use super::Mediator;
+use super::{Abandon, Mediator};
 use crate::coordinator::{CallOutcome, ProcCtx, Retries, Shared, TxnState};
 use crate::message::PartitionMsg;
 use crate::procedure::PreparedProc;
@@ -32,6 +34,8 @@ pub(super) const TOO_OLD: usize = 2;
 pub(super) const NATIVE_CONFLICTS: usize = 3;
 pub(super) const STALE_READS: usize = 4;
 pub(super) const NATIVE_OPS: usize = 5;
+pub(super) const HELPER_COMMITTED: usize = 6;
+pub(super) const HELPER_ABORTED: usize = 7;
 
 /// Re-reads of a version still being written back before the
 /// transaction aborts.
@@ -242,6 +246,13 @@ async fn tx_exec(ctx: &mut ProcCtx, plan: Arc<Plan>, args: Vec<Value>) -> Result
                         reply,
                     })
                     .await?
+                    .map_err(|SnapshotGone| {
+                        shared.counters.protocol.add(TOO_OLD, 1);
+                        Error::TxnState(format!(
+                            "under Mediator this transaction held its snapshot longer than {:?}: the TSO gave up on it and its versions may be collected (retry it, or raise the snapshot lifetime)",
+                            m.options.snapshot_lifetime
+                        ))
+                    })?
                 };
                 let ts = got.as_ref().map_or(0, |(_, t)| *t);
                 if serializable || ts >= expected {
@@ -431,17 +442,19 @@ async fn run_txn(m: &Mediator, call: Call<'_>) -> Result<CallOutcome> {
     }
 }
 
-/// How often the partitions collect versions.
+/// How often the partitions collect versions and the helper looks for
+/// commits left unfinished.
 const COLLECT_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Every `COLLECT_PERIOD`, asks the TSO for the oldest snapshot in use and
-/// tells every partition to drop the versions no snapshot at or after it
-/// can read (native puts add versions too, so this runs whatever the
-/// traffic). Ends when the cluster is gone.
+/// Every `COLLECT_PERIOD`: the helper's pass (`help`), then asks the TSO
+/// for the oldest snapshot in use and tells every partition to drop the
+/// versions no snapshot at or after it can read (native puts add versions
+/// too, so this runs whatever the traffic). Ends when the cluster is gone.
 async fn collect_versions(shared: std::sync::Weak<Shared>, node: brine_core::NodeId) {
     let mut tick = tokio::time::interval(COLLECT_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last = 0;
+    let mut stuck: HashMap<Ts, tokio::time::Instant> = HashMap::new();
     loop {
         tick.tick().await;
         let Some(shared) = shared.upgrade() else {
@@ -450,6 +463,9 @@ async fn collect_versions(shared: std::sync::Weak<Shared>, node: brine_core::Nod
         let Some(tso) = mediator_of(&shared).tso.clone() else {
             return;
         };
+        if help(&shared, node, &mut stuck).await.is_err() {
+            return;
+        }
         let Ok(oldest) = tso.ask(node, |reply| TsoMsg::Oldest { reply }).await else {
             return;
         };
@@ -461,7 +477,60 @@ async fn collect_versions(shared: std::sync::Weak<Shared>, node: brine_core::Nod
             let msg = MediatorMsg::Collect { oldest };
             shared.send(node, p, PartitionMsg::Protocol(Box::new(msg)));
         }
+        mediator_of(&shared)
+            .collected
+            .store(oldest, std::sync::atomic::Ordering::Release);
     }
+}
+
+/// The helper (seed 003 section 2) in the running cluster: a commit the
+/// TSO serialized and has not heard the end of for the helper's patience
+/// lost its coordinator (the call was dropped, or failed midway). Logged,
+/// it is written back again and reported committed; not logged yet, it
+/// is abandoned (its coordinator, if it is still there, aborts it) and
+/// reported aborted. `stuck`: when each unresolved commit was first seen.
+async fn help(
+    shared: &Arc<Shared>,
+    node: brine_core::NodeId,
+    stuck: &mut HashMap<Ts, tokio::time::Instant>,
+) -> Result<()> {
+    let m = mediator_of(shared);
+    let tso = m
+        .tso
+        .as_ref()
+        .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
+    let unresolved = tso.ask(node, |reply| TsoMsg::Unresolved { reply }).await?;
+    let now = tokio::time::Instant::now();
+    stuck.retain(|ts, _| unresolved.iter().any(|(c, _)| c == ts));
+    for (commit, start) in unresolved {
+        let first = *stuck.entry(commit).or_insert(now);
+        if now.duration_since(first) < m.options.helper_patience {
+            continue;
+        }
+        match m.inflight.resolve(commit) {
+            Some(Some(parts)) => {
+                write_back(m, shared, node, start, commit, parts).await?;
+                m.inflight.done(commit);
+                shared.counters.protocol.add(HELPER_COMMITTED, 1);
+                tracing::warn!(
+                    commit,
+                    "Mediator helper: finished a logged commit its coordinator left"
+                );
+            }
+            Some(None) => {
+                tso.send(node, TsoMsg::Aborted { commit, start });
+                shared.counters.protocol.add(HELPER_ABORTED, 1);
+                tracing::warn!(
+                    commit,
+                    "Mediator helper: aborted a commit its coordinator left before logging it"
+                );
+            }
+            // Not in flight here: its end is on its way to the TSO.
+            None => {}
+        }
+        stuck.remove(&commit);
+    }
+    Ok(())
 }
 
 /// Commits a transaction (Algorithms 1 and 4 over messages) and returns
@@ -525,6 +594,45 @@ async fn commit(
             return Ok(Err(Some(r)));
         }
     };
+    m.inflight.checking(commit_ts);
+    let finished = finish(
+        m,
+        shared,
+        node,
+        (start, commit_ts),
+        checked,
+        writes,
+        fence_writes,
+    )
+    .await;
+    // A commit that failed midway stays in flight: the helper finishes
+    // it (logged) or aborts it (not logged).
+    if finished.is_ok() {
+        m.inflight.done(commit_ts);
+    }
+    finished.map(|r| r.map(|()| Some(commit_ts)))
+}
+
+/// A serialized commit's rest: the native-conflict checks, the fences, the
+/// log, the write-back, the TSO's notice.
+async fn finish(
+    m: &Mediator,
+    shared: &Arc<Shared>,
+    node: brine_core::NodeId,
+    (start, commit_ts): (Ts, Ts),
+    checked: Vec<(Item, Ts, usize)>,
+    writes: Vec<(Item, Row, usize)>,
+    fence_writes: bool,
+) -> Result<std::result::Result<(), Option<Refusal>>> {
+    let tso = m
+        .tso
+        .as_ref()
+        .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
+    if m.options.abandon == Some(Abandon::Serialized) {
+        return Err(Error::Transport(
+            "abandoned after serialization (test)".into(),
+        ));
+    }
     // The native-conflict check at the checked items' partitions.
     if m.native_check {
         let mut by_part: Vec<(usize, Vec<(Item, Ts)>)> = Vec::new();
@@ -574,17 +682,49 @@ async fn commit(
         .collect::<Result<Vec<()>>>()?;
     }
     // The write set reaches the log before any of it is written back: a
-    // crash from here on leaves it to recovery's helper to finish.
+    // crash from here on leaves it to recovery's helper to finish, and a
+    // coordinator that goes away to the running helper.
+    if !m.inflight.logging(commit_ts, by_partition(&writes)) {
+        return Ok(Err(Some(Refusal::TooOld)));
+    }
     if let Some(logs) = &m.logs {
         logs.log_commit(commit_ts, &writes).await?;
     }
-    // Write-back, partition by partition in parallel.
-    let answers = join_all(parts.iter().map(|&p| {
-        let mine: Vec<(Item, Row)> = writes
-            .iter()
-            .filter(|(_, _, q)| *q == p)
-            .map(|(i, r, _)| (i.clone(), r.clone()))
-            .collect();
+    if m.options.abandon == Some(Abandon::Logged) {
+        return Err(Error::Transport("abandoned after logging (test)".into()));
+    }
+    write_back(m, shared, node, start, commit_ts, by_partition(&writes)).await?;
+    Ok(Ok(()))
+}
+
+/// A write set by partition.
+fn by_partition(writes: &[(Item, Row, usize)]) -> PartitionWrites {
+    let mut out: PartitionWrites = Vec::new();
+    for (item, row, p) in writes {
+        match out.iter_mut().find(|(q, _)| q == p) {
+            Some((_, w)) => w.push((item.clone(), row.clone())),
+            None => out.push((*p, vec![(item.clone(), row.clone())])),
+        }
+    }
+    out
+}
+
+/// Writes a logged commit back, partition by partition in parallel, logs
+/// its end and tells the TSO it committed (the coordinator's last step,
+/// and the helper's for a commit whose coordinator went away).
+async fn write_back(
+    m: &Mediator,
+    shared: &Shared,
+    node: brine_core::NodeId,
+    start: Ts,
+    commit_ts: Ts,
+    parts: PartitionWrites,
+) -> Result<()> {
+    let tso = m
+        .tso
+        .as_ref()
+        .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
+    let answers = join_all(parts.into_iter().map(|(p, mine)| {
         ask(shared, node, p, move |reply| MediatorMsg::WriteBack {
             writes: mine,
             ts: commit_ts,
@@ -605,5 +745,5 @@ async fn commit(
             start,
         },
     );
-    Ok(Ok(Some(commit_ts)))
+    Ok(())
 }

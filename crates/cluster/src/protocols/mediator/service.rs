@@ -52,7 +52,20 @@ pub enum TsoMsg {
     Oldest {
         reply: Reply<Ts>,
     },
+    /// The commits serialized whose end the TSO has not heard of (commit
+    /// and start timestamps): the helper's candidates.
+    Unresolved {
+        reply: Reply<Vec<(Ts, Ts)>>,
+    },
+    /// The TSO stops (operations, and tests of an unreachable TSO): every
+    /// later request goes unanswered.
+    Stop,
 }
+
+/// How long a transaction may hold its snapshot: past this, the TSO gives
+/// up on it (`Tso::expire`), so versions can be collected; its later gets
+/// and its commit are refused as too old.
+pub const SNAPSHOT_LIFETIME: Duration = Duration::from_secs(10);
 
 /// The way to the TSO.
 #[derive(Clone)]
@@ -65,11 +78,17 @@ pub struct TsoHandle {
 impl TsoHandle {
     /// Starts the TSO on `node`, its clock above `after` (the newest
     /// timestamp recovery found).
-    pub fn spawn(link: &Link, node: NodeId, config: TsoConfig, after: Ts) -> TsoHandle {
+    pub fn spawn(
+        link: &Link,
+        node: NodeId,
+        config: TsoConfig,
+        after: Ts,
+        lifetime: Duration,
+    ) -> TsoHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut tso = Tso::new(config);
         tso.resume(after);
-        tokio::spawn(run(tso, rx));
+        tokio::spawn(run(tso, rx, lifetime));
         TsoHandle {
             tx,
             node,
@@ -95,31 +114,63 @@ impl TsoHandle {
         let (reply, rx) = Reply::channel(&self.link, self.node, from);
         self.send(from, make(reply));
         rx.await
-            .map_err(|_| brine_core::Error::Transport("the TSO did not answer (shut down?)".into()))
+            .map_err(|_| {
+                brine_core::Error::Transport(format!(
+                    "Mediator: the TSO (node {}) did not answer: it is down or unreachable; native gets and puts still run, transactions cannot begin or commit",
+                    self.node.0
+                ))
+            })
     }
 }
 
-async fn run(mut tso: Tso<Item>, mut rx: mpsc::UnboundedReceiver<TsoMsg>) {
+async fn run(mut tso: Tso<Item>, mut rx: mpsc::UnboundedReceiver<TsoMsg>, lifetime: Duration) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // Starts in timestamp order with when they were given, to expire the
+    // transactions that outlive `lifetime`.
+    let mut begun: std::collections::VecDeque<(tokio::time::Instant, Ts)> = Default::default();
     loop {
         tokio::select! {
             msg = rx.recv() => match msg {
-                Some(msg) => handle(&mut tso, msg),
-                None => break,
+                Some(TsoMsg::Stop) | None => break,
+                Some(msg) => handle(&mut tso, msg, &mut begun),
             },
             _ = tick.tick() => {
                 tso.tick();
+                let now = tokio::time::Instant::now();
+                let mut expired_below = None;
+                while let Some(&(at, start)) = begun.front() {
+                    if !tso.is_active(start) {
+                        begun.pop_front();
+                        continue;
+                    }
+                    if now.duration_since(at) < lifetime {
+                        break;
+                    }
+                    begun.pop_front();
+                    expired_below = Some(start + 1);
+                }
+                if let Some(before) = expired_below {
+                    let n = tso.expire(before);
+                    if n > 0 {
+                        tracing::warn!(transactions = n, "Mediator: transactions outlived their snapshot ({lifetime:?}) and were given up");
+                    }
+                }
                 tso.collect();
             }
         }
     }
 }
 
-fn handle(tso: &mut Tso<Item>, msg: TsoMsg) {
+fn handle(
+    tso: &mut Tso<Item>,
+    msg: TsoMsg,
+    begun: &mut std::collections::VecDeque<(tokio::time::Instant, Ts)>,
+) {
     match msg {
         TsoMsg::Begin { reply } => {
             let start = tso.begin();
+            begun.push_back((tokio::time::Instant::now(), start));
             let pending = tso.pending_before(start);
             reply.send(Begun { start, pending });
         }
@@ -139,5 +190,7 @@ fn handle(tso: &mut Tso<Item>, msg: TsoMsg) {
         }
         TsoMsg::Ended { start } => tso.end(start),
         TsoMsg::Oldest { reply } => reply.send(tso.oldest_active()),
+        TsoMsg::Unresolved { reply } => reply.send(tso.unresolved(Ts::MAX)),
+        TsoMsg::Stop => {}
     }
 }

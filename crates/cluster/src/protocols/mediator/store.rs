@@ -28,6 +28,8 @@ pub struct VersionedStore<K, V> {
     tag: Ts,
     /// Each key's versions, oldest first.
     items: HashMap<K, Vec<(Ts, V)>>,
+    /// Snapshots below this may have lost versions to collection.
+    collected_below: Ts,
 }
 
 /// Versions a garbage collection removed, and the keys it looked at.
@@ -44,6 +46,7 @@ impl<K: Hash + Eq + Clone, V: Clone> VersionedStore<K, V> {
             delta: delta.max(1),
             tag: 0,
             items: HashMap::new(),
+            collected_below: 0,
         }
     }
 
@@ -92,6 +95,12 @@ impl<K: Hash + Eq + Clone, V: Clone> VersionedStore<K, V> {
         let i = versions.partition_point(|(t, _)| *t < ts);
         let (t, v) = versions.get(i.checked_sub(1)?)?;
         Some((v.clone(), *t))
+    }
+
+    /// Whether a snapshot at `ts` is still whole here: no collection ran
+    /// past it (a transaction that outlived its snapshot's lifetime).
+    pub fn snapshot_kept(&self, ts: Ts) -> bool {
+        ts >= self.collected_below
     }
 
     /// A transactional get at snapshot `ts`: fences the clock at `ts`, then
@@ -154,6 +163,7 @@ impl<K: Hash + Eq + Clone, V: Clone> VersionedStore<K, V> {
     /// Drops the versions no snapshot at or after `oldest` can read: of
     /// each key, every version older than the newest one before `oldest`.
     pub fn collect(&mut self, oldest: Ts) -> Collected {
+        self.collected_below = self.collected_below.max(oldest);
         let mut c = Collected::default();
         for versions in self.items.values_mut() {
             c.keys += 1;

@@ -161,6 +161,11 @@ impl<K: Hash + Eq + Clone> Tso<K> {
         }
     }
 
+    /// Whether the transaction that began at `start` has not ended.
+    pub fn is_active(&self, start: Ts) -> bool {
+        self.active.contains_key(&start)
+    }
+
     /// Gives up on every transaction that began before `before` (one that
     /// outlived the collection of its snapshot): they no longer hold the
     /// ring's horizon back, and their commits are refused as too old once
