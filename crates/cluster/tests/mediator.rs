@@ -399,3 +399,29 @@ async fn an_unknown_table_is_refused_by_name() {
     assert!(err.to_string().contains("nope"), "{err}");
     t.abort().await;
 }
+
+/// Under serializability a procedure that only reads runs on its snapshot
+/// and commits without validation: a writer that commits inside its
+/// window neither aborts it nor shows it half its writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_procedure_under_serializability_reads_its_snapshot_and_never_aborts() {
+    let (c, gate, _seen) = start("mediator-ser", None).await;
+    *gate.armed.lock().await = true;
+    let client = c.client();
+    let pair = tokio::spawn(async move {
+        client
+            .call("slow_pair", vec![Value::Int(3), Value::Int(4)])
+            .await
+    });
+    gate.reached.notified().await;
+    // bump reads 3 and writes 103 to both 3 and 4.
+    c.client()
+        .call("bump", vec![Value::Int(3)])
+        .await
+        .expect("bump commits");
+    gate.go.notify_one();
+    let outcome = pair.await.expect("task").expect("the pair commits");
+    assert_eq!(outcome.attempts, 1);
+    assert_eq!(c.stats().aborts_validation, 0);
+    assert_eq!((v_of(&c, 3).await, v_of(&c, 4).await), (103, 103));
+}

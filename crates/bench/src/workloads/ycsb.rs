@@ -40,6 +40,7 @@ use crate::workload::{BoxFuture, ClientGen, TxnRequest, Workload};
 pub const GET: &str = "get";
 pub const PUT: &str = "put";
 pub const TXN: &str = "txn";
+pub const TXN_RO: &str = "txn_ro";
 
 pub const DEFAULT_KEYS: u64 = 100_000;
 pub const MAX_KEYS: u64 = 50_000_000;
@@ -237,7 +238,7 @@ impl Workload for Ycsb {
         Application {
             name: "ycsb".into(),
             ddl: DDL.into(),
-            procedures: vec![get_proc(), put_proc(), txn_proc()],
+            procedures: vec![get_proc(), put_proc(), txn_proc(), txn_ro_proc()],
         }
     }
 
@@ -338,6 +339,22 @@ fn put_proc() -> ProcedureDef {
         })
 }
 
+/// `txn_ro(k, ...)`: a transaction of gets only, declared so (a
+/// procedure whose statements all read: under `mediator-ser` it reads a
+/// snapshot and commits without validation).
+fn txn_ro_proc() -> ProcedureDef {
+    ProcedureDef::new(TXN_RO)
+        .statement("get", "SELECT v FROM usertable WHERE k = $k")
+        .body(|mut ctx, args| async move {
+            let mut out = Vec::new();
+            for k in args {
+                let r = ctx.exec("get", vec![k]).await?;
+                out.extend(r.rows.into_iter().next().unwrap_or_default());
+            }
+            Ok(out)
+        })
+}
+
 /// `txn(op, k, v, ...)`: the operations in order; gets return their values.
 fn txn_proc() -> ProcedureDef {
     ProcedureDef::new(TXN)
@@ -419,6 +436,13 @@ impl ClientGen for YcsbClient {
             args.push(Value::Int(i64::from(!read)));
             args.push(Value::Int(k as i64));
             args.push(Value::Int(self.rng.gen_range(0..1_000_000)));
+        }
+        if self.last.iter().all(|&read| read) {
+            let keys = args.chunks(3).map(|op| op[1].clone()).collect();
+            return TxnRequest {
+                procedure: TXN_RO,
+                args: keys,
+            };
         }
         TxnRequest {
             procedure: TXN,

@@ -43,6 +43,9 @@ const RETRY_GET: u32 = 3;
 
 /// A transaction's state at its coordinator.
 struct MedTxn {
+    /// The level it runs at: the protocol's, or snapshot isolation for a
+    /// procedure that only reads (`read_level`).
+    level: super::Level,
     start: Ts,
     /// Serialized before the start, still writing back (item sets).
     pending: Vec<(Ts, Vec<Item>)>,
@@ -211,7 +214,7 @@ async fn tx_exec(ctx: &mut ProcCtx, plan: Arc<Plan>, args: Vec<Value>) -> Result
     let m = mediator_of(&shared);
     match op {
         KvOp::Get { item } => {
-            let (start, expected, mine) = {
+            let (start, expected, mine, level) = {
                 let mut st = ctx.state.lock();
                 let t = med(&mut st);
                 let mine = t
@@ -220,13 +223,13 @@ async fn tx_exec(ctx: &mut ProcCtx, plan: Arc<Plan>, args: Vec<Value>) -> Result
                     .find(|(i, _, _)| *i == item)
                     .map(|w| w.1.clone());
                 let expected = expected_version(&t.pending, &item);
-                (t.start, expected, mine)
+                (t.start, expected, mine, t.level)
             };
             if let Some(row) = mine {
                 // Its own write (read after write): the buffered row.
                 return Ok(kv::get_result(&plan, Some(&row)));
             }
-            let serializable = m.level == super::Level::Serializable;
+            let serializable = level == super::Level::Serializable;
             let mut tries = 0;
             loop {
                 tries += 1;
@@ -282,6 +285,25 @@ async fn tx_exec(ctx: &mut ProcCtx, plan: Arc<Plan>, args: Vec<Value>) -> Result
             }
             Ok(kv::put_result(true))
         }
+    }
+}
+
+/// The level a call of `proc` runs at. Under serializability, a
+/// procedure whose declared statements all read runs as a snapshot read:
+/// a snapshot at its start is a prefix of the commit order (every writer
+/// serializes at its commit timestamp, its reads validated up to it), so
+/// a transaction that only reads one is serializable and commits without
+/// the TSO's check or the partitions' (the no-commit shortcut). The
+/// baseline keeps its one path.
+fn read_level(m: &Mediator, proc: &PreparedProc) -> super::Level {
+    let reads_only = proc
+        .statements
+        .values()
+        .all(|p| p.kind() == brine_sql::StatementKind::Select);
+    if reads_only && !m.transactify {
+        super::Level::Snapshot
+    } else {
+        m.level
     }
 }
 
@@ -377,6 +399,7 @@ async fn run_txn(m: &Mediator, call: Call<'_>) -> Result<CallOutcome> {
         let start = begun.start;
         let mut st = begin_state(shared, txn, proc, session);
         st.ext = Some(Box::new(MedTxn {
+            level: read_level(m, proc),
             start,
             pending: begun.pending,
             reads: Vec::new(),
@@ -402,16 +425,20 @@ async fn run_txn(m: &Mediator, call: Call<'_>) -> Result<CallOutcome> {
             }
             (Ok(values), None) => values,
         };
-        let (reads, writes) = {
+        let (reads, writes, level) = {
             let mut st = state.lock();
             let t = med(&mut st);
-            (std::mem::take(&mut t.reads), std::mem::take(&mut t.writes))
+            (
+                std::mem::take(&mut t.reads),
+                std::mem::take(&mut t.writes),
+                t.level,
+            )
         };
         let items: Vec<Item> = match shared.history {
             Some(_) => writes.iter().map(|(i, _, _)| i.clone()).collect(),
             None => Vec::new(),
         };
-        let committed = commit(m, shared, node, start, reads, writes)
+        let committed = commit(m, shared, node, (start, level), reads, writes)
             .await
             .inspect_err(|_| state.lock().record_end(shared, Outcome::Unknown))?;
         match committed {
@@ -542,7 +569,7 @@ async fn commit(
     m: &Mediator,
     shared: &Arc<Shared>,
     node: brine_core::NodeId,
-    start: Ts,
+    (start, level): (Ts, super::Level),
     reads: Vec<(Item, Ts, usize)>,
     writes: Vec<(Item, Row, usize)>,
 ) -> Result<std::result::Result<Option<Ts>, Option<Refusal>>> {
@@ -552,7 +579,7 @@ async fn commit(
         .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
     // The baseline (`omid`) has neither shortcut: every transaction
     // commits through the TSO.
-    let path = commit_path(m.level, !m.transactify, m.fences, reads.len(), writes.len());
+    let path = commit_path(level, !m.transactify, m.fences, reads.len(), writes.len());
     let (check, fence_writes) = match path {
         CommitPath::NoCommit => {
             tso.send(node, TsoMsg::Ended { start });

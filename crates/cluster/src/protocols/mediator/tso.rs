@@ -50,7 +50,11 @@ pub struct TsoConfig {
     /// The global clock's step (Delta, much larger than a partition's
     /// delta: 2^20 against 1 in the source).
     pub big_delta: Ts,
-    /// Bits and probes of each entry's write-set filter.
+    /// Bits and probes of each entry's write-set filter. 8192 bits (1 KiB
+    /// an entry): a U_20 commit checks some ten keys against the hundred
+    /// or so entries committed during its life, about a thousand probes;
+    /// at 2048 bits that made about one commit in a thousand a spurious
+    /// abort, at 8192 one in a hundred thousand.
     pub bloom_bits: usize,
     pub bloom_hashes: u32,
 }
@@ -59,7 +63,7 @@ impl Default for TsoConfig {
     fn default() -> Self {
         TsoConfig {
             big_delta: 1 << 20,
-            bloom_bits: 2048,
+            bloom_bits: 8192,
             bloom_hashes: 3,
         }
     }
