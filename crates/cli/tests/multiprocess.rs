@@ -830,3 +830,49 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
         unknown.len()
     );
 }
+
+/// Mediator over three processes: node 0's process hosts the TSO, the
+/// bench's own process coordinates native gets and puts and transactions
+/// (its TSO requests and the partitions' messages cross the network), the
+/// workload's check passes, and a node serves a native call too.
+#[test]
+fn ycsb_under_mediator_over_three_processes() {
+    let workload = [
+        "--keys",
+        "1000",
+        "--native-ratio",
+        "0.5",
+        "--read-ratio",
+        "0.5",
+        "--txn-size",
+        "4",
+    ];
+    let cluster = start_as("mediator", 3, "ycsb", &workload, "");
+    let mut args = vec!["bench", "ycsb"];
+    args.extend(workload);
+    args.extend([
+        "--cluster",
+        path(&cluster.config),
+        "--clients",
+        "8",
+        "--duration",
+        "3",
+        "--warmup",
+        "1",
+        "--check",
+    ]);
+    let o = brine(&args);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("check: passed"), "{out}");
+    let native = out
+        .lines()
+        .find(|l| l.starts_with("protocol:"))
+        .and_then(|l| l.split("native_ops=").nth(1))
+        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(native > 0, "native operations ran: {out}");
+    let c = brine(&["call", "--cluster", path(&cluster.config), "get", "7"]);
+    assert!(c.status.success(), "{}", text(&c));
+}

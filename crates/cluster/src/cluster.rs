@@ -388,6 +388,10 @@ impl Cluster {
             isolation: config.isolation,
             mutation: config.mutation,
             wal: wal.as_ref(),
+            hosting: hosting.as_ref().map(|h| crate::protocol::SetupHosting {
+                node: h.node,
+                peers: &h.peers,
+            }),
         };
         let protocol = protocol.start(&setup)?.unwrap_or(protocol);
         let mut procedures = HashMap::new();
@@ -419,7 +423,7 @@ impl Cluster {
                     partitions.push(PartitionRef {
                         id: PartitionId(p),
                         node,
-                        tx: crate::remote::spawn_proxy(p, peer.clone()),
+                        tx: crate::remote::spawn_proxy(p, peer.clone(), protocol.clone()),
                     });
                     continue;
                 }

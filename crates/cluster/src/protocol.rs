@@ -160,6 +160,58 @@ pub trait Protocol: Send + Sync + 'static {
     /// For a protocol's own code that finds itself behind `Arc<dyn
     /// Protocol>` (its statements' hooks).
     fn as_any(&self) -> &dyn Any;
+
+    /// Across processes, the coordinator's side of a protocol message
+    /// (`PartitionMsg::Protocol`) for a partition in another process: its
+    /// request as bytes, and what delivers the answer's bytes to its
+    /// reply. A protocol whose messages never leave their process has
+    /// none.
+    fn encode_message(&self, _msg: Box<dyn Any + Send>) -> Result<(Vec<u8>, WireAnswer)> {
+        Err(Error::Config(format!(
+            "protocol `{}` has no messages that cross processes",
+            self.name()
+        )))
+    }
+
+    /// The serving side: the message `bytes` encode, to hand to the
+    /// partition, with the future of its answer as bytes (`link` and
+    /// `node`: the serving node's, for the reply).
+    fn decode_message(
+        &self,
+        _link: &crate::link::Link,
+        _node: NodeId,
+        _bytes: &[u8],
+    ) -> Result<(Box<dyn Any + Send>, BoxFuture<'static, Result<Vec<u8>>>)> {
+        Err(Error::Config(format!(
+            "protocol `{}` has no messages that cross processes",
+            self.name()
+        )))
+    }
+
+    /// A request to a service of the protocol's own that this process
+    /// hosts (Mediator's TSO), from another process; the answer as bytes.
+    fn serve<'a>(&'a self, _bytes: Vec<u8>) -> BoxFuture<'a, Result<Vec<u8>>> {
+        let name = self.name();
+        Box::pin(async move {
+            Err(Error::Config(format!(
+                "protocol `{name}` serves no requests of its own"
+            )))
+        })
+    }
+}
+
+/// Delivers the bytes of a protocol message's answer to its reply (an
+/// error: the bytes are not the answer it waits for).
+pub type WireAnswer = Box<dyn FnOnce(Vec<u8>) -> Result<()> + Send>;
+
+/// Where this process stands in a multi-process cluster, for a protocol
+/// with a service of its own (`Setup::hosting`).
+pub struct SetupHosting<'a> {
+    /// The node this process is (above every node's for a
+    /// coordinator-only process).
+    pub node: NodeId,
+    /// The other nodes.
+    pub peers: &'a HashMap<NodeId, Arc<crate::remote::PeerClient>>,
 }
 
 /// What a protocol's [`Protocol::start`] sees of the cluster.
@@ -180,6 +232,9 @@ pub struct Setup<'a> {
     /// The cluster's logs, recovered, when it runs durably: a protocol
     /// may open logs of its own beside them (`WalSet::open_protocol_log`).
     pub wal: Option<&'a Arc<crate::durability::WalSet>>,
+    /// In a multi-process cluster, this process's node and its peers
+    /// (`None`: the embedded cluster).
+    pub hosting: Option<SetupHosting<'a>>,
 }
 
 /// One call of a procedure, handed to [`Protocol::run`].

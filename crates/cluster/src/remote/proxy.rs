@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use super::wire::{unexpected, WireGate, WireMsg, WireRequest, WireResponse};
 use super::PeerClient;
 use crate::message::{Gate, GateNotice, PartitionMsg, PartitionStatus, Vote, WaitGraph};
+use crate::protocol::Protocol;
 
 /// How long a commit decision is retried against an unreachable
 /// participant before it is left to that participant's recovery.
@@ -20,7 +21,11 @@ const COMMIT_RETRY_FOR: Duration = Duration::from_secs(60);
 
 /// Starts the proxy of remote partition `partition`: messages sent into
 /// the returned queue go to the peer over `client`.
-pub fn spawn_proxy(partition: u32, client: Arc<PeerClient>) -> mpsc::UnboundedSender<PartitionMsg> {
+pub fn spawn_proxy(
+    partition: u32,
+    client: Arc<PeerClient>,
+    protocol: Arc<dyn Protocol>,
+) -> mpsc::UnboundedSender<PartitionMsg> {
     let (tx, mut rx) = mpsc::unbounded_channel::<PartitionMsg>();
     let seen = Arc::new(Incarnations::default());
     tokio::spawn(async move {
@@ -28,7 +33,13 @@ pub fn spawn_proxy(partition: u32, client: Arc<PeerClient>) -> mpsc::UnboundedSe
             // Each request runs on its own: the coordinator never has two
             // requests of one transaction to one partition in flight, so
             // their order cannot matter.
-            tokio::spawn(forward(partition, client.clone(), seen.clone(), msg));
+            tokio::spawn(forward(
+                partition,
+                client.clone(),
+                seen.clone(),
+                protocol.clone(),
+                msg,
+            ));
         }
     });
     tx
@@ -74,6 +85,7 @@ async fn forward(
     partition: u32,
     client: Arc<PeerClient>,
     seen: Arc<Incarnations>,
+    protocol: Arc<dyn Protocol>,
     msg: PartitionMsg,
 ) {
     let request = |msg: WireMsg| WireRequest::Partition { partition, msg };
@@ -240,10 +252,29 @@ async fn forward(
                 tracing::warn!(%txn, "ungate not delivered: {}", unreachable(&e));
             }
         }
-        PartitionMsg::Protocol(_) => {
-            // Callas runs in one process only (Cluster::start refuses it
-            // on nodes), so this never crosses the network.
-            tracing::error!("a protocol's own message cannot be sent to another process");
+        PartitionMsg::Protocol(msg) => {
+            // The protocol encodes it (Mediator's messages; Callas runs in
+            // one process only, so its never get here). Unanswered, its
+            // reply is dropped: the sender sees the partition fail.
+            let (bytes, answer) = match protocol.encode_message(msg) {
+                Ok(encoded) => encoded,
+                Err(e) => {
+                    tracing::error!(partition, "a protocol message cannot cross processes: {e}");
+                    return;
+                }
+            };
+            match client.request(request(WireMsg::Protocol { bytes })).await {
+                Ok(WireResponse::Protocol(Ok(bytes))) => {
+                    if let Err(e) = answer(bytes) {
+                        tracing::error!(partition, "a protocol message's answer: {e}");
+                    }
+                }
+                Ok(WireResponse::Protocol(Err(e))) => {
+                    tracing::warn!(partition, "a protocol message failed: {e}");
+                }
+                Ok(other) => tracing::warn!(partition, "{}", unexpected(&other)),
+                Err(e) => tracing::warn!(partition, "{}", unreachable(&e)),
+            }
         }
         PartitionMsg::Protect { owner } => {
             // Lost, the protection still reaches the partition with the

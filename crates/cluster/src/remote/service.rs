@@ -256,6 +256,10 @@ impl NodeService {
                 WireResponse::Done
             ),
             WireMsg::Status => ask!(|reply| PartitionMsg::Status { reply }, WireResponse::Status),
+            // Served with the protocol at hand (`handle`).
+            WireMsg::Protocol { .. } => WireResponse::Refused(Error::Internal(
+                "a protocol message reached the partition service without its protocol".into(),
+            )),
             WireMsg::Verify => ask!(|reply| PartitionMsg::Verify { reply }, WireResponse::Done),
             WireMsg::AbortOrphans { coordinator } => ask!(
                 |reply| PartitionMsg::AbortOrphans { coordinator, reply },
@@ -306,7 +310,14 @@ impl NodeService {
     /// calls, interactive transactions and status from clients.
     pub async fn handle(&self, cluster: &Cluster, req: WireRequest) -> WireResponse {
         match req {
+            WireRequest::Partition {
+                partition,
+                msg: WireMsg::Protocol { bytes },
+            } => WireResponse::Protocol(self.serve_protocol(cluster, partition, &bytes).await),
             WireRequest::Partition { partition, msg } => self.serve(partition, msg).await,
+            WireRequest::Protocol { bytes } => {
+                WireResponse::Protocol(cluster.protocol().serve(bytes).await)
+            }
             WireRequest::Call { procedure, args } => WireResponse::Called(
                 cluster
                     .client()
@@ -351,6 +362,31 @@ impl NodeService {
                 Err(e) => WireResponse::Done(Err(e)),
             },
         }
+    }
+
+    /// A protocol's own message for local partition `partition`, decoded
+    /// by the protocol; its answer, encoded.
+    async fn serve_protocol(
+        &self,
+        cluster: &Cluster,
+        partition: u32,
+        bytes: &[u8],
+    ) -> Result<Vec<u8>> {
+        let tx = self.partitions.get(&partition).ok_or_else(|| {
+            Error::Config(format!(
+                "partition {partition} is not hosted by node {}",
+                self.node.0
+            ))
+        })?;
+        let (msg, answer) = cluster
+            .protocol()
+            .decode_message(&self.link, self.node, bytes)?;
+        tx.send(PartitionMsg::Protocol(msg)).map_err(|_| {
+            Error::Transport(format!(
+                "partition {partition} did not answer (shutting down?)"
+            ))
+        })?;
+        answer.await
     }
 
     /// This node's status (also what `brine status` shows).

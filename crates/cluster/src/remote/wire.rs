@@ -35,6 +35,9 @@ pub enum WireRequest {
     Decision { txn: TxnId },
     /// Node `node` restarted: end what its previous run left open here.
     PeerRestarted { node: u32 },
+    /// A request to a service of the protocol's own that the serving node
+    /// hosts (`Protocol::serve`: Mediator's TSO).
+    Protocol { bytes: Vec<u8> },
 }
 
 /// [`PartitionMsg`](crate::message::PartitionMsg) without its reply path,
@@ -105,6 +108,11 @@ pub enum WireMsg {
     Ungate {
         txn: TxnId,
     },
+    /// A protocol's own message (`PartitionMsg::Protocol`), as the
+    /// protocol encodes it (`Protocol::encode_message`).
+    Protocol {
+        bytes: Vec<u8>,
+    },
 }
 
 /// How a statement sent over the wire is gated (`message::Gate`).
@@ -151,6 +159,9 @@ pub enum WireResponse {
     /// The request was well-formed but cannot be served here (e.g. a
     /// partition this node does not host).
     Refused(Error),
+    /// The answer to a protocol's own message or request, as it encodes
+    /// it.
+    Protocol(Result<Vec<u8>>),
 }
 
 pub(super) fn unexpected(r: &WireResponse) -> Error {

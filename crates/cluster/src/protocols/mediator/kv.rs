@@ -9,7 +9,7 @@ use brine_sql::{Plan, Projection, QueryResult, SetExpr, Statement};
 pub type Item = (TableId, Key);
 
 /// A statement as Mediator runs it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum KvOp {
     /// `SELECT cols FROM t WHERE pk = ...`.
     Get { item: Item },

@@ -38,6 +38,7 @@ mod run;
 pub mod service;
 pub mod store;
 pub mod tso;
+mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -283,16 +284,27 @@ impl Protocol for Mediator {
             None => None,
         };
         let resume = logs.as_ref().map_or(0, |l| l.recovery.clock);
-        let tso = TsoHandle::spawn(
-            setup.link,
-            NodeId(setup.nodes + 1),
-            TsoConfig {
-                bloom_bits: self.options.bloom_bits,
-                ..TsoConfig::default()
-            },
-            resume,
-            self.options.snapshot_lifetime,
-        );
+        // The TSO is a node of its own; across processes node 0's process
+        // hosts it and the others reach it over the network.
+        let node = NodeId(setup.nodes + 1);
+        let tso = match &setup.hosting {
+            Some(h) if h.node != NodeId(0) => {
+                let peer = h.peers.get(&NodeId(0)).ok_or_else(|| {
+                    Error::Config("Mediator's TSO runs with node 0: its address is missing".into())
+                })?;
+                TsoHandle::remote(setup.link, node, peer.clone())
+            }
+            _ => TsoHandle::spawn(
+                setup.link,
+                node,
+                TsoConfig {
+                    bloom_bits: self.options.bloom_bits,
+                    ..TsoConfig::default()
+                },
+                resume,
+                self.options.snapshot_lifetime,
+            ),
+        };
         Ok(Some(Arc::new(Mediator {
             tso: Some(tso),
             logs,
@@ -354,5 +366,39 @@ impl Protocol for Mediator {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    fn encode_message(
+        &self,
+        msg: Box<dyn Any + Send>,
+    ) -> Result<(Vec<u8>, crate::protocol::WireAnswer)> {
+        let msg = msg
+            .downcast::<partition::MediatorMsg>()
+            .map_err(|_| Error::Internal("a message Mediator does not know".into()))?;
+        wire::encode_partition(*msg)
+    }
+
+    fn decode_message(
+        &self,
+        link: &crate::link::Link,
+        node: NodeId,
+        bytes: &[u8],
+    ) -> Result<(Box<dyn Any + Send>, BoxFuture<'static, Result<Vec<u8>>>)> {
+        let (msg, answer) = wire::decode_partition(link, node, bytes)?;
+        Ok((Box::new(msg), answer))
+    }
+
+    /// The TSO's requests from the other processes (this one hosts it).
+    fn serve<'a>(&'a self, bytes: Vec<u8>) -> BoxFuture<'a, Result<Vec<u8>>> {
+        Box::pin(async move {
+            let tso = self
+                .tso
+                .as_ref()
+                .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
+            let local = tso.local().ok_or_else(|| {
+                Error::Config("this process does not host Mediator's TSO (node 0 does)".into())
+            })?;
+            wire::serve_tso(&tso.link(), tso.node(), local, &bytes).await
+        })
     }
 }

@@ -60,7 +60,7 @@ pub enum MediatorMsg {
 
 /// A transactional get's snapshot is older than what the partition
 /// collected: the transaction outlived its snapshot's lifetime.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SnapshotGone;
 
 /// Mediator's state at one partition.

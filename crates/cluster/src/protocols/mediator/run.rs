@@ -20,7 +20,7 @@ use super::kv::{self, Item, KvOp};
 use super::partition::{MediatorMsg, SnapshotGone};
 use super::service::TsoMsg;
 use super::store::Ts;
-use super::tso::{Check, Refusal};
+use super::tso::{Check, Refusal, Status};
 use super::{Abandon, Mediator};
 use crate::coordinator::{CallOutcome, ProcCtx, Retries, Shared, TxnState};
 use crate::message::PartitionMsg;
@@ -38,8 +38,11 @@ pub(super) const HELPER_COMMITTED: usize = 6;
 pub(super) const HELPER_ABORTED: usize = 7;
 
 /// Re-reads of a version still being written back before the
-/// transaction aborts.
-const RETRY_GET: u32 = 3;
+/// transaction aborts (`stale_reads`), each after twice the last pause,
+/// from `RETRY_PAUSE`: 8 of them wait some 13 ms in all, enough for a
+/// write-back across processes.
+const RETRY_GET: u32 = 8;
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// A transaction's state at its coordinator.
 struct MedTxn {
@@ -230,6 +233,7 @@ async fn tx_exec(ctx: &mut ProcCtx, plan: Arc<Plan>, args: Vec<Value>) -> Result
                 return Ok(kv::get_result(&plan, Some(&row)));
             }
             let serializable = level == super::Level::Serializable;
+            let mut expected = expected;
             let mut tries = 0;
             loop {
                 tries += 1;
@@ -271,7 +275,34 @@ async fn tx_exec(ctx: &mut ProcCtx, plan: Arc<Plan>, args: Vec<Value>) -> Result
                     ctx.state.lock().doomed = Some(cause);
                     return Err(Error::Aborted(cause));
                 }
-                tokio::task::yield_now().await;
+                // The version it must see is not there: still being
+                // written back (wait), written back since (read again), or
+                // its transaction aborted after all (then it must not see
+                // it: the next version it must see, if any).
+                let tso = m
+                    .tso
+                    .as_ref()
+                    .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
+                let status = tso
+                    .ask(ctx.node, |reply| TsoMsg::Status {
+                        commit: expected,
+                        reply,
+                    })
+                    .await?;
+                match status {
+                    Some(Status::Active) => {
+                        tokio::time::sleep(RETRY_PAUSE * (1 << (tries - 1))).await;
+                    }
+                    Some(Status::Aborted) => {
+                        let mut st = ctx.state.lock();
+                        let t = med(&mut st);
+                        t.pending.retain(|(c, _)| *c != expected);
+                        expected = expected_version(&t.pending, &item);
+                    }
+                    // Committed (written back), or complete and collected:
+                    // read again.
+                    Some(Status::Committed) | None => {}
+                }
             }
         }
         op => {

@@ -18,6 +18,7 @@ const TICK: Duration = Duration::from_millis(10);
 
 /// A transaction's start: its timestamp and the oracle's state it needs
 /// (transactions serialized before it, still writing back).
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Begun {
     pub start: Ts,
     pub pending: Vec<(Ts, Vec<Item>)>,
@@ -57,6 +58,12 @@ pub enum TsoMsg {
     Unresolved {
         reply: Reply<Vec<(Ts, Ts)>>,
     },
+    /// The status of the commit serialized at `commit` (`None`: no longer
+    /// in the ring, so complete).
+    Status {
+        commit: Ts,
+        reply: Reply<Option<super::tso::Status>>,
+    },
     /// The TSO stops (operations, and tests of an unreachable TSO): every
     /// later request goes unanswered.
     Stop,
@@ -70,9 +77,18 @@ pub const SNAPSHOT_LIFETIME: Duration = Duration::from_secs(10);
 /// The way to the TSO.
 #[derive(Clone)]
 pub struct TsoHandle {
-    tx: mpsc::UnboundedSender<TsoMsg>,
+    route: Route,
     node: NodeId,
     link: Link,
+}
+
+/// Where the TSO runs.
+#[derive(Clone)]
+enum Route {
+    /// In this process: its queue.
+    Local(mpsc::UnboundedSender<TsoMsg>),
+    /// In another process (node 0's, across processes), over the network.
+    Remote(std::sync::Arc<crate::remote::PeerClient>),
 }
 
 impl TsoHandle {
@@ -90,19 +106,74 @@ impl TsoHandle {
         tso.resume(after);
         tokio::spawn(run(tso, rx, lifetime));
         TsoHandle {
-            tx,
+            route: Route::Local(tx),
             node,
             link: link.clone(),
         }
     }
 
-    /// Sends a message from node `from` (no answer).
+    /// The TSO another process hosts (`node`, reached through `peer`).
+    pub fn remote(
+        link: &Link,
+        node: NodeId,
+        peer: std::sync::Arc<crate::remote::PeerClient>,
+    ) -> TsoHandle {
+        TsoHandle {
+            route: Route::Remote(peer),
+            node,
+            link: link.clone(),
+        }
+    }
+
+    pub fn link(&self) -> Link {
+        self.link.clone()
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The TSO's queue, if this process hosts it.
+    pub fn local(&self) -> Option<&mpsc::UnboundedSender<TsoMsg>> {
+        match &self.route {
+            Route::Local(tx) => Some(tx),
+            Route::Remote(_) => None,
+        }
+    }
+
+    /// Sends a message from node `from` (no answer). A TSO that went away
+    /// no longer listens: its reply, if any, is dropped.
     pub fn send(&self, from: NodeId, msg: TsoMsg) {
-        let tx = self.tx.clone();
-        // A TSO that went away (shutdown) no longer listens.
-        self.link.send(from, self.node, move || {
-            let _ = tx.send(msg);
-        });
+        match &self.route {
+            Route::Local(tx) => {
+                let tx = tx.clone();
+                self.link.send(from, self.node, move || {
+                    let _ = tx.send(msg);
+                });
+            }
+            Route::Remote(peer) => {
+                let (bytes, answer) = match super::wire::encode_tso(msg) {
+                    Ok(encoded) => encoded,
+                    Err(e) => {
+                        tracing::error!("a TSO message: {e}");
+                        return;
+                    }
+                };
+                let peer = peer.clone();
+                tokio::spawn(async move {
+                    let req = crate::remote::WireRequest::Protocol { bytes };
+                    match peer.request(req).await {
+                        Ok(crate::remote::WireResponse::Protocol(Ok(bytes))) => {
+                            if let Err(e) = answer(bytes) {
+                                tracing::error!("the TSO's answer: {e}");
+                            }
+                        }
+                        Ok(other) => tracing::warn!("the TSO: {other:?}"),
+                        Err(e) => tracing::warn!("the TSO at {}: {e}", peer.addr()),
+                    }
+                });
+            }
+        }
     }
 
     /// Asks from node `from` and awaits the answer.
@@ -191,6 +262,7 @@ fn handle(
         TsoMsg::Ended { start } => tso.end(start),
         TsoMsg::Oldest { reply } => reply.send(tso.oldest_active()),
         TsoMsg::Unresolved { reply } => reply.send(tso.unresolved(Ts::MAX)),
+        TsoMsg::Status { commit, reply } => reply.send(tso.status(commit)),
         TsoMsg::Stop => {}
     }
 }

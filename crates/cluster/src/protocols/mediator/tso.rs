@@ -12,7 +12,7 @@ use super::bloom::Bloom;
 use super::store::Ts;
 
 /// A ring entry's status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Status {
     /// Serialized (it has its commit timestamp), still checking conflicts
     /// with native puts or writing back.
@@ -32,7 +32,7 @@ pub enum Check {
 }
 
 /// Why the TSO refused a commit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Refusal {
     /// The transaction began before the ring's horizon (`ts_min`): its
     /// conflicts can no longer be checked.
