@@ -181,7 +181,7 @@ pub trait Protocol: Send + Sync + 'static {
         _link: &crate::link::Link,
         _node: NodeId,
         _bytes: &[u8],
-    ) -> Result<(Box<dyn Any + Send>, BoxFuture<'static, Result<Vec<u8>>>)> {
+    ) -> Result<(Box<dyn Any + Send>, WireAnswering)> {
         Err(Error::Config(format!(
             "protocol `{}` has no messages that cross processes",
             self.name()
@@ -203,6 +203,9 @@ pub trait Protocol: Send + Sync + 'static {
 /// Delivers the bytes of a protocol message's answer to its reply (an
 /// error: the bytes are not the answer it waits for).
 pub type WireAnswer = Box<dyn FnOnce(Vec<u8>) -> Result<()> + Send>;
+
+/// The future of a decoded protocol message's answer, as bytes.
+pub type WireAnswering = BoxFuture<'static, Result<Vec<u8>>>;
 
 /// Where this process stands in a multi-process cluster, for a protocol
 /// with a service of its own (`Setup::hosting`).

@@ -383,7 +383,7 @@ impl Protocol for Mediator {
         link: &crate::link::Link,
         node: NodeId,
         bytes: &[u8],
-    ) -> Result<(Box<dyn Any + Send>, BoxFuture<'static, Result<Vec<u8>>>)> {
+    ) -> Result<(Box<dyn Any + Send>, crate::protocol::WireAnswering)> {
         let (msg, answer) = wire::decode_partition(link, node, bytes)?;
         Ok((Box::new(msg), answer))
     }

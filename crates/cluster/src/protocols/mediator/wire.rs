@@ -11,7 +11,6 @@
 //! ```
 
 use brine_core::{Error, Result, Row};
-use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -22,7 +21,7 @@ use super::service::TsoMsg;
 use super::store::Ts;
 use crate::link::Link;
 use crate::message::Reply;
-use crate::protocol::WireAnswer;
+use crate::protocol::{WireAnswer, WireAnswering};
 
 /// A partition message without its reply.
 #[derive(Serialize, Deserialize)]
@@ -109,7 +108,7 @@ fn no_answer() -> WireAnswer {
 fn local_reply<T: Serialize + Send + 'static>(
     link: &Link,
     node: brine_core::NodeId,
-) -> (Reply<T>, BoxFuture<'static, Result<Vec<u8>>>) {
+) -> (Reply<T>, WireAnswering) {
     let (reply, rx) = Reply::channel(link, node, node);
     let answer = Box::pin(async move {
         let v = rx.await.map_err(|_| {
@@ -149,7 +148,7 @@ pub fn decode_partition(
     link: &Link,
     node: brine_core::NodeId,
     bytes: &[u8],
-) -> Result<(MediatorMsg, BoxFuture<'static, Result<Vec<u8>>>)> {
+) -> Result<(MediatorMsg, WireAnswering)> {
     Ok(match from_bytes(bytes)? {
         PartitionRequest::Get { item } => {
             let (reply, a) = local_reply(link, node);
@@ -236,7 +235,7 @@ pub async fn serve_tso(
     bytes: &[u8],
 ) -> Result<Vec<u8>> {
     let gone = || Error::Transport("the TSO stopped".into());
-    let (msg, a): (TsoMsg, Option<BoxFuture<'static, Result<Vec<u8>>>>) = match from_bytes(bytes)? {
+    let (msg, a): (TsoMsg, Option<WireAnswering>) = match from_bytes(bytes)? {
         TsoRequest::Begin => {
             let (reply, a) = local_reply(link, node);
             (TsoMsg::Begin { reply }, Some(a))
