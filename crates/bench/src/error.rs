@@ -34,6 +34,9 @@ pub enum BenchError {
         #[source]
         source: std::io::Error,
     },
+    /// A report that the rho x nu plot cannot draw (`report::plot`).
+    #[error("cannot plot the report: {0}")]
+    Plot(String),
     /// Something in the driver itself went wrong (a client task panicked, a
     /// histogram could not be built).
     #[error("benchmark driver error: {0}")]

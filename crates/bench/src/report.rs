@@ -25,6 +25,8 @@ use serde_json::{Map, Value as Json};
 
 use crate::recorder::ProcSummary;
 
+pub mod plot;
+
 /// One measured point: one protocol, one client count, one workload variant.
 #[derive(Clone, Debug, Serialize)]
 pub struct PointResult {

@@ -153,6 +153,26 @@ brine check h.jsonl --export-elle h.edn --elle-model rw-register\n  \
 brine check --self-bench 100000"
     )]
     Check(CheckArgs),
+    /// Draw the rho x nu equilibrium plot (SVG) of a saved ycsb report
+    /// (--json FILE of a two-protocol --read-ratio x --native-ratio sweep).
+    #[command(
+        long_about = "Draw the rho x nu equilibrium plot of a saved ycsb report, without running \
+anything.\n\n\
+The report must compare two protocols (--compare BASELINE,CANDIDATE) over a sweep of at least two \
+--read-ratio (rho, the x axis) and two --native-ratio (nu, the y axis) values, every other \
+workload parameter held. Each cell is coloured by the candidate's operations per second over the \
+baseline's (calls per second x operations per call; log2 scale, blue above 1, red below, white at \
+1) and labelled with that ratio; the black line is the equilibrium where the ratio crosses 1 \
+(log ratio interpolated linearly between cells), and the caption says where each rho column \
+crosses, or which protocol wins at every nu. With several client counts, the largest is drawn \
+unless --clients picks one; with --rounds, each protocol's median. See docs/bench.md.",
+        after_long_help = "Examples:\n  \
+brine bench ycsb --compare omid,mediator --read-ratio 0,0.5,1 --native-ratio 0,0.5,1 --clients 32 \
+--json grid.json --plot grid.svg\n  \
+brine plot grid.json --out grid.svg\n  \
+brine plot grid.json --out grid-8.svg --clients 8"
+    )]
+    Plot(PlotArgs),
     /// Static analysis for Runtime Pipelining: ranks, pieces per procedure,
     /// remaining conflicts, classic chopping; Graphviz DOT with --dot.
     Analyze(analyze::AnalyzeArgs),
@@ -344,6 +364,12 @@ struct BenchArgs {
     /// Write the JSON report (DESIGN section 7) to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
+
+    /// ycsb: draw the rho x nu equilibrium plot (SVG) of the run to this file: the ratio
+    /// of the second --compare protocol's operations per second over the first's, per
+    /// --read-ratio x --native-ratio cell, at the largest client count (see `brine plot`).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
 
     /// Drive a running multi-process cluster (its cluster file, e.g. from
     /// `brine cluster up`) instead of an embedded one: this process loads
@@ -678,6 +704,11 @@ async fn bench(args: BenchArgs) -> Result<(), BenchError> {
     }
     let workloads = workloads_from(&args)?;
     spec.validate()?;
+    let modes = durability_modes(&args.durability)?;
+    if args.plot.is_some() {
+        let variants: Vec<_> = workloads.iter().map(|w| w.params()).collect();
+        brine_bench::report::plot::check_sweep(&spec.protocols, modes.len(), &variants)?;
+    }
     // Open the report file before running, so a bad path fails in a second
     // rather than after the whole sweep.
     let json_file = match &args.json {
@@ -690,8 +721,11 @@ async fn bench(args: BenchArgs) -> Result<(), BenchError> {
         )),
         None => None,
     };
+    let plot_file = match &args.plot {
+        Some(path) => Some((path, create_file(path)?)),
+        None => None,
+    };
     let name = workloads.first().map(|w| w.name()).unwrap_or("?");
-    let modes = durability_modes(&args.durability)?;
     let report =
         brine_bench::durability::run_bench_durability(&spec, &workloads, &modes, |point| {
             println!("{}", render_point(name, point));
@@ -709,7 +743,70 @@ async fn bench(args: BenchArgs) -> Result<(), BenchError> {
             })?;
         println!("wrote {}", path.display());
     }
+    if let Some((path, file)) = plot_file {
+        let opts = brine_bench::report::plot::PlotOptions::default();
+        let svg = brine_bench::report::plot::svg_of_report(&report, &opts)?;
+        write_file(path, file, &svg)?;
+    }
     Ok(())
+}
+
+fn create_file(path: &std::path::Path) -> Result<std::fs::File, BenchError> {
+    std::fs::File::create(path).map_err(|source| BenchError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn write_file(
+    path: &std::path::Path,
+    mut file: std::fs::File,
+    text: &str,
+) -> Result<(), BenchError> {
+    file.write_all(text.as_bytes())
+        .map_err(|source| BenchError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+struct PlotArgs {
+    /// The JSON report of a `brine bench ycsb --compare A,B --read-ratio LIST
+    /// --native-ratio LIST` run (--json FILE).
+    #[arg(value_name = "REPORT")]
+    report: std::path::PathBuf,
+    /// The SVG file to write [default: REPORT with the extension .svg].
+    #[arg(long, value_name = "FILE")]
+    out: Option<std::path::PathBuf>,
+    /// The client count to draw [default: the largest in the report].
+    #[arg(long, value_name = "N")]
+    clients: Option<u32>,
+}
+
+/// `brine plot`: the report's SVG, written to --out.
+fn plot_command(args: &PlotArgs) -> Result<(), BenchError> {
+    let text = std::fs::read_to_string(&args.report)
+        .map_err(|e| BenchError::Plot(format!("cannot read {}: {e}", args.report.display())))?;
+    let report: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| BenchError::Plot(format!("{} is not JSON: {e}", args.report.display())))?;
+    let opts = brine_bench::report::plot::PlotOptions {
+        clients: args.clients,
+    };
+    let svg = brine_bench::report::plot::svg_of_json(&report, &opts)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.report.with_extension("svg"));
+    if out == args.report {
+        return Err(BenchError::Plot(format!(
+            "--out {} would overwrite the report",
+            out.display()
+        )));
+    }
+    write_file(&out, create_file(&out)?, &svg)
 }
 
 async fn group_command(args: BenchArgs) -> Result<(), BenchError> {
@@ -882,6 +979,15 @@ fn main() -> ExitCode {
     }
     if let Command::Analyze(args) = &cli.command {
         return analyze::run(args);
+    }
+    if let Command::Plot(args) = &cli.command {
+        return match plot_command(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if let Some(code) = run_process_command(&cli.command) {
         return code;
@@ -1078,6 +1184,113 @@ mod tests {
         // Only callas takes a label.
         let salt = spec_from(&parse(&["tpcc", "--compare", "acid,salt@a"]))?;
         assert!(salt.validate().is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn plot_args_parse() {
+        match Cli::try_parse_from([
+            "brine",
+            "plot",
+            "r.json",
+            "--out",
+            "r.svg",
+            "--clients",
+            "8",
+        ]) {
+            Ok(Cli {
+                command: Command::Plot(p),
+                ..
+            }) => {
+                assert_eq!(p.report, std::path::PathBuf::from("r.json"));
+                assert_eq!(p.out, Some("r.svg".into()));
+                assert_eq!(p.clients, Some(8));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["brine", "plot"]).is_err(),
+            "needs a report"
+        );
+        let b = parse(&["ycsb", "--compare", "omid,mediator", "--plot", "g.svg"]);
+        assert_eq!(b.plot, Some("g.svg".into()));
+    }
+
+    /// `--plot` on a run it cannot draw fails before anything runs (and
+    /// before the file is created).
+    fn plot_refusal(args: &[&str]) -> String {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let svg = dir.path().join("p.svg");
+        let mut v = args.to_vec();
+        let svg_arg = svg.display().to_string();
+        v.extend([
+            "--plot",
+            svg_arg.as_str(),
+            "--duration",
+            "0.01",
+            "--warmup",
+            "0",
+        ]);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let e = match rt.block_on(bench(parse(&v))) {
+            Err(e @ BenchError::Plot(_)) => e.to_string(),
+            other => panic!("{args:?}: {other:?}"),
+        };
+        assert!(!svg.exists(), "{args:?} created the plot file");
+        e
+    }
+
+    #[test]
+    fn plot_is_refused_before_a_run_it_cannot_draw() {
+        let grid = ["--read-ratio", "0,1", "--native-ratio", "0,1"];
+        let one = plot_refusal(&[&["ycsb", "--protocol", "mediator"], &grid[..]].concat());
+        assert!(one.contains("two protocols"), "{one}");
+        let flat = plot_refusal(&["ycsb", "--compare", "omid,mediator", "--read-ratio", "0,1"]);
+        assert!(flat.contains("native_ratio"), "{flat}");
+        let sizes = plot_refusal(
+            &[
+                &["ycsb", "--compare", "omid,mediator", "--txn-size", "1,4"],
+                &grid[..],
+            ]
+            .concat(),
+        );
+        assert!(sizes.contains("txn_size"), "{sizes}");
+        let micro = plot_refusal(&[
+            "micro",
+            "--compare",
+            "acid@wait-die,salt",
+            "--rows",
+            "10,100",
+        ]);
+        assert!(micro.contains("read_ratio"), "{micro}");
+    }
+
+    #[test]
+    fn plot_command_draws_a_saved_report() -> Result<(), BenchError> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let report = dir.path().join("grid.json");
+        let saved = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/results/mediator-2026-11-26/grid-u4.json"
+        );
+        std::fs::copy(saved, &report).expect("copying the saved report");
+        let args = PlotArgs {
+            report: report.clone(),
+            out: None,
+            clients: None,
+        };
+        plot_command(&args)?;
+        let svg = std::fs::read_to_string(dir.path().join("grid.svg")).expect("the SVG");
+        assert_eq!(svg.matches("<text class=\"ratio\"").count(), 9);
+        assert!(svg.contains("ycsb U4, 100000 keys, zipfian, 32 clients: mediator vs omid"));
+        let wrong = PlotArgs {
+            clients: Some(5),
+            ..args
+        };
+        assert!(matches!(plot_command(&wrong), Err(BenchError::Plot(_))));
         Ok(())
     }
 

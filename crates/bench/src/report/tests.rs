@@ -1,7 +1,13 @@
 use super::*;
 use serde_json::json;
 
-fn point(protocol: &str, pi: usize, variant: usize, clients: u32, tps: f64) -> PointResult {
+pub(crate) fn point(
+    protocol: &str,
+    pi: usize,
+    variant: usize,
+    clients: u32,
+    tps: f64,
+) -> PointResult {
     let mut params = Map::new();
     params.insert("rows".into(), json!(10 * (variant + 1)));
     PointResult {
