@@ -69,6 +69,7 @@ pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
     config.link.delay_us = 0;
     config.link.jitter_us = 0;
     config.lock.policy = brine_cluster::protocols::default_deadlock_policy(&file.protocol);
+    config.services = file.services.clone();
     Ok(config)
 }
 
@@ -112,14 +113,23 @@ pub struct ServerArgs {
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
     /// Which node of the cluster file this process is.
-    #[arg(long, value_name = "N")]
-    pub node: u32,
+    #[arg(long, value_name = "N", required_unless_present = "service")]
+    pub node: Option<u32>,
+    /// Run the protocol's service NAME (Mediator: `tso`) instead of a
+    /// node, at the address the cluster file's `[services]` gives it.
+    #[arg(long, value_name = "NAME", conflicts_with = "node")]
+    pub service: Option<String>,
 }
 
-/// Runs one node until Ctrl-C or SIGTERM.
+/// Runs one node, or one of the protocol's services, until Ctrl-C or
+/// SIGTERM.
 pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
     let file = read_file(&args.config)?;
-    let me = args.node;
+    let me = match (args.node, &args.service) {
+        (_, Some(name)) => return service(&file, name).await,
+        (Some(n), None) => n,
+        (None, None) => return Err(NodeError::Config("--node N or --service NAME".into())),
+    };
     let addr: SocketAddr = file
         .address(me)?
         .parse()
@@ -261,6 +271,64 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         cluster.close_logs();
         eprintln!("brine node {me}: stopped ({outcome:?})");
     }
+    Ok(())
+}
+
+/// Runs the protocol's service `name` (Mediator's TSO) as a process of
+/// its own: it hosts no partition and answers the protocol's requests of
+/// the nodes and clients until Ctrl-C or SIGTERM.
+async fn service(file: &ClusterFile, name: &str) -> Result<(), NodeError> {
+    let addr: SocketAddr = file
+        .services
+        .get(name)
+        .ok_or_else(|| {
+            NodeError::Config(format!(
+                "the cluster file gives service `{name}` no address ([services] {name} = \"host:port\")"
+            ))
+        })?
+        .parse()
+        .map_err(|e| NodeError::Config(format!("address of service {name}: {e}")))?;
+    let addresses: Vec<String> = file.nodes.iter().map(|n| n.address.clone()).collect();
+    let peers = remote::peer_clients(&addresses, None).map_err(|source| NodeError::Engine {
+        context: format!("service {name}'s peers"),
+        source,
+    })?;
+    let mut config = cluster_config(file)?;
+    config.hosts_service = Some(name.to_string());
+    let cluster = Cluster::start_service(config, application(file)?, peers).map_err(|source| {
+        NodeError::Engine {
+            context: format!("starting service {name}"),
+            source,
+        }
+    })?;
+    let only = name.to_string();
+    let handler = move |req: WireRequest| {
+        let (cluster, only) = (cluster.clone(), only.clone());
+        async move {
+            match req {
+                WireRequest::Protocol { bytes } => {
+                    WireResponse::Protocol(cluster.protocol().serve(bytes).await)
+                }
+                _ => WireResponse::Refused(brine_core::Error::Config(format!(
+                    "this process runs the protocol's `{only}` service only"
+                ))),
+            }
+        }
+    };
+    let server = brine_net::Server::bind(addr, brine_net::ServerConfig::default(), handler)
+        .await
+        .map_err(|source| NodeError::Net {
+            context: format!("service {name} listening on {addr}"),
+            source,
+        })?;
+    eprintln!(
+        "brine service {name} of protocol {} serving on {}",
+        file.protocol,
+        server.local_addr()
+    );
+    wait_for_stop().await;
+    let outcome = server.shutdown().await;
+    eprintln!("brine service {name}: stopped ({outcome:?})");
     Ok(())
 }
 
@@ -547,7 +615,28 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
     }
     let io = |context: String| move |source| NodeError::Io { context, source };
     std::fs::create_dir_all(&args.dir).map_err(io(format!("creating {}", args.dir.display())))?;
+    // The protocol's own services (Mediator's TSO) get processes of their
+    // own, on the ports after the nodes'.
+    let own: &[&str] = brine_cluster::protocols::build(
+        &args.protocol,
+        &brine_cluster::ClusterConfig {
+            protocol: args.protocol.clone(),
+            ..Default::default()
+        },
+        &[],
+    )
+    .map(|p| p.own_processes())
+    .unwrap_or(&[]);
+    let services: std::collections::BTreeMap<String, String> = own
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let port = u32::from(args.port) + args.nodes + i as u32;
+            (name.to_string(), format!("127.0.0.1:{port}"))
+        })
+        .collect();
     let file = ClusterFile {
+        services: services.clone(),
         workload: args.workload.clone(),
         workload_args: args
             .workload_args
@@ -598,9 +687,38 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
             .map_err(io(format!("starting node {n}")))?;
         children.push(child);
     }
+    for name in services.keys() {
+        let log_path = args.dir.join(format!("service-{name}.log"));
+        let log = std::fs::File::create(&log_path)
+            .map_err(io(format!("creating {}", log_path.display())))?;
+        let err = log
+            .try_clone()
+            .map_err(io(format!("opening {}", log_path.display())))?;
+        let child = tokio::process::Command::new(&exe)
+            .arg("server")
+            .arg("--config")
+            .arg(&path)
+            .arg("--service")
+            .arg(name)
+            .stdout(log)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io(format!("starting service {name}")))?;
+        children.push(child);
+    }
     println!(
-        "cluster of {} nodes up: {} (logs in {}); Ctrl-C stops it",
+        "cluster of {} nodes{} up: {} (logs in {}); Ctrl-C stops it",
         args.nodes,
+        if services.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " and {} service process(es) ({})",
+                services.len(),
+                services.keys().cloned().collect::<Vec<_>>().join(", ")
+            )
+        },
         path.display(),
         args.dir.display()
     );
@@ -625,10 +743,18 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         }
     }
     match exited {
-        Some((n, status)) => Err(NodeError::Config(format!(
-            "node {n} exited ({status}); see {}",
-            args.dir.join(format!("node-{n}.log")).display()
-        ))),
+        Some((n, status)) => {
+            let (what, log) = match services.keys().nth(n.saturating_sub(args.nodes as usize)) {
+                Some(name) if n >= args.nodes as usize => {
+                    (format!("service {name}"), format!("service-{name}.log"))
+                }
+                _ => (format!("node {n}"), format!("node-{n}.log")),
+            };
+            Err(NodeError::Config(format!(
+                "{what} exited ({status}); see {}",
+                args.dir.join(log).display()
+            )))
+        }
         None => {
             println!("cluster stopped");
             Ok(())
@@ -927,6 +1053,7 @@ pub fn use_cluster_file(
     spec.protocols = vec![file.protocol.clone()];
     spec.cluster.protocol = file.protocol.clone();
     spec.cluster.isolation = isolation;
+    spec.cluster.services = file.services.clone();
     if file.workload != workload {
         return Err(BenchError::Config(format!(
             "the cluster at {} runs workload `{}`, not `{workload}`",

@@ -876,3 +876,74 @@ fn ycsb_under_mediator_over_three_processes() {
     let c = brine(&["call", "--cluster", path(&cluster.config), "get", "7"]);
     assert!(c.status.success(), "{}", text(&c));
 }
+
+/// Mediator's TSO in a process of its own (`brine server --service
+/// tso`, as `brine cluster up` starts it): the nodes and the bench reach
+/// it over the network. Once it stops, a transaction fails with an error
+/// that names it, while native gets and puts go on.
+#[test]
+fn mediator_s_tso_runs_in_a_process_of_its_own() {
+    let workload = ["--keys", "1000", "--native-ratio", "0.5", "--txn-size", "4"];
+    let tso_port = free_ports(1)[0];
+    let extra = format!("[services]\ntso = \"127.0.0.1:{tso_port}\"\n");
+    let mut cluster = start_as("mediator", 2, "ycsb", &workload, &extra);
+    let log = std::fs::File::create(cluster.dir.path().join("tso.log")).expect("log file");
+    let tso = Command::new(BRINE)
+        .args([
+            "server",
+            "--config",
+            path(&cluster.config),
+            "--service",
+            "tso",
+        ])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starting the TSO");
+    cluster.children.push(tso);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", tso_port)).is_err() {
+        assert!(Instant::now() < deadline, "the TSO did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut args = vec!["bench", "ycsb"];
+    args.extend(workload);
+    args.extend([
+        "--cluster",
+        path(&cluster.config),
+        "--clients",
+        "4",
+        "--duration",
+        "2",
+        "--warmup",
+        "1",
+        "--check",
+    ]);
+    let o = brine(&args);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("check: passed"), "{out}");
+    let tso = cluster.children.last_mut().expect("the TSO");
+    tso.kill().expect("stopping the TSO");
+    tso.wait().expect("the TSO stopped");
+    let txn = brine(&[
+        "call",
+        "--cluster",
+        path(&cluster.config),
+        "txn",
+        "1",
+        "5",
+        "7",
+    ]);
+    assert!(!txn.status.success(), "{}", text(&txn));
+    assert!(text(&txn).contains("TSO"), "{}", text(&txn));
+    let put = brine(&["call", "--cluster", path(&cluster.config), "put", "9", "5"]);
+    assert!(put.status.success(), "{}", text(&put));
+    let get = brine(&["call", "--cluster", path(&cluster.config), "get", "5"]);
+    assert!(get.status.success(), "{}", text(&get));
+    assert!(
+        String::from_utf8_lossy(&get.stdout).contains('9'),
+        "{}",
+        text(&get)
+    );
+}

@@ -31,6 +31,11 @@ pub struct ClusterFile {
     /// `data_dir/node-<n>` (relative paths are relative to the file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<String>,
+    /// Addresses of the protocol's services that run in processes of
+    /// their own (`brine server --service NAME`), by name: Mediator's
+    /// `tso = "host:port"`. Without one, node 0's process hosts it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub services: std::collections::BTreeMap<String, String>,
     /// One entry per node, ids 0..n in order.
     pub nodes: Vec<NodeEntry>,
 }

@@ -88,6 +88,12 @@ pub struct ClusterConfig {
     /// Mediator: snapshot lifetime, the helper's patience, the TSO's
     /// write-set filters (protocols `mediator`, `mediator-ser`, `omid`).
     pub mediator: crate::protocols::mediator::MediatorOptions,
+    /// Across processes: the addresses of the protocol's services that run
+    /// in processes of their own (`Protocol::own_processes`), by name.
+    pub services: std::collections::BTreeMap<String, String>,
+    /// This process hosts that service of the protocol (`brine server
+    /// --service NAME`) and no partition.
+    pub hosts_service: Option<String>,
 }
 
 impl Default for ClusterConfig {
@@ -114,6 +120,8 @@ impl Default for ClusterConfig {
             safe_mode: Default::default(),
             rank_holds: true,
             mediator: Default::default(),
+            services: Default::default(),
+            hosts_service: None,
         }
     }
 }
@@ -292,6 +300,41 @@ impl Cluster {
         Ok((cluster, service))
     }
 
+    /// Runs a service of the protocol's own in this process (`brine server
+    /// --service NAME`: Mediator's TSO), for a multi-process cluster whose
+    /// nodes `peers` reach. Like [`Cluster::connect`] it hosts no
+    /// partition; `config.hosts_service` names the service.
+    pub fn start_service(
+        config: ClusterConfig,
+        app: Application,
+        peers: HashMap<NodeId, Arc<PeerClient>>,
+    ) -> Result<Cluster> {
+        let service = config
+            .hosts_service
+            .clone()
+            .ok_or_else(|| Error::Config("a service process needs the service it hosts".into()))?;
+        let names: Vec<&str> = app.procedures.iter().map(|d| d.name.as_str()).collect();
+        let protocol = crate::protocols::build(&config.protocol, &config, &names)?;
+        if !protocol.own_processes().contains(&service.as_str()) {
+            return Err(Error::Config(format!(
+                "protocol `{}` has no service `{service}` (it has: {:?})",
+                config.protocol,
+                protocol.own_processes()
+            )));
+        }
+        let here = NodeId(config.nodes + 1);
+        Ok(Cluster::start_hosting(
+            config,
+            app,
+            Some(Hosting {
+                node: here,
+                peers,
+                book: None,
+            }),
+        )?
+        .0)
+    }
+
     /// Joins a running multi-process cluster as a coordinator only (as the
     /// sources' clients did): this process hosts no partition, reaches
     /// every partition through `peers` (one client per node), and
@@ -304,8 +347,9 @@ impl Cluster {
         app: Application,
         peers: HashMap<NodeId, Arc<PeerClient>>,
     ) -> Result<Cluster> {
-        let spare = 255u32.saturating_sub(config.nodes).max(1);
-        let tag = config.nodes + 1 + rand::random::<u32>() % spare;
+        // Above the nodes and the service processes' id (nodes + 1).
+        let spare = 254u32.saturating_sub(config.nodes).max(1);
+        let tag = config.nodes + 2 + rand::random::<u32>() % spare;
         let here = NodeId(tag.min(255));
         for n in (0..config.nodes).map(NodeId) {
             if !peers.contains_key(&n) {

@@ -188,6 +188,14 @@ pub trait Protocol: Send + Sync + 'static {
         )))
     }
 
+    /// The services of the protocol's own that run in a process of their
+    /// own in a multi-process cluster (Mediator: `tso`), by name: `brine
+    /// cluster up` starts one `brine server --service NAME` for each, and
+    /// `ClusterConfig::services` gives the others their addresses.
+    fn own_processes(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// A request to a service of the protocol's own that this process
     /// hosts (Mediator's TSO), from another process; the answer as bytes.
     fn serve<'a>(&'a self, _bytes: Vec<u8>) -> BoxFuture<'a, Result<Vec<u8>>> {

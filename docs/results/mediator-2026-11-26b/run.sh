@@ -15,8 +15,8 @@ run single-ops bench ycsb --compare raw,omid,mediator --keys 100000 --native-rat
 # U_1 traffic, all transactional: the no-commit and local-commit shortcuts.
 run u1 bench ycsb --compare omid,mediator --keys 100000 --native-ratio 0 --txn-size 1 --read-ratio 0.9,0.5,0 --clients 8,32,64 --duration 3 --warmup 1 --check
 # The rho x nu grid at U_4 and U_20, 32 clients.
-run grid-u4 bench ycsb --compare omid,mediator --keys 100000 --native-ratio 0,0.25,0.5,0.75,1 --read-ratio 0,0.25,0.5,0.75,1 --txn-size 4 --clients 32 --duration 2 --warmup 1 --check
-run grid-u20 bench ycsb --compare omid,mediator --keys 100000 --native-ratio 0,0.25,0.5,0.75,1 --read-ratio 0,0.25,0.5,0.75,1 --txn-size 20 --clients 32 --duration 2 --warmup 1 --check
+run grid-u4 bench ycsb --compare omid,mediator --keys 100000 --native-ratio 0,0.25,0.5,0.75,1 --read-ratio 0,0.25,0.5,0.75,1 --txn-size 4 --clients 32 --duration 2 --warmup 1 --check --plot $D/grid-u4.svg
+run grid-u20 bench ycsb --compare omid,mediator --keys 100000 --native-ratio 0,0.25,0.5,0.75,1 --read-ratio 0,0.25,0.5,0.75,1 --txn-size 20 --clients 32 --duration 2 --warmup 1 --check --plot $D/grid-u20.svg
 # Serializable against SI, transactions only.
 run ser-vs-si bench ycsb --compare mediator,mediator-ser --keys 100000 --native-ratio 0 --read-ratio 0.9,0.5 --txn-size 4 --clients 32 --duration 3 --warmup 1 --check
 # Abort rates on 1M uniform keys (the sources' setting), transactions

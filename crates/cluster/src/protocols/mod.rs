@@ -72,6 +72,7 @@ pub const BUILT_IN: &[Registration] = &[
     mediator::MEDIATOR,
     mediator::MEDIATOR_SER,
     mediator::OMID,
+    mediator::KV,
 ];
 
 /// Protocols registered at run time ([`register`]).

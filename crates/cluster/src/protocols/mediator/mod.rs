@@ -19,14 +19,18 @@
 //!   served through Mediator's messages, the engine's store kept at the
 //!   latest versions.
 //!
-//! - `service.rs`: the TSO as a task on a node of its own;
-//! - `run.rs`: a call at its coordinator, native or transactional.
+//! - `service.rs`: the TSO as a task on a node of its own (across
+//!   processes, a process of its own or node 0's);
+//! - `run.rs`: a call at its coordinator, native or transactional, the
+//!   version collector and the running helper;
+//! - `durable.rs`: the versions logs and the commit log, recovery;
+//! - `wire.rs`: the messages across processes.
 //!
 //! Registered as `mediator` (snapshot isolation), `mediator-ser`
-//! (serializable) and the baseline `omid` (the same store and TSO, every
-//! native operation run as a one-operation transaction). Not yet built
-//! (issue 34): the log of write-backs in the cluster's WAL, history
-//! checking, across processes. See `docs/mediator.md`.
+//! (serializable), the baseline `omid` (the same store and TSO, every
+//! native operation run as a one-operation transaction) and `kv` (the raw
+//! store: native operations on the bare partitions). See
+//! `docs/mediator.md`.
 
 pub mod bloom;
 pub mod client;
@@ -110,6 +114,22 @@ impl Default for MediatorOptions {
     }
 }
 
+/// The name of Mediator's TSO as a service of its own across processes
+/// (`Protocol::own_processes`, `brine server --service tso`).
+pub const TSO_SERVICE: &str = "tso";
+
+/// Where the TSO runs in a multi-process cluster (in the embedded one, in
+/// its process, on a node of its own).
+#[derive(Clone, Debug)]
+enum TsoPlace {
+    /// In this process (`brine server --service tso`).
+    Here,
+    /// In a process of its own at this address (`ClusterConfig::services`).
+    At(String),
+    /// With node 0, when no process of its own is given.
+    WithNode0,
+}
+
 /// `mediator`: snapshot isolation.
 pub const MEDIATOR: Registration = Registration {
     name: "mediator",
@@ -119,9 +139,23 @@ pub const MEDIATOR: Registration = Registration {
             "mediator",
             Level::Snapshot,
             false,
-            config.mutation,
-            config.mediator,
+            config,
         )))
+    },
+};
+
+/// `kv`: the raw store of the sources' Table 1, the baseline of native
+/// operations: the same partitions and messages, each get and put one
+/// request served straight from the store, with no versions, clocks or
+/// transactions (a procedure that is not native is refused).
+pub const KV: Registration = Registration {
+    name: "kv",
+    deadlock: DeadlockPolicy::WaitDie,
+    build: |config, _| {
+        Ok(Arc::new(Mediator {
+            raw_store: true,
+            ..Mediator::new("kv", Level::Snapshot, false, config)
+        }))
     },
 };
 
@@ -134,8 +168,7 @@ pub const MEDIATOR_SER: Registration = Registration {
             "mediator-ser",
             Level::Serializable,
             false,
-            config.mutation,
-            config.mediator,
+            config,
         )))
     },
 };
@@ -151,8 +184,7 @@ pub const OMID: Registration = Registration {
             "omid",
             Level::Snapshot,
             true,
-            config.mutation,
-            config.mediator,
+            config,
         )))
     },
 };
@@ -194,6 +226,10 @@ pub struct Mediator {
     fences: bool,
     native_check: bool,
     tso: Option<TsoHandle>,
+    /// Where the TSO runs across processes.
+    tso_place: TsoPlace,
+    /// `kv`: native operations on the bare store, nothing else.
+    raw_store: bool,
     options: MediatorOptions,
     /// Commits in flight at this cluster's coordinators (the helper's).
     inflight: Arc<helper::Inflight>,
@@ -211,11 +247,20 @@ impl Mediator {
         name: &'static str,
         level: Level,
         transactify: bool,
-        mutation: Option<Mutation>,
-        options: MediatorOptions,
+        config: &crate::ClusterConfig,
     ) -> Mediator {
+        let mutation = config.mutation;
+        let tso_place = if config.hosts_service.as_deref() == Some(TSO_SERVICE) {
+            TsoPlace::Here
+        } else if let Some(address) = config.services.get(TSO_SERVICE) {
+            TsoPlace::At(address.clone())
+        } else {
+            TsoPlace::WithNode0
+        };
         Mediator {
-            options,
+            options: config.mediator,
+            tso_place,
+            raw_store: false,
             inflight: Default::default(),
             collected: Default::default(),
             name,
@@ -284,15 +329,19 @@ impl Protocol for Mediator {
             None => None,
         };
         let resume = logs.as_ref().map_or(0, |l| l.recovery.clock);
-        // The TSO is a node of its own; across processes node 0's process
-        // hosts it and the others reach it over the network.
+        // The TSO is a node of its own: across processes, a process of
+        // its own (or node 0's), which the others reach over the network.
         let node = NodeId(setup.nodes + 1);
-        let tso = match &setup.hosting {
-            Some(h) if h.node != NodeId(0) => {
-                let peer = h.peers.get(&NodeId(0)).ok_or_else(|| {
+        let remote = |peer| Ok::<_, Error>(TsoHandle::remote(setup.link, node, peer));
+        let tso = match (&setup.hosting, &self.tso_place) {
+            (Some(_), TsoPlace::At(address)) => remote(Arc::new(
+                crate::remote::PeerClient::new(address.clone(), brine_net::ClientConfig::default())
+                    .map_err(|e| Error::Transport(format!("Mediator's TSO at {address}: {e}")))?,
+            ))?,
+            (Some(h), TsoPlace::WithNode0) if h.node != NodeId(0) => {
+                remote(h.peers.get(&NodeId(0)).cloned().ok_or_else(|| {
                     Error::Config("Mediator's TSO runs with node 0: its address is missing".into())
-                })?;
-                TsoHandle::remote(setup.link, node, peer.clone())
+                })?)?
             }
             _ => TsoHandle::spawn(
                 setup.link,
@@ -306,19 +355,28 @@ impl Protocol for Mediator {
             ),
         };
         Ok(Some(Arc::new(Mediator {
+            name: self.name,
+            level: self.level,
+            transactify: self.transactify,
+            fences: self.fences,
+            native_check: self.native_check,
             tso: Some(tso),
+            tso_place: self.tso_place.clone(),
+            raw_store: self.raw_store,
+            options: self.options,
+            inflight: Default::default(),
+            collected: Default::default(),
             logs,
-            ..Mediator::new(
-                self.name,
-                self.level,
-                self.transactify,
-                setup.mutation,
-                self.options,
-            )
+            collector: std::sync::Once::new(),
         })))
     }
 
     fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
+        if self.raw_store && durable {
+            return Err(Error::Config(
+                "`kv` (the raw store, a benchmark baseline) keeps no log".into(),
+            ));
+        }
         if multi_process && durable {
             return Err(Error::Config(
                 "Mediator across processes runs without a log for now (issue 38)".into(),
@@ -338,7 +396,8 @@ impl Protocol for Mediator {
         // stay distinct within each partition; only a history's version
         // ids could meet).
         let tag = (p as Ts % (store::TAG_SPAN - 1)) + 1;
-        let mut partition = Partition::new(parts, partition::MediatorRules::new(DELTA, tag, log));
+        let rules = partition::MediatorRules::new(DELTA, tag, log);
+        let mut partition = Partition::new(parts, rules.raw(self.raw_store));
         if let Err(e) = partition::MediatorRules::restore(&mut partition) {
             tracing::error!(partition = p, "Mediator cannot restore its versions: {e}");
         }
@@ -347,6 +406,10 @@ impl Protocol for Mediator {
 
     fn counters(&self) -> &'static [Counter] {
         COUNTERS
+    }
+
+    fn own_processes(&self) -> &'static [&'static str] {
+        &[TSO_SERVICE]
     }
 
     /// Histories name versions by timestamp, which orders each item's

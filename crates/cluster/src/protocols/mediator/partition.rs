@@ -68,6 +68,8 @@ pub struct MediatorRules {
     versions: VersionedStore<Item, Row>,
     /// The versions log, when the cluster is durable.
     log: Option<PartitionLog>,
+    /// `kv`: gets and puts go to the engine's store, unversioned.
+    raw: bool,
 }
 
 impl MediatorRules {
@@ -79,7 +81,16 @@ impl MediatorRules {
         } else {
             VersionedStore::tagged(delta, tag)
         };
-        MediatorRules { versions, log }
+        MediatorRules {
+            versions,
+            log,
+            raw: false,
+        }
+    }
+
+    /// Serves native gets and puts from the engine's store alone (`kv`).
+    pub fn raw(self, raw: bool) -> MediatorRules {
+        MediatorRules { raw, ..self }
     }
 
     /// After a restart: the engine store's rows (loaded, or recovered by
@@ -199,6 +210,17 @@ impl Rules for MediatorRules {
             .downcast::<MediatorMsg>()
             .map_err(|_| Error::Internal("a message Mediator's rules do not know".into()))?;
         match *msg {
+            MediatorMsg::Get { item, reply } if p.rules.raw => {
+                reply.send(p.store.get(item.0, &item.1).map(|r| (r.clone(), 0)));
+            }
+            MediatorMsg::Put { op, reply } if p.rules.raw => {
+                let item = op.item().clone();
+                let answer = match put_row(&op, p.store.get(item.0, &item.1)) {
+                    None => Ok(None),
+                    Some(row) => p.store.replace_row(item.0, row).map(|()| Some(0)),
+                };
+                reply.send(answer);
+            }
             MediatorMsg::Get { item, reply } => {
                 let got = p.rules.versions.get(&item);
                 p.rules.answer_durable(reply, got);
@@ -275,7 +297,7 @@ impl Rules for MediatorRules {
                 p.rules.versions.collect(oldest);
             }
         }
-        let MediatorRules { versions, log } = &mut p.rules;
+        let MediatorRules { versions, log, .. } = &mut p.rules;
         if let Some(log) = log {
             log.maybe_checkpoint(p.id.0 as usize, || {
                 versions

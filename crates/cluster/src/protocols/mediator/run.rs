@@ -373,6 +373,14 @@ pub(super) fn run<'a>(m: &'a Mediator, call: Call<'a>) -> BoxFuture<'a, Result<C
     m.collector.call_once(|| {
         tokio::spawn(collect_versions(Arc::downgrade(call.shared), call.node));
     });
+    if m.raw_store && !call.proc.native {
+        let name = call.proc.name.clone();
+        return Box::pin(async move {
+            Err(Error::Config(format!(
+                "`kv` is the raw store: native single-key gets and puts only; `{name}` is a transaction"
+            )))
+        });
+    }
     if call.proc.native && !m.transactify {
         Box::pin(run_native(call))
     } else {
