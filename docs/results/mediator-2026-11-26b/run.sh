@@ -8,10 +8,10 @@
 D=$(cd "$(dirname "$0")" && pwd)
 B=${BRINE:-/work/main/target/release/brine}
 run() { name=$1; shift; echo "== $name: brine $*"; $B "$@" --json $D/$name.json > $D/$name.txt 2>&1; sed -n '/== summary/,$p' $D/$name.txt | grep -E "^ratio|^ +[a-z]" | head -40; }
-# Single operations: native (Mediator) against the raw store (no
-# concurrency control at all) and transactified (omid). Low load for
-# latency, higher for throughput.
-run single-ops bench ycsb --compare raw,omid,mediator --keys 100000 --native-ratio 1 --txn-size 1 --read-ratio 0.9,0.5 --clients 4,32,64 --duration 3 --warmup 1 --check
+# Single operations: native (Mediator) against the raw store (kv: the
+# same partitions, each get and put one request on the bare store) and
+# transactified (omid). Low load for latency, higher for throughput.
+run single-ops bench ycsb --compare kv,omid,mediator --keys 100000 --native-ratio 1 --txn-size 1 --read-ratio 0.9,0.5 --clients 4,32,64 --duration 3 --warmup 1 --check
 # U_1 traffic, all transactional: the no-commit and local-commit shortcuts.
 run u1 bench ycsb --compare omid,mediator --keys 100000 --native-ratio 0 --txn-size 1 --read-ratio 0.9,0.5,0 --clients 8,32,64 --duration 3 --warmup 1 --check
 # The rho x nu grid at U_4 and U_20, 32 clients.
