@@ -61,36 +61,13 @@ pub fn prepared_for<'t>(header: &Header, txns: &'t [TxnRecord]) -> Cow<'t, [TxnR
 /// to scale and were numbered densely instead, in the same order).
 pub fn renumber(txns: &mut [TxnRecord]) -> u64 {
     let mut all: Vec<(u64, String, Key)> = Vec::new();
-    let mut note = |table: &str, key: &Key, v: u64| {
-        if v != INITIAL_VERSION {
-            all.push((v, table.to_string(), key.clone()));
-        }
-    };
-    for rec in txns.iter() {
-        for op in &rec.ops {
-            match op {
-                Op::Read {
-                    table,
-                    key,
-                    version,
-                    ..
-                } => note(table, key, *version),
-                Op::Write {
-                    table,
-                    key,
-                    version,
-                    prev,
-                    ..
-                } => {
-                    note(table, key, *version);
-                    note(table, key, *prev);
+    for rec in txns.iter_mut() {
+        for op in &mut rec.ops {
+            each_version(op, |table, key, v| {
+                if *v != INITIAL_VERSION {
+                    all.push((*v, table.to_string(), key.clone()));
                 }
-                Op::RangeRead { table, seen, .. } => {
-                    for s in seen {
-                        note(table, &s.key, s.version);
-                    }
-                }
-            }
+            });
         }
     }
     all.sort_unstable();
@@ -132,35 +109,41 @@ pub fn renumber(txns: &mut [TxnRecord]) -> u64 {
     };
     for rec in txns.iter_mut() {
         for op in &mut rec.ops {
-            match op {
-                Op::Read {
-                    table,
-                    key,
-                    version,
-                    ..
-                } => *version = id(table, key, *version),
-                Op::Write {
-                    table,
-                    key,
-                    version,
-                    prev,
-                    ..
-                } => {
-                    *version = id(table, key, *version);
-                    *prev = id(table, key, *prev);
-                }
-                Op::RangeRead { table, seen, .. } => {
-                    for s in seen {
-                        s.version = id(table, &s.key, s.version);
-                    }
-                }
-            }
+            each_version(op, |table, key, v| *v = id(table, key, *v));
         }
     }
     if scaled {
         factor
     } else {
         0
+    }
+}
+
+/// Calls `f` with every version id `op` names (a read's, a write's and its
+/// prev, a range read's rows'), with its table and key.
+fn each_version(op: &mut Op, mut f: impl FnMut(&str, &Key, &mut u64)) {
+    match op {
+        Op::Read {
+            table,
+            key,
+            version,
+            ..
+        } => f(table, key, version),
+        Op::Write {
+            table,
+            key,
+            version,
+            prev,
+            ..
+        } => {
+            f(table, key, version);
+            f(table, key, prev);
+        }
+        Op::RangeRead { table, seen, .. } => {
+            for s in seen {
+                f(table, &s.key, &mut s.version);
+            }
+        }
     }
 }
 

@@ -666,46 +666,38 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
     let text = file.to_toml()?;
     std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
     let exe = std::env::current_exe().map_err(io("finding the brine executable".into()))?;
+    // Each child runs `brine server --config FILE` with its role, its
+    // output in its log.
+    let spawn = |role: [String; 2], log_name: String| {
+        let log_path = args.dir.join(log_name);
+        let log = std::fs::File::create(&log_path)
+            .map_err(io(format!("creating {}", log_path.display())))?;
+        let err = log
+            .try_clone()
+            .map_err(io(format!("opening {}", log_path.display())))?;
+        tokio::process::Command::new(&exe)
+            .arg("server")
+            .arg("--config")
+            .arg(&path)
+            .args(&role)
+            .stdout(log)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io(format!("starting {}", role.join(" "))))
+    };
     let mut children = Vec::new();
     for n in 0..args.nodes {
-        let log_path = args.dir.join(format!("node-{n}.log"));
-        let log = std::fs::File::create(&log_path)
-            .map_err(io(format!("creating {}", log_path.display())))?;
-        let err = log
-            .try_clone()
-            .map_err(io(format!("opening {}", log_path.display())))?;
-        let child = tokio::process::Command::new(&exe)
-            .arg("server")
-            .arg("--config")
-            .arg(&path)
-            .arg("--node")
-            .arg(n.to_string())
-            .stdout(log)
-            .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(io(format!("starting node {n}")))?;
-        children.push(child);
+        children.push(spawn(
+            ["--node".into(), n.to_string()],
+            format!("node-{n}.log"),
+        )?);
     }
     for name in services.keys() {
-        let log_path = args.dir.join(format!("service-{name}.log"));
-        let log = std::fs::File::create(&log_path)
-            .map_err(io(format!("creating {}", log_path.display())))?;
-        let err = log
-            .try_clone()
-            .map_err(io(format!("opening {}", log_path.display())))?;
-        let child = tokio::process::Command::new(&exe)
-            .arg("server")
-            .arg("--config")
-            .arg(&path)
-            .arg("--service")
-            .arg(name)
-            .stdout(log)
-            .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(io(format!("starting service {name}")))?;
-        children.push(child);
+        children.push(spawn(
+            ["--service".into(), name.clone()],
+            format!("service-{name}.log"),
+        )?);
     }
     println!(
         "cluster of {} nodes{} up: {} (logs in {}); Ctrl-C stops it",

@@ -831,6 +831,20 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
     );
 }
 
+/// Runs `ycsb` with `workload` against `cluster` from the bench's own
+/// process and requires its check to pass; returns the output.
+fn ycsb_passes(cluster: &Nodes, workload: &[&str], clients: &str, duration: &str) -> String {
+    let mut args = vec!["bench", "ycsb"];
+    args.extend(workload);
+    args.extend(["--cluster", path(&cluster.config), "--clients", clients]);
+    args.extend(["--duration", duration, "--warmup", "1", "--check"]);
+    let o = brine(&args);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("check: passed"), "{out}");
+    out
+}
+
 /// Mediator over three processes: node 0's process hosts the TSO, the
 /// bench's own process coordinates native gets and puts and transactions
 /// (its TSO requests and the partitions' messages cross the network), the
@@ -848,23 +862,7 @@ fn ycsb_under_mediator_over_three_processes() {
         "4",
     ];
     let cluster = start_as("mediator", 3, "ycsb", &workload, "");
-    let mut args = vec!["bench", "ycsb"];
-    args.extend(workload);
-    args.extend([
-        "--cluster",
-        path(&cluster.config),
-        "--clients",
-        "8",
-        "--duration",
-        "3",
-        "--warmup",
-        "1",
-        "--check",
-    ]);
-    let o = brine(&args);
-    let out = text(&o);
-    assert!(o.status.success(), "{out}");
-    assert!(out.contains("check: passed"), "{out}");
+    let out = ycsb_passes(&cluster, &workload, "8", "3");
     let native = out
         .lines()
         .find(|l| l.starts_with("protocol:"))
@@ -906,23 +904,7 @@ fn mediator_s_tso_runs_in_a_process_of_its_own() {
         assert!(Instant::now() < deadline, "the TSO did not come up");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut args = vec!["bench", "ycsb"];
-    args.extend(workload);
-    args.extend([
-        "--cluster",
-        path(&cluster.config),
-        "--clients",
-        "4",
-        "--duration",
-        "2",
-        "--warmup",
-        "1",
-        "--check",
-    ]);
-    let o = brine(&args);
-    let out = text(&o);
-    assert!(o.status.success(), "{out}");
-    assert!(out.contains("check: passed"), "{out}");
+    ycsb_passes(&cluster, &workload, "4", "2");
     let tso = cluster.children.last_mut().expect("the TSO");
     tso.kill().expect("stopping the TSO");
     tso.wait().expect("the TSO stopped");

@@ -323,16 +323,23 @@ impl Cluster {
             )));
         }
         let here = NodeId(config.nodes + 1);
-        Ok(Cluster::start_hosting(
-            config,
-            app,
-            Some(Hosting {
-                node: here,
-                peers,
-                book: None,
-            }),
-        )?
-        .0)
+        Cluster::start_without_partitions(config, app, here, peers)
+    }
+
+    /// A process of a multi-process cluster that hosts no partition (a
+    /// coordinator-only client, a service), as node `here`.
+    fn start_without_partitions(
+        config: ClusterConfig,
+        app: Application,
+        here: NodeId,
+        peers: HashMap<NodeId, Arc<PeerClient>>,
+    ) -> Result<Cluster> {
+        let hosting = Hosting {
+            node: here,
+            peers,
+            book: None,
+        };
+        Ok(Cluster::start_hosting(config, app, Some(hosting))?.0)
     }
 
     /// Joins a running multi-process cluster as a coordinator only (as the
@@ -356,16 +363,7 @@ impl Cluster {
                 return Err(Error::Config(format!("no address for node {}", n.0)));
             }
         }
-        Ok(Cluster::start_hosting(
-            config,
-            app,
-            Some(Hosting {
-                node: here,
-                peers,
-                book: None,
-            }),
-        )?
-        .0)
+        Cluster::start_without_partitions(config, app, here, peers)
     }
 
     fn start_hosting(

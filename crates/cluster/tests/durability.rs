@@ -22,6 +22,9 @@ use brine_cluster::{
 use brine_core::{Decimal, Error, Value};
 use brine_storage::wal::{CrashSwitch, StepKind};
 use rand::rngs::SmallRng;
+
+mod crash_common;
+use crash_common::{fast_root, runtime, trials};
 use rand::{Rng, SeedableRng};
 
 const DDL: &str = "
@@ -250,17 +253,6 @@ async fn run_payments(cluster: &Cluster, seed: u64, clients: u64, ops: u64) -> H
     acked
 }
 
-fn runtime(multi: bool) -> tokio::runtime::Runtime {
-    let mut b = if multi {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(2);
-        b
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-    };
-    b.enable_all().build().expect("runtime")
-}
-
 #[test]
 fn committed_data_survives_a_clean_restart() {
     let dir = tempfile::tempdir().expect("tmpdir");
@@ -360,24 +352,9 @@ impl Tally {
     }
 }
 
-fn fast_root() -> tempfile::TempDir {
-    // tmpfs when there is one: the same files and fsync calls, without
-    // the disk's latency, so 500 trials stay fast.
-    let shm = PathBuf::from("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::tempdir_in(&shm) {
-            return d;
-        }
-    }
-    tempfile::tempdir().expect("tmpdir")
-}
-
 #[test]
 fn crash_trials_lose_no_acknowledged_commit_and_apply_nothing_by_half() {
-    let trials: u64 = std::env::var("BRINE_CRASH_TRIALS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(500);
+    let trials: u64 = trials("BRINE_CRASH_TRIALS", 500);
     let fast = fast_root();
     let disk = tempfile::tempdir().expect("tmpdir");
     let mut tally = Tally::default();

@@ -263,17 +263,24 @@ fn impatient(abandon: Option<Abandon>) -> MediatorOptions {
     }
 }
 
-/// A coordinator that goes away after its commit reached the log: the
-/// call fails, and the helper writes the commit back and tells the TSO.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_helper_finishes_a_logged_commit_its_coordinator_left() {
-    let (c, _gate, _seen) = start_with("mediator", None, impatient(Some(Abandon::Logged))).await;
+/// A cluster whose coordinators go away at `point` of every commit (an
+/// impatient helper), after one `bump` of 3 failed there.
+async fn left_at(point: Abandon) -> Cluster {
+    let (c, _gate, _seen) = start_with("mediator", None, impatient(Some(point))).await;
     let err = c
         .client()
         .call("bump", vec![Value::Int(3)])
         .await
         .expect_err("the coordinator went away");
     assert!(matches!(err, Error::Transport(_)), "{err:?}");
+    c
+}
+
+/// A coordinator that goes away after its commit reached the log: the
+/// call fails, and the helper writes the commit back and tells the TSO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helper_finishes_a_logged_commit_its_coordinator_left() {
+    let c = left_at(Abandon::Logged).await;
     until("the helper finished it", || {
         c.stats().counter("helper_committed") == 1
     })
@@ -287,14 +294,7 @@ async fn the_helper_finishes_a_logged_commit_its_coordinator_left() {
 /// transactions on the same items commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_helper_aborts_an_unlogged_commit_its_coordinator_left() {
-    let (c, _gate, _seen) =
-        start_with("mediator", None, impatient(Some(Abandon::Serialized))).await;
-    let err = c
-        .client()
-        .call("bump", vec![Value::Int(3)])
-        .await
-        .expect_err("the coordinator went away");
-    assert!(matches!(err, Error::Transport(_)), "{err:?}");
+    let c = left_at(Abandon::Serialized).await;
     until("the helper aborted it", || {
         c.stats().counter("helper_aborted") == 1
     })

@@ -20,7 +20,7 @@
 //! kept newer native puts (`superseded`).
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use brine_cluster::protocols::mediator::Mediator;
@@ -30,6 +30,9 @@ use brine_cluster::{
 use brine_core::{Error, Value};
 use brine_storage::wal::{CrashSwitch, StepKind};
 use rand::rngs::SmallRng;
+
+mod crash_common;
+use crash_common::{fast_root, runtime, trials};
 use rand::{Rng, SeedableRng};
 
 const ACCOUNTS: i64 = 8;
@@ -237,17 +240,6 @@ async fn check(cluster: &Cluster, acked: &Acked, what: &str) {
     }
 }
 
-fn runtime(multi: bool) -> tokio::runtime::Runtime {
-    let mut b = if multi {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(2);
-        b
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-    };
-    b.enable_all().build().expect("runtime")
-}
-
 #[derive(Default, Debug)]
 struct Tally {
     hits: BTreeMap<String, usize>,
@@ -314,22 +306,9 @@ fn trial(root: &Path, seed: u64, tally: &mut Tally) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn fast_root() -> tempfile::TempDir {
-    let shm = PathBuf::from("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::tempdir_in(&shm) {
-            return d;
-        }
-    }
-    tempfile::tempdir().expect("tmpdir")
-}
-
 #[test]
 fn crash_trials_lose_no_acknowledged_write_and_show_no_half_written_commit() {
-    let trials: u64 = std::env::var("BRINE_CRASH_TRIALS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100);
+    let trials: u64 = trials("BRINE_CRASH_TRIALS", 100);
     let root = fast_root();
     let mut tally = Tally::default();
     for seed in 1..=trials {

@@ -13,7 +13,7 @@
 //! `DEPOSIT_STEPS` to the total, once.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,9 @@ use rand::{Rng, SeedableRng};
 
 mod salt_common;
 use salt_common::{fig_3_1_transfer, int};
+
+mod crash_common;
+use crash_common::{fast_root, runtime, trials};
 
 const ACCOUNTS: i64 = 6;
 const START: i64 = 1000;
@@ -102,14 +105,6 @@ fn config(dir: &Path, crash: Option<Arc<CrashSwitch>>, local_commit: bool) -> Cl
     };
     c.lock.policy = DeadlockPolicy::WaitDie;
     c
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 /// Runs transfers and deposits (every third call) from 4 clients until
@@ -195,7 +190,7 @@ fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>, rolled: &mu
     let k = rng.gen_range(1..=120);
     let local = seed.is_multiple_of(2);
     let switch = Arc::new(CrashSwitch::never(seed));
-    let rt = runtime();
+    let rt = runtime(true);
     let accepted = rt.block_on(async {
         let c = Cluster::start(config(&dir, Some(switch.clone()), local), app()).expect("start");
         let rows = (0..ACCOUNTS)
@@ -216,7 +211,7 @@ fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>, rolled: &mu
         .map_or("after the run".to_string(), |h: StepKind| format!("{h:?}"));
     *hits.entry(hit).or_default() += 1;
 
-    let rt = runtime();
+    let rt = runtime(true);
     rt.block_on(async {
         let c = Cluster::start(config(&dir, None, local), app())
             .unwrap_or_else(|e| panic!("seed {seed}: recovery failed: {e}"));
@@ -254,22 +249,9 @@ fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>, rolled: &mu
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn fast_root() -> tempfile::TempDir {
-    let shm = PathBuf::from("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::tempdir_in(&shm) {
-            return d;
-        }
-    }
-    tempfile::tempdir().expect("tmpdir")
-}
-
 #[test]
 fn accepted_base_transactions_complete_exactly_once_after_a_crash() {
-    let trials: u64 = std::env::var("BRINE_SALT_CRASH_TRIALS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
+    let trials: u64 = trials("BRINE_SALT_CRASH_TRIALS", 200);
     let root = fast_root();
     let mut hits = BTreeMap::new();
     let mut rolled = 0;

@@ -504,12 +504,22 @@ mod tests {
                         total += 1;
                         reads += u64::from(r.procedure == GET);
                     }
+                    TXN_RO => {
+                        let ops = r.args.len() as u64;
+                        assert!((1..=u64::from(n)).contains(&ops));
+                        let keys: std::collections::HashSet<_> = r.args.iter().cloned().collect();
+                        assert_eq!(keys.len() as u64, ops, "distinct keys");
+                        reads += ops;
+                        total += ops;
+                    }
                     _ => {
                         let ops = r.args.len() as u64 / 3;
                         assert!((1..=u64::from(n)).contains(&ops));
                         let keys: std::collections::HashSet<_> =
                             r.args.chunks(3).map(|op| op[1].clone()).collect();
                         assert_eq!(keys.len() as u64, ops, "distinct keys");
+                        let puts = r.args.chunks(3).filter(|op| op[0].as_int() == Some(1));
+                        assert!(puts.count() > 0, "all-get transactions are `txn_ro`");
                         reads += r
                             .args
                             .chunks(3)

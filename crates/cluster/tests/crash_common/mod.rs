@@ -1,0 +1,39 @@
+//! Shared by the crash trials (`durability.rs`, `salt_crash.rs`,
+//! `mediator_crash.rs`): where trials keep their data and the runtimes
+//! they run on.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// A directory for trial data: tmpfs when there is one (the same files and
+/// fsync calls, without the disk's latency, so hundreds of trials stay
+/// fast).
+pub fn fast_root() -> tempfile::TempDir {
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::tempdir_in(&shm) {
+            return d;
+        }
+    }
+    tempfile::tempdir().expect("tmpdir")
+}
+
+/// A two-worker runtime (`multi`), or the single-threaded simulator.
+pub fn runtime(multi: bool) -> tokio::runtime::Runtime {
+    let mut b = if multi {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    b.enable_all().build().expect("runtime")
+}
+
+/// How many trials to run: `var` from the environment, else `default`.
+pub fn trials(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
