@@ -699,53 +699,57 @@ async fn finish(
             "abandoned after serialization (test)".into(),
         ));
     }
-    // The native-conflict check at the checked items' partitions.
+    // The native-conflict check at the checked items' partitions (each
+    // fences its partition), and at once, serializable only, the fence of
+    // the write set's other partitions: a fence of a commit that then
+    // aborts only moves a clock on.
+    let mut by_part: Vec<(usize, Vec<(Item, Ts)>)> = Vec::new();
     if m.native_check {
-        let mut by_part: Vec<(usize, Vec<(Item, Ts)>)> = Vec::new();
         for (item, ts, p) in checked {
             match by_part.iter_mut().find(|(q, _)| *q == p) {
                 Some((_, items)) => items.push((item, ts)),
                 None => by_part.push((p, vec![(item, ts)])),
             }
         }
-        let fence = m.fences;
-        let oks = join_all(by_part.into_iter().map(|(p, items)| {
-            ask(shared, node, p, move |reply| MediatorMsg::Check {
-                items,
-                ts: commit_ts,
-                fence,
-                reply,
-            })
-        }))
-        .await;
-        let mut all = true;
-        for ok in oks {
-            all &= ok?;
-        }
-        if !all {
-            tso.send(
-                node,
-                TsoMsg::Aborted {
-                    commit: commit_ts,
-                    start,
-                },
-            );
-            return Ok(Err(None));
+    }
+    let mut fenced: Vec<usize> = Vec::new();
+    if fence_writes {
+        for (_, _, p) in &writes {
+            if !fenced.contains(p) && !by_part.iter().any(|(q, _)| q == p) {
+                fenced.push(*p);
+            }
         }
     }
-    let mut parts: Vec<usize> = writes.iter().map(|(_, _, p)| *p).collect();
-    parts.sort_unstable();
-    parts.dedup();
-    if fence_writes {
-        join_all(parts.iter().map(|&p| {
-            ask(shared, node, p, |reply| MediatorMsg::Fence {
-                ts: commit_ts,
-                reply,
-            })
-        }))
-        .await
-        .into_iter()
-        .collect::<Result<Vec<()>>>()?;
+    let fence = m.fences;
+    let checks = join_all(by_part.into_iter().map(|(p, items)| {
+        ask(shared, node, p, move |reply| MediatorMsg::Check {
+            items,
+            ts: commit_ts,
+            fence,
+            reply,
+        })
+    }));
+    let fences = join_all(fenced.into_iter().map(|p| {
+        ask(shared, node, p, |reply| MediatorMsg::Fence {
+            ts: commit_ts,
+            reply,
+        })
+    }));
+    let (oks, fences) = futures::join!(checks, fences);
+    fences.into_iter().collect::<Result<Vec<()>>>()?;
+    let mut all = true;
+    for ok in oks {
+        all &= ok?;
+    }
+    if !all {
+        tso.send(
+            node,
+            TsoMsg::Aborted {
+                commit: commit_ts,
+                start,
+            },
+        );
+        return Ok(Err(None));
     }
     // The write set reaches the log before any of it is written back: a
     // crash from here on leaves it to recovery's helper to finish, and a
