@@ -425,3 +425,17 @@ async fn a_read_only_procedure_under_serializability_reads_its_snapshot_and_neve
     assert_eq!(c.stats().aborts_validation, 0);
     assert_eq!((v_of(&c, 3).await, v_of(&c, 4).await), (103, 103));
 }
+
+/// A commit whose coordinator's process died with it (no coordinator left
+/// knows it): the TSO's process aborts it after five times the helper's
+/// patience, so the ring and later snapshots move on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tso_s_process_aborts_a_commit_no_coordinator_holds() {
+    let c = left_at(Abandon::ProcessGone).await;
+    until("the orphan was aborted", || {
+        c.stats().counter("helper_aborted") == 1
+    })
+    .await;
+    assert_eq!(c.stats().counter("helper_committed"), 0);
+    assert_eq!((v_of(&c, 3).await, v_of(&c, 4).await), (3, 4));
+}

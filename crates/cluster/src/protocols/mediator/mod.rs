@@ -101,6 +101,10 @@ pub enum Abandon {
     Serialized,
     /// After its write set reached the log, before its write-back.
     Logged,
+    /// After the TSO serialized it, with the process that held it (no
+    /// coordinator of this process knows it any more: a coordinator
+    /// process that died, across processes).
+    ProcessGone,
 }
 
 impl Default for MediatorOptions {

@@ -549,6 +549,11 @@ async fn collect_versions(shared: std::sync::Weak<Shared>, node: brine_core::Nod
     }
 }
 
+/// How many times the helper's patience a commit that no coordinator of
+/// this process holds may stay unfinished before the TSO's process aborts
+/// it.
+const ORPHAN_PATIENCE: u32 = 5;
+
 /// The helper (seed 003 section 2) in the running cluster: a commit the
 /// TSO serialized and has not heard the end of for the helper's patience
 /// lost its coordinator (the call was dropped, or failed midway). Logged,
@@ -591,8 +596,22 @@ async fn help(
                     "Mediator helper: aborted a commit its coordinator left before logging it"
                 );
             }
-            // Not in flight here: its end is on its way to the TSO.
-            None => {}
+            // Not in flight here: its end is on its way to the TSO, or
+            // (across processes) its coordinator's process is gone with
+            // the write set. The TSO's own process gives up on it after
+            // a while, so the ring and the snapshots move on; with no
+            // log, what it wrote back before it died stays (issue 38).
+            None if tso.local().is_some()
+                && now.duration_since(first) >= m.options.helper_patience * ORPHAN_PATIENCE =>
+            {
+                tso.send(node, TsoMsg::Aborted { commit, start });
+                shared.counters.protocol.add(HELPER_ABORTED, 1);
+                tracing::warn!(
+                    commit,
+                    "Mediator helper: aborted a commit no coordinator holds (its process is gone?)"
+                );
+            }
+            None => continue,
         }
         stuck.remove(&commit);
     }
@@ -694,10 +713,17 @@ async fn finish(
         .tso
         .as_ref()
         .ok_or_else(|| Error::Internal("Mediator without its TSO".into()))?;
-    if m.options.abandon == Some(Abandon::Serialized) {
-        return Err(Error::Transport(
-            "abandoned after serialization (test)".into(),
-        ));
+    match m.options.abandon {
+        Some(Abandon::Serialized) => {
+            return Err(Error::Transport(
+                "abandoned after serialization (test)".into(),
+            ));
+        }
+        Some(Abandon::ProcessGone) => {
+            m.inflight.done(commit_ts);
+            return Err(Error::Transport("abandoned with its process (test)".into()));
+        }
+        _ => {}
     }
     // The native-conflict check at the checked items' partitions (each
     // fences its partition), and at once, serializable only, the fence of
