@@ -483,11 +483,10 @@ async fn run_txn(m: &Mediator, call: Call<'_>) -> Result<CallOutcome> {
         match committed {
             Ok(version) => {
                 let mut st = state.lock();
-                if let Some(v) = version {
-                    let ops = items.iter().map(|i| write_op(shared, i, v)).collect();
-                    if let Some(rec) = &mut st.rec {
-                        rec.ops.extend::<Vec<Op>>(ops);
-                    }
+                // Its writes carry the commit's timestamp (or the local
+                // put's), known only now.
+                if let (Some(v), Some(rec)) = (version, &mut st.rec) {
+                    rec.ops.extend(items.iter().map(|i| write_op(shared, i, v)));
                 }
                 st.record_end(shared, Outcome::Committed);
                 drop(st);
