@@ -80,7 +80,7 @@ impl<'a> Args<'a> {
     }
 }
 
-fn first<'q>(q: &'q QueryResult, what: impl FnOnce() -> String) -> Result<&'q Row> {
+fn first(q: &QueryResult, what: impl FnOnce() -> String) -> Result<&Row> {
     q.first()
         .ok_or_else(|| Error::Internal(format!("tpcw: {} not found", what())))
 }
