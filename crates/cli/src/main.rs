@@ -1137,6 +1137,11 @@ mod tests {
         assert!(workloads_from(&parse(&["micro", "--warehouses", "2"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--warehouses", "0"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--mix", "odd"])).is_err());
+        assert!(workloads_from(&parse(&["tpcw", "--mix", "odd"])).is_err());
+        assert!(workloads_from(&parse(&["tpcw", "--scale", "huge"])).is_err());
+        assert!(workloads_from(&parse(&["tpcc", "--scale", "small"])).is_err());
+        assert!(workloads_from(&parse(&["micro", "--mix", "shopping"])).is_err());
+        assert!(workloads_from(&parse(&["tpcw", "--mix", "ordering", "--scale", "small"])).is_ok());
         assert!(workloads_from(&parse(&["tpcc", "--tpcc-scale", "huge"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--delivery", "later"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--tpcc-order", "random"])).is_err());
