@@ -129,6 +129,7 @@ async fn measure_point(
         .get(protocol_index)
         .ok_or_else(|| BenchError::Internal(format!("no protocol #{protocol_index}")))?
         .clone();
+    workload.validate_clients(clients)?;
     let mut config = spec.cluster.clone();
     let (name, label) = parse_entry(&protocol);
     config.protocol = name.to_string();

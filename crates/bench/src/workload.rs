@@ -86,6 +86,12 @@ pub trait Workload: Send + Sync {
     /// The transaction source of client `index`.
     fn client(&self, index: u32, rng: SmallRng) -> Box<dyn ClientGen>;
 
+    /// Refuses a client count the workload cannot serve (e.g. more
+    /// sessions than customers), before the cluster starts. Default: any.
+    fn validate_clients(&self, _clients: u32) -> Result<()> {
+        Ok(())
+    }
+
     /// Checks the workload's invariants after the run, once every client
     /// has stopped. The default checks nothing.
     fn check<'a>(&'a self, _cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {

@@ -33,8 +33,8 @@ use brine_bench::spec::BenchSpec;
 use brine_bench::workloads::base::BaseSet;
 use brine_bench::workloads::ticket::{self, Ticket, TicketParams};
 use brine_bench::workloads::{
-    bank, checking, micro, micro2, micro3, tpcc, Bank, ListAppend, Micro, Micro2, Micro3, Register,
-    Tpcc,
+    bank, checking, micro, micro2, micro3, tpcc, tpcw, Bank, ListAppend, Micro, Micro2, Micro3,
+    Register, Tpcc, Tpcw,
 };
 use brine_bench::{render_point, BenchError, Workload};
 use brine_cluster::{
@@ -92,6 +92,9 @@ tpcc   TPC-C's five transactions on --warehouses N (default 2), --mix standard (
 salt; --check runs clause 3.3.2's consistency conditions; --tpcc-scale small is a reduced, \
 non-standard database for quick runs. Reports new_order_per_min (tpmC-style, not an audited \
 TPC result).\n  \
+tpcw   TPC-W's online bookstore: 20 transactions (13 read-only) behind the 14 web \
+interactions, --mix browsing, shopping (default) or ordering, --scale small or standard \
+(10,000 items, 28,800 customers; default); --check verifies stock, orders, payments and carts.\n  \
 ticket ticketing modelled on the sources' description of Fusion Ticket: one event, two \
 categories of --seats N (default 10000) seats, 11 booking-flow procedures with a hot create_order; \
 --check verifies seats, counters, payments and tickets.\n  \
@@ -223,6 +226,8 @@ enum WorkloadName {
     Bank,
     /// TPC-C: the five transactions, spec data, consistency checks.
     Tpcc,
+    /// TPC-W: the online bookstore's 20 transactions behind 14 web interactions.
+    Tpcw,
     /// Ticketing modelled on Fusion Ticket: booking sessions, a hot create_order.
     Ticket,
     /// Randomized registers for the isolation checker (few hot keys).
@@ -464,9 +469,14 @@ struct BenchArgs {
     #[arg(long, value_name = "N")]
     warehouses: Option<i64>,
 
-    /// tpcc: transaction mix, standard (45/43/4/4/4) or salt (43.5/43.5/4.35/4.35/4.35).
+    /// tpcc: transaction mix, standard (45/43/4/4/4) or salt (43.5/43.5/4.35/4.35/4.35);
+    /// tpcw: web-interaction mix, browsing, shopping (the default) or ordering.
     #[arg(long, value_name = "MIX")]
     mix: Option<String>,
+
+    /// Scale of tpcw or rubis: small or standard
+    #[arg(long, value_name = "NAME")]
+    scale: Option<String>,
 
     /// tpcc: how terminals run delivery: deferred (clause 2.7.2, the default: queued per
     /// warehouse, one worker each; latency from queueing to completion) or inline (in the
@@ -1127,6 +1137,11 @@ mod tests {
         assert!(workloads_from(&parse(&["micro", "--warehouses", "2"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--warehouses", "0"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--mix", "odd"])).is_err());
+        assert!(workloads_from(&parse(&["tpcw", "--mix", "odd"])).is_err());
+        assert!(workloads_from(&parse(&["tpcw", "--scale", "huge"])).is_err());
+        assert!(workloads_from(&parse(&["tpcc", "--scale", "small"])).is_err());
+        assert!(workloads_from(&parse(&["micro", "--mix", "shopping"])).is_err());
+        assert!(workloads_from(&parse(&["tpcw", "--mix", "ordering", "--scale", "small"])).is_ok());
         assert!(workloads_from(&parse(&["tpcc", "--tpcc-scale", "huge"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--delivery", "later"])).is_err());
         assert!(workloads_from(&parse(&["tpcc", "--tpcc-order", "random"])).is_err());

@@ -15,9 +15,14 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
             Ok(())
         }
     };
+    if !matches!(args.workload, WorkloadName::Tpcc | WorkloadName::Tpcw) {
+        only(args.mix.is_some(), "--mix", "tpcc and tpcw")?;
+    }
+    if args.workload != WorkloadName::Tpcw {
+        only(args.scale.is_some(), "--scale", "tpcw")?;
+    }
     if args.workload != WorkloadName::Tpcc {
         only(args.warehouses.is_some(), "--warehouses", "tpcc")?;
-        only(args.mix.is_some(), "--mix", "tpcc")?;
         only(args.tpcc_scale.is_some(), "--tpcc-scale", "tpcc")?;
         only(args.delivery.is_some(), "--delivery", "tpcc")?;
         only(args.tpcc_order.is_some(), "--tpcc-order", "tpcc")?;
@@ -157,6 +162,21 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
                 Some(b) => w.with_base(b),
                 None => w,
             };
+            Ok(vec![Arc::new(w)])
+        }
+        WorkloadName::Tpcw => {
+            only(args.rows.is_some(), "--rows", "micro")?;
+            only(args.accounts.is_some(), "--accounts", "bank")?;
+            only(args.total_percent.is_some(), "--total-percent", "bank")?;
+            only(
+                args.base.is_some(),
+                "--base",
+                "workloads with BASE procedures",
+            )?;
+            let w = Tpcw::new(
+                tpcw::Scale::by_name(args.scale.as_deref().unwrap_or("standard"))?,
+                tpcw::Mix::by_name(args.mix.as_deref().unwrap_or("shopping"))?,
+            )?;
             Ok(vec![Arc::new(w)])
         }
         WorkloadName::Micro => {

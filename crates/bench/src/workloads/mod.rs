@@ -10,6 +10,7 @@ pub mod micro3;
 pub mod rollback;
 pub mod ticket;
 pub mod tpcc;
+pub mod tpcw;
 pub mod ycsb;
 
 use std::cmp::Ordering;
@@ -29,6 +30,7 @@ pub use micro3::Micro3;
 pub use rollback::Rollback;
 pub use ticket::Ticket;
 pub use tpcc::Tpcc;
+pub use tpcw::Tpcw;
 pub use ycsb::Ycsb;
 
 /// Rows per `Cluster::load` call while loading initial data.
