@@ -101,6 +101,10 @@ operations (--txn-size LIST of n), --read-ratio LIST of gets (rho); the seed 003
 intergroup Callas' inter-group microbenchmark: a contended \"pipelined\" type (row i of A, B, \
 C of 10 rows each, then a private row) and an \"other\" type (a row of D) that also updates a row \
 of A in --conflict-bp LIST basis points of its calls, --ratio LIST pipelined calls per other call.\n  \
+rubis  RUBiS, the auction site modelled after eBay: 8 tables, the 22 database transactions \
+behind its client requests (17 read-only), --mix bidding (about 15% writing transactions, the \
+default) or browsing (read-only), --scale standard (default) or small; --check verifies bids, \
+buy-now quantities, ratings and unique ids.\n  \
 rollback Callas' rollback microbenchmark: check and update a row of A, B and C (10 rows each), \
 the check on C rolling back --rollback-percent LIST of the calls, then 5 private updates.\n\n\
 Under --protocol salt (or salt-nolocal), the procedures named by --base LIST run as BASE \
@@ -235,6 +239,9 @@ enum WorkloadName {
     /// Callas' inter-group microbenchmark: a contended "pipelined" type and an "other" type
     /// that conflicts with it in --conflict-bp of its calls, --ratio N to 1.
     Intergroup,
+    /// RUBiS, the eBay-like auction site: 22 transactions behind its client requests,
+    /// --mix bidding (~15% writes, the default) or browsing (read-only), --scale.
+    Rubis,
     /// YCSB-style key-value traffic: native gets and puts beside transactions of U_n
     /// operations (--read-ratio, --native-ratio, --txn-size, --distribution, --keys).
     Ycsb,
@@ -490,6 +497,10 @@ struct BenchArgs {
     /// 1,000 items, 100 customers per district; for quick runs).
     #[arg(long, value_name = "SCALE")]
     tpcc_scale: Option<String>,
+
+    /// Scale of tpcw or rubis: small or standard
+    #[arg(long, value_name = "NAME")]
+    scale: Option<String>,
 
     /// ticket: seats per category (two categories; default 10000).
     #[arg(long, value_name = "N")]

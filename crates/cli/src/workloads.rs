@@ -15,9 +15,14 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
             Ok(())
         }
     };
+    if !matches!(args.workload, WorkloadName::Tpcc | WorkloadName::Rubis) {
+        only(args.mix.is_some(), "--mix", "tpcc and rubis")?;
+    }
+    if args.workload != WorkloadName::Rubis {
+        only(args.scale.is_some(), "--scale", "rubis")?;
+    }
     if args.workload != WorkloadName::Tpcc {
         only(args.warehouses.is_some(), "--warehouses", "tpcc")?;
-        only(args.mix.is_some(), "--mix", "tpcc")?;
         only(args.tpcc_scale.is_some(), "--tpcc-scale", "tpcc")?;
         only(args.delivery.is_some(), "--delivery", "tpcc")?;
         only(args.tpcc_order.is_some(), "--tpcc-order", "tpcc")?;
@@ -157,6 +162,27 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
                 Some(b) => w.with_base(b),
                 None => w,
             };
+            Ok(vec![Arc::new(w)])
+        }
+        WorkloadName::Rubis => {
+            use brine_bench::workloads::rubis::{self, Rubis};
+            only(args.rows.is_some(), "--rows", "micro")?;
+            only(args.accounts.is_some(), "--accounts", "bank")?;
+            only(args.total_percent.is_some(), "--total-percent", "bank")?;
+            only(
+                args.base.is_some(),
+                "--base",
+                "workloads with BASE procedures",
+            )?;
+            let w = Rubis::new(
+                rubis::Scale::by_name(args.scale.as_deref().unwrap_or("standard"))?,
+                rubis::Mix::by_name(args.mix.as_deref().unwrap_or("bidding"))?,
+            )?;
+            let clients = parse_counts(&args.clients, "--clients", brine_bench::spec::MAX_CLIENTS)
+                .map_err(BenchError::Config)?;
+            for c in clients {
+                w.check_clients(u32::try_from(c).unwrap_or(u32::MAX))?;
+            }
             Ok(vec![Arc::new(w)])
         }
         WorkloadName::Micro => {
