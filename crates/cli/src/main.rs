@@ -1313,6 +1313,35 @@ mod tests {
     }
 
     #[test]
+    fn rubis_options() -> Result<(), BenchError> {
+        let w = workloads_from(&parse(&["rubis"]))?;
+        let p = w[0].params();
+        assert_eq!(w[0].name(), "rubis");
+        assert_eq!(p.get("mix"), Some(&serde_json::json!("bidding")));
+        assert_eq!(p.get("scale"), Some(&serde_json::json!("standard")));
+        let w = workloads_from(&parse(&["rubis", "--mix", "browsing", "--scale", "small"]))?;
+        let p = w[0].params();
+        assert_eq!(p.get("mix"), Some(&serde_json::json!("browsing")));
+        assert_eq!(p.get("scale"), Some(&serde_json::json!("small")));
+        let refused = |a: &[&str]| matches!(workloads_from(&parse(a)), Err(BenchError::Config(_)));
+        assert!(refused(&["rubis", "--mix", "standard"]));
+        assert!(refused(&["rubis", "--scale", "huge"]));
+        assert!(refused(&[
+            "rubis",
+            "--scale",
+            "small",
+            "--clients",
+            "8,1001"
+        ]));
+        assert!(refused(&["rubis", "--warehouses", "2"]));
+        assert!(refused(&["micro", "--scale", "small"]));
+        assert!(
+            workloads_from(&parse(&["rubis", "--scale", "small", "--clients", "1000"])).is_ok()
+        );
+        Ok(())
+    }
+
+    #[test]
     fn tpcc_options() -> Result<(), BenchError> {
         let w = workloads_from(&parse(&["tpcc", "--warehouses", "4", "--mix", "salt"]))?;
         let p = w[0].params();
