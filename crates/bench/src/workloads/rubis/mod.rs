@@ -511,6 +511,19 @@ mod tests {
     }
 
     #[test]
+    fn search_statements_show_one_page() {
+        let app = procedures::application();
+        let limit = format!("LIMIT {}", procedures::PAGE_SIZE);
+        for name in [SEARCH_ITEMS_BY_CATEGORY, SEARCH_ITEMS_BY_REGION] {
+            let p = app.procedures.iter().find(|p| p.name == name);
+            assert!(
+                p.is_some_and(|p| p.statements.iter().all(|(_, sql)| sql.contains(&limit))),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
     fn bidding_writes_about_15_percent_and_browsing_none() {
         let w = Mix::BIDDING.write_share();
         assert!((0.14..=0.16).contains(&w), "bidding write share {w}");
