@@ -58,6 +58,13 @@ pub async fn run_bench(
         Some(w) => w.name(),
         None => return Err(BenchError::Config("no workload to run".into())),
     };
+    // Every point's client count is refused now, not after the points
+    // before it ran.
+    for w in workloads {
+        for &clients in &spec.clients {
+            w.validate_clients(clients)?;
+        }
+    }
     // One round: each protocol's client sweep in turn. Several: at each
     // client count, every protocol once per round.
     let nprot = spec.protocols.len();
@@ -129,7 +136,6 @@ async fn measure_point(
         .get(protocol_index)
         .ok_or_else(|| BenchError::Internal(format!("no protocol #{protocol_index}")))?
         .clone();
-    workload.validate_clients(clients)?;
     let mut config = spec.cluster.clone();
     let (name, label) = parse_entry(&protocol);
     config.protocol = name.to_string();

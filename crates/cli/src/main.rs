@@ -104,6 +104,10 @@ operations (--txn-size LIST of n), --read-ratio LIST of gets (rho); the seed 003
 intergroup Callas' inter-group microbenchmark: a contended \"pipelined\" type (row i of A, B, \
 C of 10 rows each, then a private row) and an \"other\" type (a row of D) that also updates a row \
 of A in --conflict-bp LIST basis points of its calls, --ratio LIST pipelined calls per other call.\n  \
+rubis  RUBiS, the auction site modelled after eBay: 8 tables, the 22 database transactions \
+behind its client requests (17 read-only), --mix bidding (about 15% writing transactions, the \
+default) or browsing (read-only), --scale standard (default) or small; --check verifies bids, \
+buy-now quantities, ratings and unique ids.\n  \
 rollback Callas' rollback microbenchmark: check and update a row of A, B and C (10 rows each), \
 the check on C rolling back --rollback-percent LIST of the calls, then 5 private updates.\n\n\
 Under --protocol salt (or salt-nolocal), the procedures named by --base LIST run as BASE \
@@ -240,6 +244,9 @@ enum WorkloadName {
     /// Callas' inter-group microbenchmark: a contended "pipelined" type and an "other" type
     /// that conflicts with it in --conflict-bp of its calls, --ratio N to 1.
     Intergroup,
+    /// RUBiS, the eBay-like auction site: 22 transactions behind its client requests,
+    /// --mix bidding (~15% writes, the default) or browsing (read-only), --scale.
+    Rubis,
     /// YCSB-style key-value traffic: native gets and puts beside transactions of U_n
     /// operations (--read-ratio, --native-ratio, --txn-size, --distribution, --keys).
     Ycsb,
@@ -470,7 +477,8 @@ struct BenchArgs {
     warehouses: Option<i64>,
 
     /// tpcc: transaction mix, standard (45/43/4/4/4) or salt (43.5/43.5/4.35/4.35/4.35);
-    /// tpcw: web-interaction mix, browsing, shopping (the default) or ordering.
+    /// tpcw: web-interaction mix, browsing, shopping (the default) or ordering;
+    /// rubis: bidding (the default) or browsing.
     #[arg(long, value_name = "MIX")]
     mix: Option<String>,
 
@@ -1313,6 +1321,33 @@ mod tests {
     fn rows_sweep_makes_one_workload_per_size() -> Result<(), BenchError> {
         let w = workloads_from(&parse(&["micro", "--rows", "10,100,1000"]))?;
         assert_eq!(w.len(), 3);
+        Ok(())
+    }
+
+    #[test]
+    fn rubis_options() -> Result<(), BenchError> {
+        let w = workloads_from(&parse(&["rubis"]))?;
+        let p = w[0].params();
+        assert_eq!(w[0].name(), "rubis");
+        assert_eq!(p.get("mix"), Some(&serde_json::json!("bidding")));
+        assert_eq!(p.get("scale"), Some(&serde_json::json!("standard")));
+        let w = workloads_from(&parse(&["rubis", "--mix", "browsing", "--scale", "small"]))?;
+        let p = w[0].params();
+        assert_eq!(p.get("mix"), Some(&serde_json::json!("browsing")));
+        assert_eq!(p.get("scale"), Some(&serde_json::json!("small")));
+        let refused = |a: &[&str]| matches!(workloads_from(&parse(a)), Err(BenchError::Config(_)));
+        assert!(refused(&["rubis", "--mix", "standard"]));
+        assert!(refused(&["rubis", "--scale", "huge"]));
+        assert!(refused(&["rubis", "--warehouses", "2"]));
+        assert!(refused(&["micro", "--scale", "small"]));
+        // Too many clients for the users: refused before any point runs
+        // (`Workload::validate_clients`, at the start of `run_bench`).
+        let small = workloads_from(&parse(&["rubis", "--scale", "small"]))?;
+        assert!(small[0].validate_clients(1_000).is_ok());
+        assert!(matches!(
+            small[0].validate_clients(1_001),
+            Err(BenchError::Config(_))
+        ));
         Ok(())
     }
 

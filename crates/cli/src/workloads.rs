@@ -15,11 +15,14 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
             Ok(())
         }
     };
-    if !matches!(args.workload, WorkloadName::Tpcc | WorkloadName::Tpcw) {
-        only(args.mix.is_some(), "--mix", "tpcc and tpcw")?;
+    if !matches!(
+        args.workload,
+        WorkloadName::Tpcc | WorkloadName::Tpcw | WorkloadName::Rubis
+    ) {
+        only(args.mix.is_some(), "--mix", "tpcc, tpcw and rubis")?;
     }
-    if args.workload != WorkloadName::Tpcw {
-        only(args.scale.is_some(), "--scale", "tpcw")?;
+    if !matches!(args.workload, WorkloadName::Tpcw | WorkloadName::Rubis) {
+        only(args.scale.is_some(), "--scale", "tpcw and rubis")?;
     }
     if args.workload != WorkloadName::Tpcc {
         only(args.warehouses.is_some(), "--warehouses", "tpcc")?;
@@ -176,6 +179,22 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
             let w = Tpcw::new(
                 tpcw::Scale::by_name(args.scale.as_deref().unwrap_or("standard"))?,
                 tpcw::Mix::by_name(args.mix.as_deref().unwrap_or("shopping"))?,
+            )?;
+            Ok(vec![Arc::new(w)])
+        }
+        WorkloadName::Rubis => {
+            use brine_bench::workloads::rubis::{self, Rubis};
+            only(args.rows.is_some(), "--rows", "micro")?;
+            only(args.accounts.is_some(), "--accounts", "bank")?;
+            only(args.total_percent.is_some(), "--total-percent", "bank")?;
+            only(
+                args.base.is_some(),
+                "--base",
+                "workloads with BASE procedures",
+            )?;
+            let w = Rubis::new(
+                rubis::Scale::by_name(args.scale.as_deref().unwrap_or("standard"))?,
+                rubis::Mix::by_name(args.mix.as_deref().unwrap_or("bidding"))?,
             )?;
             Ok(vec![Arc::new(w)])
         }
