@@ -39,11 +39,11 @@
 //! |----------------------------|----------------------------------------------------|
 //! | point SELECT               | Read Point(PRIMARY, pk)                            |
 //! | range SELECT, primary      | RangeRead Range(PRIMARY, scanned interval)         |
-//! | range SELECT, secondary i  | RangeRead Range(i, interval), Read Point(PRIMARY, pk) per returned row |
+//! | range SELECT, secondary i  | RangeRead Range(i, interval), Read Point(PRIMARY, pk) per row passed over (filters match or not) |
 //! | full scan                  | RangeRead Range(PRIMARY, unbounded)                |
 //! | INSERT                     | Write Point(PRIMARY, pk), Write Point(i, sec key) per index |
 //! | point UPDATE               | Write PK; per index whose columns change: Write old and new sec key |
-//! | range UPDATE / DELETE      | RangeRead interval, then per matching row as the point form |
+//! | range UPDATE / DELETE      | RangeRead interval, then per matching row as the point form; by a secondary index, Read Point(PRIMARY, pk) per row passed over |
 //! | point DELETE               | Write PK, Write each sec key of the row            |
 //!
 //! With LIMIT, the range lock covers the interval actually scanned: from the
@@ -491,14 +491,17 @@ impl PartitionStore {
                     return Ok(());
                 }
                 let secondary = pred.index != IndexId::PRIMARY;
-                let mut returned: Vec<Key> = Vec::new();
+                // A secondary index's interval lock does not cover the rows
+                // behind it: every row the scan passes over is read-locked,
+                // whether or not its filters match, since whether they match
+                // is read from the row (a writer's uncommitted change could
+                // otherwise hide a row from the scan, or show it).
+                let mut passed = Scanned::default();
                 let mut last_entry: Option<Key> = None;
                 let mut n = 0usize;
                 if secondary || limit.is_some() {
-                    visit(def, data, pred, params, sel.desc, None, |entry, pk, _| {
-                        if secondary {
-                            returned.push(pk.clone());
-                        }
+                    let walked = secondary.then_some(&mut passed);
+                    visit(def, data, pred, params, sel.desc, walked, |entry, _, _| {
                         n += 1;
                         let more = limit.is_none_or(|l| n < l);
                         if !more {
@@ -516,7 +519,8 @@ impl PartitionStore {
                     out.push(range_read(table, pred.index, lo, hi));
                 }
                 out.extend(
-                    returned
+                    passed
+                        .pks
                         .into_iter()
                         .map(|pk| point(IndexId::PRIMARY, pk, Access::Read)),
                 );
@@ -604,10 +608,24 @@ impl PartitionStore {
             let (lo, hi) = pred.bounds(params)?;
             out.push(range_read(table, pred.index, lo, hi));
         }
-        visit(def, data, pred, params, false, None, |_, pk, row| {
+        // On a secondary index, the rows the predicate passes over are
+        // read-locked too: their filters are read from them (as for a
+        // SELECT above).
+        let mut passed = Scanned::default();
+        let walked = (pred.index != IndexId::PRIMARY).then_some(&mut passed);
+        visit(def, data, pred, params, false, walked, |_, pk, row| {
             row_needs(pk, Some(row), out);
             Ok(true)
-        })
+        })?;
+        out.extend(passed.pks.into_iter().map(|key| LockNeed {
+            target: LockTarget::Point {
+                table,
+                index: IndexId::PRIMARY,
+                key,
+            },
+            access: Access::Read,
+        }));
+        Ok(())
     }
 
     /// Runs `plan` for `txn`, recording undo. A failed statement changes
