@@ -20,3 +20,9 @@ for w in tpcw rubis; do
   $B group $w --clients 64 --duration 2 --warmup 1 > $D/$w-group.txt 2>&1
   tail -15 $D/$w-group.txt
 done
+# Salt and Callas beside acid, with the grouping `brine group` chose above
+# (tpcw: hottest 3 pipelined, 1.16x there; rubis: hottest 1, 1.11x). No
+# procedure is BASE, so salt runs them as ACID transactions with its own
+# lock table rules (its overhead).
+run tpcw-compare bench tpcw --compare acid,salt,callas --grouping "hot:rp=do_subject_search,get_related,get_book" --clients 64 --rounds 3 --duration 3 --warmup 1 --check
+run rubis-compare bench rubis --compare acid,salt,callas --grouping "hot:rp=about_me_user" --clients 64 --rounds 3 --duration 3 --warmup 1 --check
