@@ -267,7 +267,10 @@ impl LockTable {
         if !removed.still_holds {
             let mut now_empty = false;
             if let Some(st) = self.txns.get_mut(&txn) {
-                if let Some(i) = st.held.iter().position(|t| t == target) {
+                // From the back: a statement's short locks go newest
+                // first (`release_short`), so each is found at the end and
+                // removed without shifting the rest.
+                if let Some(i) = st.held.iter().rposition(|t| t == target) {
                     st.held.remove(i);
                 }
                 now_empty = st.held.is_empty();
