@@ -24,6 +24,17 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
     if !matches!(args.workload, WorkloadName::Tpcw | WorkloadName::Rubis) {
         only(args.scale.is_some(), "--scale", "tpcw and rubis")?;
     }
+    // TPC-W and RUBiS: no rows, accounts or BASE procedures.
+    let web_refusals = || {
+        only(args.rows.is_some(), "--rows", "micro")?;
+        only(args.accounts.is_some(), "--accounts", "bank")?;
+        only(args.total_percent.is_some(), "--total-percent", "bank")?;
+        only(
+            args.base.is_some(),
+            "--base",
+            "workloads with BASE procedures",
+        )
+    };
     if args.workload != WorkloadName::Tpcc {
         only(args.warehouses.is_some(), "--warehouses", "tpcc")?;
         only(args.tpcc_scale.is_some(), "--tpcc-scale", "tpcc")?;
@@ -168,14 +179,7 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
             Ok(vec![Arc::new(w)])
         }
         WorkloadName::Tpcw => {
-            only(args.rows.is_some(), "--rows", "micro")?;
-            only(args.accounts.is_some(), "--accounts", "bank")?;
-            only(args.total_percent.is_some(), "--total-percent", "bank")?;
-            only(
-                args.base.is_some(),
-                "--base",
-                "workloads with BASE procedures",
-            )?;
+            web_refusals()?;
             let w = Tpcw::new(
                 tpcw::Scale::by_name(args.scale.as_deref().unwrap_or("standard"))?,
                 tpcw::Mix::by_name(args.mix.as_deref().unwrap_or("shopping"))?,
@@ -184,14 +188,7 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
         }
         WorkloadName::Rubis => {
             use brine_bench::workloads::rubis::{self, Rubis};
-            only(args.rows.is_some(), "--rows", "micro")?;
-            only(args.accounts.is_some(), "--accounts", "bank")?;
-            only(args.total_percent.is_some(), "--total-percent", "bank")?;
-            only(
-                args.base.is_some(),
-                "--base",
-                "workloads with BASE procedures",
-            )?;
+            web_refusals()?;
             let w = Rubis::new(
                 rubis::Scale::by_name(args.scale.as_deref().unwrap_or("standard"))?,
                 rubis::Mix::by_name(args.mix.as_deref().unwrap_or("bidding"))?,

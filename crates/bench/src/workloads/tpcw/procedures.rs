@@ -361,18 +361,20 @@ fn get_related() -> ProcedureDef {
         })
 }
 
-fn get_user_name() -> ProcedureDef {
-    ProcedureDef::new(GET_USER_NAME)
-        .statement("customer", "SELECT c_uname FROM customer WHERE c_id = $c")
-        .body(|mut ctx, args| async move {
+/// A procedure that reads one column of the `customer` row its one
+/// parameter names (`sql`) and returns it.
+fn customer_cell(name: &'static str, sql: &'static str) -> ProcedureDef {
+    ProcedureDef::new(name)
+        .statement("customer", sql)
+        .body(move |mut ctx, args| async move {
             let a = Args {
                 values: &args,
-                what: GET_USER_NAME,
+                what: name,
             };
-            let c = a.v(0)?;
-            let q = ctx.exec("customer", vec![c.clone()]).await?;
+            let k = a.v(0)?;
+            let q = ctx.exec("customer", vec![k.clone()]).await?;
             Ok(vec![cell(
-                first(&q, || format!("customer {c}"))?,
+                first(&q, || format!("customer {k}"))?,
                 0,
                 "customer",
             )?
@@ -380,26 +382,18 @@ fn get_user_name() -> ProcedureDef {
         })
 }
 
+fn get_user_name() -> ProcedureDef {
+    customer_cell(
+        GET_USER_NAME,
+        "SELECT c_uname FROM customer WHERE c_id = $c",
+    )
+}
+
 fn get_password() -> ProcedureDef {
-    ProcedureDef::new(GET_PASSWORD)
-        .statement(
-            "customer",
-            "SELECT c_passwd FROM customer WHERE c_uname = $u",
-        )
-        .body(|mut ctx, args| async move {
-            let a = Args {
-                values: &args,
-                what: GET_PASSWORD,
-            };
-            let u = a.v(0)?;
-            let q = ctx.exec("customer", vec![u.clone()]).await?;
-            Ok(vec![cell(
-                first(&q, || format!("customer {u}"))?,
-                0,
-                "customer",
-            )?
-            .clone()])
-        })
+    customer_cell(
+        GET_PASSWORD,
+        "SELECT c_passwd FROM customer WHERE c_uname = $u",
+    )
 }
 
 fn get_most_recent_order() -> ProcedureDef {
