@@ -147,6 +147,15 @@ pub fn notes(app: &str, proc: &str) -> Option<ProcNotes> {
         ("register", _) => Some(ProcNotes::new().looped(&["r", "w", "rr"])),
         // run_list_ops(): the same, an append being `inc`, `n`, `a`.
         ("list-append", _) => Some(ProcNotes::new().looped(&["r", "inc", "n", "a"])),
+        // crates/bench/src/workloads/rubis/procedures.rs: a nickname per
+        // bidder or comment author (`nicknames`), an item (or the closed
+        // auction it became, `item_or_old`) per item of a user's page.
+        ("rubis", "view_bid_history") => Some(ProcNotes::new().looped(&["bidder"])),
+        ("rubis", "view_user_info" | "about_me_user") => Some(ProcNotes::new().looped(&["author"])),
+        ("rubis", "about_me_bids") => Some(ProcNotes::new().looped(&["item", "old_item"])),
+        ("rubis", "about_me_bought") => {
+            Some(ProcNotes::new().looped(&["item_name", "old_item_name"]))
+        }
         _ => None,
     }
 }
