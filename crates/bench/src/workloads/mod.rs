@@ -12,6 +12,7 @@ pub mod rubis;
 pub mod ticket;
 pub mod tpcc;
 pub mod tpcw;
+mod values;
 pub mod ycsb;
 
 use std::cmp::Ordering;

@@ -72,12 +72,13 @@
 
 use std::collections::BTreeSet;
 
-use brine_cluster::{Application, Isolation, ProcCtx, ProcedureDef, QueryResult};
+use brine_cluster::{Application, Isolation, ProcCtx, ProcedureDef};
 use brine_core::{Decimal, Error, Result, Row, Value};
 
 use super::schema::{DDL, DISTRICTS};
 use super::{DELIVERY, NEW_ORDER, ORDER_STATUS, PAYMENT, STOCK_LEVEL};
 use crate::workloads::base::BaseSet;
+use crate::workloads::values::{cell, decimal_at, first, int_at, Args};
 
 /// Most order lines per order (clause 2.4.1.3).
 pub const MAX_OL_CNT: usize = 15;
@@ -85,63 +86,6 @@ pub const MAX_OL_CNT: usize = 15;
 pub const STOCK_LEVEL_ORDERS: i64 = 20;
 /// The user-abort message of new-order's rollback (clause 2.4.2.3).
 pub const INVALID_ITEM: &str = "Item number is not valid";
-
-/// Arguments of one call, with errors that name the procedure.
-struct Args<'a> {
-    values: &'a [Value],
-    what: &'static str,
-}
-
-impl<'a> Args<'a> {
-    fn get(&self, i: usize) -> Result<&'a Value> {
-        self.values.get(i).ok_or_else(|| Error::Arity {
-            what: format!("procedure `{}`", self.what),
-            expected: i + 1,
-            got: self.values.len(),
-        })
-    }
-
-    fn int(&self, i: usize) -> Result<i64> {
-        let v = self.get(i)?;
-        v.as_int().ok_or_else(|| {
-            Error::type_mismatch(format!("argument {i} of `{}`", self.what), "INT", v.kind())
-        })
-    }
-
-    fn decimal(&self, i: usize) -> Result<Decimal> {
-        let v = self.get(i)?;
-        v.as_decimal().ok_or_else(|| {
-            Error::type_mismatch(
-                format!("argument {i} of `{}`", self.what),
-                "DECIMAL",
-                v.kind(),
-            )
-        })
-    }
-}
-
-/// The first row of a result, or an error naming what was missing.
-fn first(q: &QueryResult, what: impl FnOnce() -> String) -> Result<&Row> {
-    q.first()
-        .ok_or_else(|| Error::Internal(format!("tpcc: {} not found", what())))
-}
-
-fn cell<'r>(row: &'r Row, i: usize, what: &str) -> Result<&'r Value> {
-    row.get(i)
-        .ok_or_else(|| Error::Internal(format!("tpcc: result row of {what} has no column {i}")))
-}
-
-fn int_at(row: &Row, i: usize, what: &str) -> Result<i64> {
-    let v = cell(row, i, what)?;
-    v.as_int()
-        .ok_or_else(|| Error::type_mismatch(format!("{what}, column {i}"), "INT", v.kind()))
-}
-
-fn decimal_at(row: &Row, i: usize, what: &str) -> Result<Decimal> {
-    let v = cell(row, i, what)?;
-    v.as_decimal()
-        .ok_or_else(|| Error::type_mismatch(format!("{what}, column {i}"), "DECIMAL", v.kind()))
-}
 
 fn str_at<'r>(row: &'r Row, i: usize, what: &str) -> Result<&'r str> {
     let v = cell(row, i, what)?;

@@ -30,11 +30,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use brine_cluster::{Application, ProcCtx, ProcedureDef, QueryResult};
+use brine_cluster::{Application, ProcCtx, ProcedureDef};
 use brine_core::{Decimal, Error, Result, Row, Value};
 
 use super::schema::DDL;
 use super::*;
+use crate::workloads::values::{cell, first, int_at, Args};
 
 /// Rows a search or listing page shows (clause 2.x: 50).
 pub const PAGE: usize = 50;
@@ -42,59 +43,6 @@ pub const PAGE: usize = 50;
 pub const EMPTY_CART: &str = "shopping cart is empty";
 /// The user-abort message of a cart operation on a cart that does not exist.
 pub const NO_CART: &str = "no such shopping cart";
-
-struct Args<'a> {
-    values: &'a [Value],
-    what: &'static str,
-}
-
-impl<'a> Args<'a> {
-    fn get(&self, i: usize) -> Result<&'a Value> {
-        self.values.get(i).ok_or_else(|| Error::Arity {
-            what: format!("procedure `{}`", self.what),
-            expected: i + 1,
-            got: self.values.len(),
-        })
-    }
-
-    fn v(&self, i: usize) -> Result<Value> {
-        self.get(i).cloned()
-    }
-
-    fn int(&self, i: usize) -> Result<i64> {
-        let v = self.get(i)?;
-        v.as_int().ok_or_else(|| {
-            Error::type_mismatch(format!("argument {i} of `{}`", self.what), "INT", v.kind())
-        })
-    }
-
-    fn timestamp(&self, i: usize) -> Result<i64> {
-        match self.get(i)? {
-            Value::Timestamp(t) => Ok(*t),
-            v => Err(Error::type_mismatch(
-                format!("argument {i} of `{}`", self.what),
-                "TIMESTAMP",
-                v.kind(),
-            )),
-        }
-    }
-}
-
-fn first(q: &QueryResult, what: impl FnOnce() -> String) -> Result<&Row> {
-    q.first()
-        .ok_or_else(|| Error::Internal(format!("tpcw: {} not found", what())))
-}
-
-fn cell<'r>(row: &'r Row, i: usize, what: &str) -> Result<&'r Value> {
-    row.get(i)
-        .ok_or_else(|| Error::Internal(format!("tpcw: result row of {what} has no column {i}")))
-}
-
-fn int_at(row: &Row, i: usize, what: &str) -> Result<i64> {
-    let v = cell(row, i, what)?;
-    v.as_int()
-        .ok_or_else(|| Error::type_mismatch(format!("{what}, column {i}"), "INT", v.kind()))
-}
 
 fn cents_at(row: &Row, i: usize, what: &str) -> Result<i64> {
     let v = cell(row, i, what)?;
@@ -209,39 +157,40 @@ fn get_customer() -> ProcedureDef {
         })
 }
 
-fn do_subject_search() -> ProcedureDef {
-    ProcedureDef::new(DO_SUBJECT_SEARCH)
-        .statement(
-            "items",
-            "SELECT i_id, i_title, i_a_id FROM item WHERE i_subject = $s",
-        )
+/// A procedure that lists, with their authors, the items `sql` finds by
+/// the call's first `params` arguments (`list_page`; `sort`: by title).
+fn item_list(name: &'static str, sql: &'static str, params: usize, sort: bool) -> ProcedureDef {
+    ProcedureDef::new(name)
+        .statement("items", sql)
         .statement("author", AUTHOR_BY_ID)
-        .body(|mut ctx, args| async move {
+        .body(move |mut ctx, args| async move {
             let a = Args {
                 values: &args,
-                what: DO_SUBJECT_SEARCH,
+                what: name,
             };
-            let q = ctx.exec("items", vec![a.v(0)?]).await?;
-            list_page(&mut ctx, q.rows, true).await
+            let values = (0..params).map(|i| a.v(i)).collect::<Result<Vec<_>>>()?;
+            let q = ctx.exec("items", values).await?;
+            list_page(&mut ctx, q.rows, sort).await
         })
 }
 
+fn do_subject_search() -> ProcedureDef {
+    item_list(
+        DO_SUBJECT_SEARCH,
+        "SELECT i_id, i_title, i_a_id FROM item WHERE i_subject = $s",
+        1,
+        true,
+    )
+}
+
 fn do_title_search() -> ProcedureDef {
-    ProcedureDef::new(DO_TITLE_SEARCH)
-        .statement(
-            "items",
-            "SELECT i_id, i_title, i_a_id FROM item WHERE i_title >= $lo AND i_title < $hi \
-             ORDER BY i_title LIMIT 50",
-        )
-        .statement("author", AUTHOR_BY_ID)
-        .body(|mut ctx, args| async move {
-            let a = Args {
-                values: &args,
-                what: DO_TITLE_SEARCH,
-            };
-            let q = ctx.exec("items", vec![a.v(0)?, a.v(1)?]).await?;
-            list_page(&mut ctx, q.rows, false).await
-        })
+    item_list(
+        DO_TITLE_SEARCH,
+        "SELECT i_id, i_title, i_a_id FROM item WHERE i_title >= $lo AND i_title < $hi \
+         ORDER BY i_title LIMIT 50",
+        2,
+        false,
+    )
 }
 
 fn do_author_search() -> ProcedureDef {
@@ -270,21 +219,13 @@ fn do_author_search() -> ProcedureDef {
 }
 
 fn get_new_products() -> ProcedureDef {
-    ProcedureDef::new(GET_NEW_PRODUCTS)
-        .statement(
-            "items",
-            "SELECT i_id, i_title, i_a_id FROM item WHERE i_subject = $s \
-             ORDER BY i_pub_date DESC LIMIT 50",
-        )
-        .statement("author", AUTHOR_BY_ID)
-        .body(|mut ctx, args| async move {
-            let a = Args {
-                values: &args,
-                what: GET_NEW_PRODUCTS,
-            };
-            let q = ctx.exec("items", vec![a.v(0)?]).await?;
-            list_page(&mut ctx, q.rows, false).await
-        })
+    item_list(
+        GET_NEW_PRODUCTS,
+        "SELECT i_id, i_title, i_a_id FROM item WHERE i_subject = $s \
+         ORDER BY i_pub_date DESC LIMIT 50",
+        1,
+        false,
+    )
 }
 
 fn get_best_sellers() -> ProcedureDef {
