@@ -219,12 +219,12 @@ fn coord_dir(root: &Path, n: u32) -> PathBuf {
     root.join(format!("coord-{n}"))
 }
 
-fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
+pub(crate) fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::Storage(format!("{what} {}: {e}", path.display()))
 }
 
 /// Writes `contents` to `path` atomically (tmp, fsync, rename, dir fsync).
-fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
     f.write_all(contents)
@@ -235,6 +235,20 @@ fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
         sync_dir(dir)?;
     }
     Ok(())
+}
+
+/// After recovery checkpointed a log's directory at `lsn`: deletes every
+/// segment (recovery read them all) and every older checkpoint.
+pub(crate) fn drop_before_checkpoint(dir: &Path, lsn: u64) -> Result<()> {
+    for (_, path) in list_segments(dir)? {
+        std::fs::remove_file(&path).map_err(|e| io("deleting", &path, e))?;
+    }
+    for (older, path) in list_checkpoints(dir)? {
+        if older < lsn {
+            std::fs::remove_file(&path).map_err(|e| io("deleting", &path, e))?;
+        }
+    }
+    sync_dir(dir)
 }
 
 /// Txn ids of a run start at `epoch << EPOCH_SHIFT`, so ids never repeat
@@ -385,16 +399,7 @@ impl WalSet {
         }
         // 3. Everything before the new checkpoints is now redundant.
         for (dir, end) in ends.iter().flatten() {
-            for (start, path) in list_segments(dir)? {
-                let _ = start;
-                std::fs::remove_file(&path).map_err(|e| io("deleting", &path, e))?;
-            }
-            for (lsn, path) in list_checkpoints(dir)? {
-                if lsn < end.lsn {
-                    std::fs::remove_file(&path).map_err(|e| io("deleting", &path, e))?;
-                }
-            }
-            sync_dir(dir)?;
+            drop_before_checkpoint(dir, end.lsn)?;
         }
         // A multi-process node keeps its decisions: participants on other
         // nodes may still ask about them.

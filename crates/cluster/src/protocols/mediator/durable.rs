@@ -32,14 +32,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use brine_core::{Catalog, Error, Result, Row, TableId};
-use brine_storage::checkpoint::{checkpoint_path, list_checkpoints, tmp_checkpoint_path};
+use brine_storage::checkpoint::{checkpoint_path, list_checkpoints};
 use brine_storage::wal::codec::{put_u32, put_u64, put_values, Decoder};
 use brine_storage::wal::segment::{list_segments, sync_dir};
 use brine_storage::wal::{read_log, Log, LogPosition, ReadOptions, RecordKind};
 
 use super::kv::Item;
 use super::store::Ts;
-use crate::durability::WalSet;
+use crate::durability::{drop_before_checkpoint, io, write_atomic, WalSet};
 
 /// Mediator's directory under the data directory.
 const DIR: &str = "mediator";
@@ -85,10 +85,6 @@ pub struct PartitionLog {
     every: u64,
     last_checkpoint: u64,
     checkpointing: Arc<AtomicBool>,
-}
-
-fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
-    Error::Storage(format!("{what} {}: {e}", path.display()))
 }
 
 fn corrupt(path: &Path, offset: u64, reason: String) -> Error {
@@ -198,19 +194,6 @@ fn load_checkpoint(path: &Path, catalog: &Catalog) -> Result<(LogPosition, Lates
         keep_newest(&mut latest, ts, item, row);
     }
     Ok((pos, latest))
-}
-
-/// Writes `bytes` as `path` atomically (tmp, fsync, rename, dir fsync).
-fn install(dir: &Path, lsn: u64, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let tmp = tmp_checkpoint_path(dir, lsn);
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
-    f.write_all(bytes)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| io("writing", &tmp, e))?;
-    let path = checkpoint_path(dir, lsn);
-    std::fs::rename(&tmp, &path).map_err(|e| io("renaming", &tmp, e))?;
-    sync_dir(dir)
 }
 
 /// One partition's versions from its newest checkpoint and its log.
@@ -349,16 +332,9 @@ impl MediatorLogs {
         // log can go: what it promised is in the checkpoints now.
         for (p, (l, end)) in latest.iter().zip(&ends).enumerate() {
             let dir = part_dir(&root, p as u32);
-            install(&dir, end.lsn, &encode_checkpoint(*end, versions_of(l)))?;
-            for (_, path) in list_segments(&dir)? {
-                std::fs::remove_file(&path).map_err(|e| io("deleting", &path, e))?;
-            }
-            for (lsn, path) in list_checkpoints(&dir)? {
-                if lsn < end.lsn {
-                    std::fs::remove_file(&path).map_err(|e| io("deleting", &path, e))?;
-                }
-            }
-            sync_dir(&dir)?;
+            let bytes = encode_checkpoint(*end, versions_of(l));
+            write_atomic(&checkpoint_path(&dir, end.lsn), &bytes)?;
+            drop_before_checkpoint(&dir, end.lsn)?;
         }
         for (_, path) in list_segments(&commits_dir)? {
             std::fs::remove_file(&path).map_err(|e| io("deleting", &path, e))?;
