@@ -12,6 +12,7 @@ mod analyze;
 mod group;
 mod metrics;
 mod node;
+mod service;
 mod workloads;
 
 use workloads::workloads_from;

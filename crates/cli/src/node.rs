@@ -126,7 +126,7 @@ pub struct ServerArgs {
 pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
     let file = read_file(&args.config)?;
     let me = match (args.node, &args.service) {
-        (_, Some(name)) => return service(&file, name).await,
+        (_, Some(name)) => return crate::service::serve(&file, name).await,
         (Some(n), None) => n,
         (None, None) => return Err(NodeError::Config("--node N or --service NAME".into())),
     };
@@ -271,64 +271,6 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         cluster.close_logs();
         eprintln!("brine node {me}: stopped ({outcome:?})");
     }
-    Ok(())
-}
-
-/// Runs the protocol's service `name` (Mediator's TSO) as a process of
-/// its own: it hosts no partition and answers the protocol's requests of
-/// the nodes and clients until Ctrl-C or SIGTERM.
-async fn service(file: &ClusterFile, name: &str) -> Result<(), NodeError> {
-    let addr: SocketAddr = file
-        .services
-        .get(name)
-        .ok_or_else(|| {
-            NodeError::Config(format!(
-                "the cluster file gives service `{name}` no address ([services] {name} = \"host:port\")"
-            ))
-        })?
-        .parse()
-        .map_err(|e| NodeError::Config(format!("address of service {name}: {e}")))?;
-    let addresses: Vec<String> = file.nodes.iter().map(|n| n.address.clone()).collect();
-    let peers = remote::peer_clients(&addresses, None).map_err(|source| NodeError::Engine {
-        context: format!("service {name}'s peers"),
-        source,
-    })?;
-    let mut config = cluster_config(file)?;
-    config.hosts_service = Some(name.to_string());
-    let cluster = Cluster::start_service(config, application(file)?, peers).map_err(|source| {
-        NodeError::Engine {
-            context: format!("starting service {name}"),
-            source,
-        }
-    })?;
-    let only = name.to_string();
-    let handler = move |req: WireRequest| {
-        let (cluster, only) = (cluster.clone(), only.clone());
-        async move {
-            match req {
-                WireRequest::Protocol { bytes } => {
-                    WireResponse::Protocol(cluster.protocol().serve(bytes).await)
-                }
-                _ => WireResponse::Refused(brine_core::Error::Config(format!(
-                    "this process runs the protocol's `{only}` service only"
-                ))),
-            }
-        }
-    };
-    let server = brine_net::Server::bind(addr, brine_net::ServerConfig::default(), handler)
-        .await
-        .map_err(|source| NodeError::Net {
-            context: format!("service {name} listening on {addr}"),
-            source,
-        })?;
-    eprintln!(
-        "brine service {name} of protocol {} serving on {}",
-        file.protocol,
-        server.local_addr()
-    );
-    wait_for_stop().await;
-    let outcome = server.shutdown().await;
-    eprintln!("brine service {name}: stopped ({outcome:?})");
     Ok(())
 }
 
@@ -552,7 +494,7 @@ async fn render_metrics(
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-async fn wait_for_stop() {
+pub(crate) async fn wait_for_stop() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
