@@ -21,10 +21,11 @@ use brine_cluster::Cluster;
 use brine_core::{Row, Value};
 
 use crate::error::{BenchError, Result};
+/// What the check found (as TPC-C's: the violations, quoting the first
+/// few, and the rows read).
+pub use crate::workloads::tpcc::check::Findings;
 use crate::workloads::tpcc::check::read_rows;
 
-/// How many violations the error quotes.
-const QUOTED: usize = 5;
 
 fn int(row: &Row, i: usize, what: &str) -> Result<i64> {
     row.get(i).and_then(Value::as_int).ok_or_else(|| {
@@ -39,25 +40,6 @@ fn cents(row: &Row, i: usize, what: &str) -> Result<i64> {
         .ok_or_else(|| {
             BenchError::Internal(format!("rubis check: {what}: column {i} is not a DECIMAL"))
         })
-}
-
-/// What the check found.
-#[derive(Debug, Default)]
-pub struct Findings {
-    pub violations: Vec<String>,
-    pub count: usize,
-    /// Rows read, for the record.
-    pub rows_read: usize,
-}
-
-impl Findings {
-    fn fail(&mut self, condition: u32, msg: String) {
-        self.count += 1;
-        if self.violations.len() < QUOTED {
-            self.violations
-                .push(format!("condition {condition}: {msg}"));
-        }
-    }
 }
 
 #[derive(Default)]

@@ -93,7 +93,8 @@ pub struct Findings {
 }
 
 impl Findings {
-    fn fail(&mut self, condition: u32, msg: String) {
+    /// Counts a violation of `condition`, quoting the first few.
+    pub(crate) fn fail(&mut self, condition: u32, msg: String) {
         self.count += 1;
         if self.violations.len() < QUOTED {
             self.violations
