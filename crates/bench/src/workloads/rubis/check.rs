@@ -21,11 +21,10 @@ use brine_cluster::Cluster;
 use brine_core::{Row, Value};
 
 use crate::error::{BenchError, Result};
+use crate::workloads::tpcc::check::read_rows;
 /// What the check found (as TPC-C's: the violations, quoting the first
 /// few, and the rows read).
 pub use crate::workloads::tpcc::check::Findings;
-use crate::workloads::tpcc::check::read_rows;
-
 
 fn int(row: &Row, i: usize, what: &str) -> Result<i64> {
     row.get(i).and_then(Value::as_int).ok_or_else(|| {
