@@ -156,8 +156,39 @@ pub fn notes(app: &str, proc: &str) -> Option<ProcNotes> {
         ("rubis", "about_me_bought") => {
             Some(ProcNotes::new().looped(&["item_name", "old_item_name"]))
         }
+        // User aborts: a wrong password, an item no longer for sale (or
+        // sold out once taken), a nickname taken.
+        ("rubis", "authenticate" | "register_user") => {
+            Some(ProcNotes::new().rollback("by_nickname"))
+        }
+        ("rubis", "store_bid") => Some(ProcNotes::new().rollback("count_bid")),
+        ("rubis", "store_buy_now") => Some(ProcNotes::new().rollback("take").rollback("left")),
+        ("tpcw", proc) => tpcw_notes(proc),
         _ => None,
     }
+}
+
+/// crates/bench/src/workloads/tpcw/procedures.rs: the listings read an
+/// author per listed item (`read_authors`); the other loops are a row per
+/// related item, per order address, per cart or order line. A cart that
+/// does not exist and an empty cart are the user aborts.
+fn tpcw_notes(proc: &str) -> Option<ProcNotes> {
+    let notes = ProcNotes::new();
+    Some(match proc {
+        "do_subject_search" | "do_title_search" | "get_new_products" | "get_best_sellers" => {
+            notes.looped(&["author"])
+        }
+        "do_author_search" => notes.looped(&["items"]).looped(&["author"]),
+        "get_related" => notes.looped(&["thumbnail"]),
+        "get_most_recent_order" => notes.looped(&["address", "country"]).looped(&["item"]),
+        "get_cart" => notes.looped(&["item"]),
+        "do_cart" => notes.rollback("touch_cart"),
+        "do_buy_confirm" | "do_buy_confirm_address" => notes
+            .looped(&["take_stock", "item", "restock"])
+            .looped(&["insert_line"])
+            .rollback("cart_lines"),
+        _ => return None,
+    })
 }
 
 /// The groups the sources report for an application (seed 000 section

@@ -115,6 +115,8 @@ Under --protocol salt (or salt-nolocal), the procedures named by --base LIST run
 transactions (Salt's alkaline subtransactions); under acid they are ordinary ACID transactions, so \
 --compare acid,salt runs the same application code. Defaults: the sources' choices (micro update5, \
 micro2 update10, micro3 read5,write5, bank transfer, tpcc new_order,payment, ticket create_order, \
+tpcw do_buy_confirm,do_buy_confirm_address, rubis store_bid,store_buy_now (ours: the sources do not \
+BASE-ify them), \
 register read_write (range_read may be added), list-append append_read: every operation of a BASE \
 call its own alkaline subtransaction, so brine check --level salt checks Salt isolation under load); \
 `none` BASE-ifies nothing, `all` every procedure the workload can BASE-ify.",
@@ -1417,6 +1419,10 @@ mod tests {
             base(&["register", "--base", "all"])?,
             "range_read,read_write"
         );
+        assert_eq!(base(&["tpcw"])?, "do_buy_confirm,do_buy_confirm_address");
+        assert_eq!(base(&["rubis", "--base", "store_bid"])?, "store_bid");
+        assert_eq!(base(&["rubis"])?, "store_bid,store_buy_now");
+        assert!(workloads_from(&parse(&["rubis", "--base", "view_item"])).is_err());
         assert_eq!(base(&["list-append"])?, "append_read");
         assert_eq!(base(&["list-append", "--base", "none"])?, "none");
         assert!(workloads_from(&parse(&["register", "--base", "read_only"])).is_err());

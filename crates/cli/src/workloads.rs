@@ -24,16 +24,11 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
     if !matches!(args.workload, WorkloadName::Tpcw | WorkloadName::Rubis) {
         only(args.scale.is_some(), "--scale", "tpcw and rubis")?;
     }
-    // TPC-W and RUBiS: no rows, accounts or BASE procedures.
+    // TPC-W and RUBiS: no rows or accounts.
     let web_refusals = || {
         only(args.rows.is_some(), "--rows", "micro")?;
         only(args.accounts.is_some(), "--accounts", "bank")?;
-        only(args.total_percent.is_some(), "--total-percent", "bank")?;
-        only(
-            args.base.is_some(),
-            "--base",
-            "workloads with BASE procedures",
-        )
+        only(args.total_percent.is_some(), "--total-percent", "bank")
     };
     if args.workload != WorkloadName::Tpcc {
         only(args.warehouses.is_some(), "--warehouses", "tpcc")?;
@@ -184,6 +179,10 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
                 tpcw::Scale::by_name(args.scale.as_deref().unwrap_or("standard"))?,
                 tpcw::Mix::by_name(args.mix.as_deref().unwrap_or("shopping"))?,
             )?;
+            let w = match base(&tpcw::procedures::BASE_CAPABLE)? {
+                Some(b) => w.with_base(b),
+                None => w,
+            };
             Ok(vec![Arc::new(w)])
         }
         WorkloadName::Rubis => {
@@ -193,6 +192,10 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
                 rubis::Scale::by_name(args.scale.as_deref().unwrap_or("standard"))?,
                 rubis::Mix::by_name(args.mix.as_deref().unwrap_or("bidding"))?,
             )?;
+            let w = match base(&rubis::procedures::BASE_CAPABLE)? {
+                Some(b) => w.with_base(b),
+                None => w,
+            };
             Ok(vec![Arc::new(w)])
         }
         WorkloadName::Micro => {

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //!  Rubis::new(scale, mix)
-//!    application()  schema::DDL + procedures (17 read-only, 5 writing)
+//!    application()  schema::DDL + procedures (17 read-only, 5 writing);
+//!                   .with_base(--base): bid and buy-now BASE under Salt
 //!    load()         load: RUBiS-like generated data, in batches
 //!    client(i)      input::RubisClient: user i mod U + 1; draws a client
 //!                   request from the mix and runs its transactions one
@@ -37,6 +38,7 @@ use serde_json::{json, Map, Value as Json};
 
 use crate::error::{BenchError, Result};
 use crate::workload::{BoxFuture, ClientGen, Workload};
+use crate::workloads::base::BaseSet;
 use input::RubisClient;
 
 pub const BROWSE_CATEGORIES: &str = "browse_categories";
@@ -355,6 +357,7 @@ pub struct RunState {
 pub struct Rubis {
     scale: Scale,
     mix: Mix,
+    base: BaseSet,
     run: Arc<RunState>,
 }
 
@@ -372,8 +375,17 @@ impl Rubis {
         Ok(Rubis {
             scale,
             mix,
+            base: BaseSet::of(&procedures::BASE_CAPABLE),
             run: Arc::new(RunState::default()),
         })
+    }
+
+    /// Which procedures are BASE under Salt (default: store_bid and
+    /// store_buy_now; `BaseSet::none()` for the all-ACID application).
+    /// Under `acid` and `callas` the choice changes nothing.
+    pub fn with_base(mut self, base: BaseSet) -> Rubis {
+        self.base = base;
+        self
     }
 
     pub fn scale(&self) -> Scale {
@@ -411,6 +423,7 @@ impl Workload for Rubis {
         m.insert("users".into(), json!(self.scale.users));
         m.insert("items".into(), json!(self.scale.items));
         m.insert("old_items".into(), json!(self.scale.old_items));
+        m.insert("base".into(), json!(self.base.label()));
         m
     }
 
@@ -437,7 +450,7 @@ impl Workload for Rubis {
     }
 
     fn application(&self) -> Application {
-        procedures::application()
+        procedures::application(&self.base)
     }
 
     fn load<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {
@@ -505,7 +518,7 @@ mod tests {
 
     #[test]
     fn transactions_are_counted_as_the_seed_does() {
-        let app = procedures::application();
+        let app = procedures::application(&BaseSet::none());
         assert_eq!(app.procedures.len(), READ_ONLY.len() + WRITING.len());
         for (p, name) in app
             .procedures
@@ -525,7 +538,7 @@ mod tests {
 
     #[test]
     fn search_statements_show_one_page() {
-        let app = procedures::application();
+        let app = procedures::application(&BaseSet::none());
         let limit = format!("LIMIT {}", procedures::PAGE_SIZE);
         for name in [SEARCH_ITEMS_BY_CATEGORY, SEARCH_ITEMS_BY_REGION] {
             let p = app.procedures.iter().find(|p| p.name == name);

@@ -5,7 +5,8 @@
 //! ```text
 //!  Tpcw::new(scale, mix)
 //!    application()  schema::DDL + procedures: 20 transactions, 13 read-only
-//!                   (the count of seed 004's TPC-W, Elia's reference code)
+//!                   (the count of seed 004's TPC-W, Elia's reference code);
+//!                   .with_base(--base): the buy-confirms BASE under Salt
 //!    load()         load: clause 4.7 data at --scale small|standard
 //!    client(i)      input::TpcwClient: one emulated browser (EB) session of
 //!                   customer i + 1; draws a web interaction from the mix
@@ -35,6 +36,7 @@ use serde_json::{json, Map, Value as Json};
 
 use crate::error::{BenchError, Result};
 use crate::workload::{BoxFuture, ClientGen, Workload};
+use crate::workloads::base::BaseSet;
 use input::TpcwClient;
 
 // The 20 database transactions: 13 read-only ...
@@ -327,6 +329,7 @@ pub struct RunState {
 pub struct Tpcw {
     scale: Scale,
     mix: Mix,
+    base: BaseSet,
     run: Arc<RunState>,
 }
 
@@ -341,8 +344,17 @@ impl Tpcw {
         Ok(Tpcw {
             scale,
             mix,
+            base: BaseSet::of(&procedures::BASE_CAPABLE),
             run: Arc::new(RunState::default()),
         })
+    }
+
+    /// Which procedures are BASE under Salt (default: both buy-confirms;
+    /// `BaseSet::none()` for the all-ACID application). Under `acid` and
+    /// `callas` the choice changes nothing.
+    pub fn with_base(mut self, base: BaseSet) -> Tpcw {
+        self.base = base;
+        self
     }
 
     pub fn scale(&self) -> Scale {
@@ -372,6 +384,7 @@ impl Workload for Tpcw {
         m.insert("items".into(), json!(self.scale.items));
         m.insert("customers".into(), json!(self.scale.customers));
         m.insert("mix".into(), json!(self.mix.name));
+        m.insert("base".into(), json!(self.base.label()));
         m
     }
 
@@ -380,7 +393,7 @@ impl Workload for Tpcw {
     }
 
     fn application(&self) -> Application {
-        procedures::application()
+        procedures::application(&self.base)
     }
 
     fn validate_clients(&self, clients: u32) -> Result<()> {
@@ -497,7 +510,7 @@ mod tests {
 
     #[test]
     fn twenty_transactions_thirteen_read_only() {
-        let app = procedures::application();
+        let app = procedures::application(&BaseSet::none());
         assert_eq!(app.procedures.len(), 20);
         for p in &app.procedures {
             assert!(

@@ -115,12 +115,21 @@ impl Grouping {
     /// Every one of `procedures` in one 2PL group (what `callas` runs when
     /// no grouping is given: nexus locks everywhere, no in-group gain).
     pub fn one_group<'a>(procedures: impl IntoIterator<Item = &'a str>) -> Grouping {
+        Grouping::single(Mechanism::TwoPl, procedures)
+    }
+
+    /// Every one of `procedures` in one group named `all`, run by
+    /// `mechanism`.
+    pub fn single<'a>(
+        mechanism: Mechanism,
+        procedures: impl IntoIterator<Item = &'a str>,
+    ) -> Grouping {
         let mut procedures: Vec<String> = procedures.into_iter().map(str::to_string).collect();
         procedures.sort();
         Grouping {
             groups: vec![GroupDef {
                 name: "all".into(),
-                mechanism: Mechanism::TwoPl,
+                mechanism,
                 procedures,
                 as_written: false,
             }],
