@@ -88,6 +88,8 @@ pub struct ClusterConfig {
     /// Mediator: snapshot lifetime, the helper's patience, the TSO's
     /// write-set filters (protocols `mediator`, `mediator-ser`, `omid`).
     pub mediator: crate::protocols::mediator::MediatorOptions,
+    /// Elia's routes (protocol `elia`).
+    pub elia: crate::protocols::elia::EliaOptions,
     /// Across processes: the addresses of the protocol's services that run
     /// in processes of their own (`Protocol::own_processes`), by name.
     pub services: std::collections::BTreeMap<String, String>,
@@ -120,6 +122,7 @@ impl Default for ClusterConfig {
             safe_mode: Default::default(),
             rank_holds: true,
             mediator: Default::default(),
+            elia: Default::default(),
             services: Default::default(),
             hosts_service: None,
         }
@@ -653,13 +656,20 @@ impl Cluster {
         let pcol = def.partition_column();
         let n = self.shared.partitions.len();
         let mut per: Vec<Vec<Row>> = vec![Vec::new(); n];
-        for row in rows {
-            let v = row.get(pcol).ok_or_else(|| Error::Arity {
-                what: format!("row of `{table}`"),
-                expected: def.columns.len(),
-                got: row.len(),
-            })?;
-            per[partition_of(v, n as u32) as usize].push(row);
+        if self.shared.protocol.replicated() {
+            // A full replica everywhere.
+            for p in &mut per {
+                p.clone_from(&rows);
+            }
+        } else {
+            for row in rows {
+                let v = row.get(pcol).ok_or_else(|| Error::Arity {
+                    what: format!("row of `{table}`"),
+                    expected: def.columns.len(),
+                    got: row.len(),
+                })?;
+                per[partition_of(v, n as u32) as usize].push(row);
+            }
         }
         let node = NodeId(self.config.nodes);
         // Partitions load in parallel; each partition's rows go in chunks
@@ -917,6 +927,14 @@ impl Txn {
     pub async fn execute(&mut self, sql: &str, args: Vec<Value>) -> Result<QueryResult> {
         self.cluster.shared.wait_ready().await;
         let plan = self.cluster.adhoc_plan(sql)?;
+        let protocol = &self.cluster.shared.protocol;
+        if protocol.replicated() && plan.access().kind != brine_sql::StatementKind::Select {
+            return Err(Error::Config(format!(
+                "`{sql}`: under {} an interactive transaction may only read (writes go \
+                 through the application's procedures, which keep the replicas in step)",
+                protocol.name()
+            )));
+        }
         self.ctx.exec_plan(plan, args).await
     }
 

@@ -111,6 +111,14 @@ pub trait Protocol: Send + Sync + 'static {
         Box::pin(run_acid(call))
     }
 
+    /// Whether every partition holds a full replica of every table (Elia):
+    /// loading sends each row to every partition, and an interactive
+    /// transaction reads partition 0's replica and may not write (writes
+    /// go through the protocol's procedures, which replicate them).
+    fn replicated(&self) -> bool {
+        false
+    }
+
     /// Whether an ACID transaction's first statement that spans partitions
     /// waits gated at each until it can be granted at all at once (Salt:
     /// it must never hold one partition while it waits at another for a

@@ -150,6 +150,10 @@ impl Shared {
     /// The partitions a statement with `params` goes to: the one its
     /// partition key names, or every one (a broadcast).
     pub(crate) fn targets(&self, plan: &Plan, params: &[Value]) -> SmallVec<[usize; 4]> {
+        if self.protocol.replicated() {
+            // Every partition a full replica: partition 0's.
+            return SmallVec::from_elem(0, 1);
+        }
         match plan.route(params, &self.catalog) {
             Route::Partition(v) => SmallVec::from_elem(self.partition_for(&v), 1),
             Route::Broadcast => (0..self.partitions.len()).collect(),

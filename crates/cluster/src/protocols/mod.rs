@@ -10,6 +10,7 @@
 
 pub mod acid;
 pub mod callas;
+pub mod elia;
 pub mod mediator;
 pub mod raw;
 pub mod salt;
@@ -73,6 +74,7 @@ pub const BUILT_IN: &[Registration] = &[
     mediator::MEDIATOR_SER,
     mediator::OMID,
     mediator::KV,
+    elia::ELIA,
 ];
 
 /// Protocols registered at run time ([`register`]).

@@ -1,0 +1,258 @@
+//! The Conveyor Belt (seed 004 Algorithm 2): the token, the servers'
+//! queues of global operations, and the state updates the token carries.
+//!
+//! ```text
+//!   token task (one per cluster: the token itself)
+//!   ┌──────────────────────────────────────────────────────────────────┐
+//!   │ arrive at p:  apply every update <u, q> with q != p, in token     │
+//!   │               order (a replay transaction each); drop p's own     │
+//!   │               (they have been everywhere)                         │
+//!   │               Q' = atomic snapshot of p's queue                   │
+//!   │               hand each global of Q' its turn; they run at once,  │
+//!   │               each appending its update at its commit point       │
+//!   │               wait until all of Q' ended; append their updates    │
+//!   │ idle (no update in flight, every queue empty): park until a       │
+//!   │               global arrives                                      │
+//!   │ pass to p+1 over the link (its delay between the two servers)    │
+//!   └──────────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! What it guarantees: the updates of global operations are applied at
+//! every server in one order, the token's; a server applies the updates
+//! it has not seen before it runs its own globals; a global's update is
+//! appended while its transaction still holds its locks (before the commit
+//! releases them), so two conflicting globals append in the order the
+//! engine serialized them (seed 004 section 5, "Tracing the sequential
+//! order"). The snapshot of the queue keeps the token moving however fast
+//! new globals arrive.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use brine_core::{Error, NodeId, Result, TxnId, Value};
+use brine_sql::Plan;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use crate::coordinator::{abort, commit, ProcCtx, Retries, Sent, Shared, TxnState};
+
+/// What one global operation changed: its mutating statements with their
+/// bound values, in the order it ran them.
+pub struct Update {
+    pub txn: TxnId,
+    /// The server that ran it.
+    pub origin: u32,
+    pub statements: Vec<(Arc<Plan>, Vec<Value>)>,
+}
+
+/// A global operation's turn at the token holder. Dropping it tells the
+/// token the operation ended.
+pub struct Turn {
+    appended: Arc<Mutex<Vec<Arc<Update>>>>,
+    _done: mpsc::Sender<()>,
+}
+
+impl Turn {
+    /// The operation reached its commit point, its locks held: its update
+    /// takes its place in token order.
+    pub fn append(&self, update: Arc<Update>) {
+        self.appended.lock().push(update);
+    }
+
+    /// Its commit failed after all: the update is taken back.
+    pub fn withdraw(&self, update: &Arc<Update>) {
+        self.appended.lock().retain(|u| !Arc::ptr_eq(u, update));
+    }
+}
+
+/// The servers' queues and the token.
+pub struct Conveyor {
+    servers: u32,
+    queues: Vec<Mutex<Vec<oneshot::Sender<Turn>>>>,
+    wake: Notify,
+    running: AtomicBool,
+    /// Updates the token carries that some server has not applied yet.
+    carried: AtomicUsize,
+}
+
+/// The protocol's counters, by slot (`super::COUNTERS`).
+pub mod slot {
+    pub const LOCAL: usize = 0;
+    pub const GLOBAL: usize = 1;
+    pub const COMMUTATIVE: usize = 2;
+    pub const ROUTED_AWAY: usize = 3;
+    pub const TOKEN_HOPS: usize = 4;
+    pub const TURNS: usize = 5;
+    pub const UPDATES_APPLIED: usize = 6;
+    pub const APPLY_RETRIES: usize = 7;
+}
+
+impl Conveyor {
+    pub fn new(servers: u32) -> Conveyor {
+        Conveyor {
+            servers,
+            queues: (0..servers).map(|_| Mutex::new(Vec::new())).collect(),
+            wake: Notify::new(),
+            running: AtomicBool::new(false),
+            carried: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn servers(&self) -> u32 {
+        self.servers
+    }
+
+    /// Queues a global operation at `server` and waits for its turn at the
+    /// token. Starts the token on first use.
+    pub async fn wait_turn(self: &Arc<Self>, shared: &Arc<Shared>, server: u32) -> Result<Turn> {
+        self.start(shared);
+        let (tx, rx) = oneshot::channel();
+        self.queues[server as usize].lock().push(tx);
+        self.wake.notify_one();
+        rx.await.map_err(|_| {
+            Error::Internal("elia: the token stopped before this global's turn".into())
+        })
+    }
+
+    fn start(self: &Arc<Self>, shared: &Arc<Shared>) {
+        if !self.running.swap(true, Ordering::AcqRel) {
+            tokio::spawn(token(self.clone(), Arc::downgrade(shared)));
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.queues.iter().all(|q| q.lock().is_empty())
+    }
+
+    /// Waits until no global waits for the token and every server applied
+    /// every update (call it when no call runs: the replicas then agree on
+    /// everything globals wrote). An error after `within`.
+    pub async fn settled(&self, within: Duration) -> Result<()> {
+        let until = Instant::now() + within;
+        while self.carried.load(Ordering::Acquire) > 0 || !self.idle() {
+            if Instant::now() >= until {
+                return Err(Error::Internal(format!(
+                    "elia: {} updates still in flight after {} s",
+                    self.carried.load(Ordering::Acquire),
+                    within.as_secs_f64()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
+}
+
+/// The token: visits the servers in ring order for as long as the cluster
+/// lives.
+async fn token(conveyor: Arc<Conveyor>, shared: Weak<Shared>) {
+    let n = conveyor.servers;
+    let mut carried: Vec<Arc<Update>> = Vec::new();
+    let mut at = 0u32;
+    loop {
+        let Some(sh) = shared.upgrade() else { return };
+        // Lines 11-15: apply the others' updates in token order; one's own
+        // have been everywhere.
+        for u in carried.iter().filter(|u| u.origin != at) {
+            if let Err(e) = apply(&sh, at, u).await {
+                tracing::error!(server = at, txn = %u.txn, "elia: applying an update failed: {e}");
+            }
+        }
+        carried.retain(|u| u.origin != at);
+        conveyor.carried.store(carried.len(), Ordering::Release);
+        // Lines 16-21: the atomic snapshot of the queue, run at once.
+        let waiting = std::mem::take(&mut *conveyor.queues[at as usize].lock());
+        if !waiting.is_empty() {
+            // In flight while they run.
+            conveyor
+                .carried
+                .store(carried.len() + waiting.len(), Ordering::Release);
+            let appended = Arc::new(Mutex::new(Vec::new()));
+            let (done, mut ended) = mpsc::channel::<()>(1);
+            for w in waiting {
+                let _ = w.send(Turn {
+                    appended: appended.clone(),
+                    _done: done.clone(),
+                });
+            }
+            drop(done);
+            // Every turn dropped: every global of the snapshot ended.
+            while ended.recv().await.is_some() {}
+            sh.counters.protocol.add(slot::TURNS, 1);
+            carried.extend(appended.lock().drain(..));
+            conveyor.carried.store(carried.len(), Ordering::Release);
+        }
+        // Nothing to carry and nobody waiting: the token rests here until
+        // a global arrives (it would only circle).
+        let notified = conveyor.wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if carried.is_empty() && conveyor.idle() {
+            drop(sh);
+            notified.await;
+            continue;
+        }
+        // Line 22: pass the token over the link.
+        let next = (at + 1) % n;
+        if next != at {
+            let (tx, rx) = oneshot::channel();
+            sh.link.send(NodeId(at), NodeId(next), move || {
+                let _ = tx.send(());
+            });
+            drop(sh);
+            let _ = rx.await;
+            if let Some(sh) = shared.upgrade() {
+                sh.counters.protocol.add(slot::TOKEN_HOPS, 1);
+            }
+        } else {
+            drop(sh);
+            tokio::task::yield_now().await;
+        }
+        at = next;
+    }
+}
+
+/// Applies `update` at `server`: its statements with their bound values,
+/// in order, as one transaction of the oldest age (wait-die never makes
+/// it the victim; a victim anyway is run again).
+async fn apply(shared: &Arc<Shared>, server: u32, update: &Update) -> Result<()> {
+    let node = NodeId(server);
+    let p = server as usize;
+    let mut n = 0u32;
+    loop {
+        n += 1;
+        let txn = shared.new_txn(Some(1));
+        let state = Arc::new(Mutex::new(TxnState::new(txn)));
+        let ctx = ProcCtx::new(shared.clone(), node, None, state.clone());
+        let lock = ctx.lock_spec(None, None);
+        let mut failed = None;
+        for (plan, params) in &update.statements {
+            if let Err(e) = ctx
+                .execute_on(&[p], txn, plan, params.clone(), lock, Sent::default())
+                .await
+            {
+                failed = Some(e);
+                break;
+            }
+        }
+        let result = match failed {
+            Some(e) => {
+                abort(shared, node, &state).await;
+                Err(e)
+            }
+            None => commit(shared, node, &state).await,
+        };
+        match result {
+            Ok(()) => {
+                shared.counters.protocol.add(slot::UPDATES_APPLIED, 1);
+                return Ok(());
+            }
+            Err(Error::Aborted(cause)) => {
+                shared.counters.protocol.add(slot::APPLY_RETRIES, 1);
+                Retries::rerun(shared, cause, n, txn.id).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

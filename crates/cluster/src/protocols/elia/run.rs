@@ -1,0 +1,164 @@
+//! A call under Elia: placed at its server by its route, run at once
+//! (commutative, local) or at the token (global), every statement at the
+//! server's own full replica; a global's mutating statements recorded
+//! with their bound values as its update.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use brine_core::{Error, NodeId, Result, Value};
+use brine_sql::{Plan, QueryResult, StatementKind};
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+
+use super::conveyor::{slot, Turn, Update};
+use super::routes::Class;
+use super::Elia;
+use crate::coordinator::{abort, commit, CallOutcome, ProcCtx, Retries, Sent, TxnState};
+use crate::protocol::{Call, Statements, TxnExt};
+
+/// An Elia transaction's state at its coordinator: its server, and for a
+/// global the mutating statements it ran so far.
+struct EliaTxn {
+    server: usize,
+    recorded: Option<Vec<(Arc<Plan>, Vec<Value>)>>,
+}
+
+impl TxnExt for EliaTxn {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+fn elia_txn(st: &mut TxnState) -> Option<&mut EliaTxn> {
+    st.ext.as_mut()?.as_any_mut().downcast_mut::<EliaTxn>()
+}
+
+/// Every statement at the transaction's server, recorded if it mutates
+/// and the transaction is global.
+pub(super) struct ReplicaStatements;
+
+impl Statements for ReplicaStatements {
+    fn exec<'a>(
+        &'a self,
+        ctx: &'a mut ProcCtx,
+        _statement: &'a str,
+        plan: Arc<Plan>,
+        args: Vec<Value>,
+    ) -> BoxFuture<'a, Result<QueryResult>> {
+        Box::pin(async move {
+            let (txn, class, isolation) = ctx.live()?;
+            let params = plan.bind(args)?;
+            let lock = ctx.lock_spec(isolation, class);
+            let server = {
+                let mut st = ctx.state.lock();
+                let e = elia_txn(&mut st).ok_or_else(|| {
+                    Error::Internal("elia: a transaction without its state".into())
+                })?;
+                if let Some(rec) = &mut e.recorded {
+                    if plan.access().kind != StatementKind::Select {
+                        rec.push((plan.clone(), params.clone()));
+                    }
+                }
+                e.server
+            };
+            let result = ctx
+                .execute_on(&[server], txn, &plan, params, lock, Sent::default())
+                .await;
+            ctx.doom_on_abort(&result);
+            result
+        })
+    }
+}
+
+/// Runs `call` under Elia (seed 004 Algorithm 2, lines 1-9 and the
+/// global's part of 16-21).
+pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
+    let Call {
+        shared,
+        node,
+        proc,
+        args,
+        on_accept,
+        ..
+    } = call;
+    let conveyor = &elia.conveyor;
+    let servers = conveyor.servers();
+    let reached = node.0 % servers;
+    let placed = elia.routes.place(&proc.name, &args, servers, reached)?;
+    let counters = &shared.counters.protocol;
+    counters.add(
+        match (placed.global, elia.routes.get(&proc.name).map(|r| r.class)) {
+            (true, _) => slot::GLOBAL,
+            (false, Some(Class::Commutative)) => slot::COMMUTATIVE,
+            (false, _) => slot::LOCAL,
+        },
+        1,
+    );
+    if placed.server != reached {
+        counters.add(slot::ROUTED_AWAY, 1);
+    }
+    let turn = if placed.global {
+        Some(conveyor.wait_turn(shared, placed.server).await?)
+    } else {
+        None
+    };
+    let node = NodeId(placed.server);
+    let mut tries = Retries::new(shared);
+    loop {
+        let attempt = tries.begin();
+        let txn = tries.new_txn();
+        let mut st = TxnState::begin(shared, txn, Some(proc));
+        st.ext = Some(Box::new(EliaTxn {
+            server: placed.server as usize,
+            recorded: turn.as_ref().map(|_| Vec::new()),
+        }));
+        let state = Arc::new(Mutex::new(st));
+        let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone())
+            .with_statements(&ReplicaStatements);
+        let body_result = (proc.body)(ctx, args.clone()).await;
+        let doomed = state.lock().doomed;
+        let cause = match (body_result, doomed) {
+            (Ok(values), None) => {
+                // The commit point: the update takes its place in token
+                // order while the transaction still holds its locks.
+                let update = turn.as_ref().and_then(|t| {
+                    let recorded = elia_txn(&mut state.lock())?.recorded.take()?;
+                    let u = Arc::new(Update {
+                        txn,
+                        origin: placed.server,
+                        statements: recorded,
+                    });
+                    t.append(u.clone());
+                    Some((t, u))
+                });
+                match commit(shared, node, &state).await {
+                    Ok(()) => return Ok(tries.committed(txn, &proc.name, values, on_accept)),
+                    Err(e) => {
+                        if let Some((t, u)) = &update {
+                            Turn::withdraw(t, u);
+                        }
+                        match e {
+                            Error::Aborted(cause) => cause,
+                            e => return Err(e),
+                        }
+                    }
+                }
+            }
+            (_, Some(cause)) => {
+                abort(shared, node, &state).await;
+                cause
+            }
+            (Err(e), None) => {
+                abort(shared, node, &state).await;
+                tracing::debug!(%txn, procedure = %proc.name, attempt, "aborted: {e}");
+                tries.failed(&e);
+                return Err(e);
+            }
+        };
+        tries.victim(cause, txn.id).await?;
+    }
+}

@@ -1,0 +1,252 @@
+//! Elia's Conveyor Belt on the seed's online store (seed 004 section 3.2,
+//! Figure 1): carts are created and filled by local operations routed by
+//! cart id; an order takes stock (written by every order, read by every
+//! add) and is global. Orders at every server leave every replica with
+//! the same stock; a cart lives only at its own server; the counters show
+//! which calls went through the token.
+
+use std::time::Duration;
+
+use brine_cluster::protocols::elia::{Class, Elia, EliaOptions, Routes};
+use brine_cluster::{Application, Cluster, ClusterConfig, LinkConfig, Placement, ProcedureDef};
+use brine_core::{Error, Value};
+
+const DDL: &str = "
+CREATE TABLE stock (item INT, qty INT NOT NULL, PRIMARY KEY (item));
+CREATE TABLE cart (cart INT, owner INT NOT NULL, PRIMARY KEY (cart));
+CREATE TABLE cart_line (cart INT, item INT, qty INT NOT NULL, PRIMARY KEY (cart, item)) PARTITION BY (cart);
+";
+
+const SERVERS: u32 = 3;
+const ITEMS: i64 = 4;
+const STOCK: i64 = 1_000;
+
+fn int(v: &Value) -> i64 {
+    v.as_int().expect("an INT")
+}
+
+fn app() -> Application {
+    let create = ProcedureDef::new("create")
+        .statement(
+            "insert",
+            "INSERT INTO cart (cart, owner) VALUES ($cart, $owner)",
+        )
+        .body(|mut ctx, args| async move {
+            ctx.exec("insert", args).await?;
+            Ok(vec![])
+        });
+    // add(cart, item, qty): only if the stock has that many.
+    let add = ProcedureDef::new("add")
+        .statement("stock", "SELECT qty FROM stock WHERE item = $item")
+        .statement(
+            "line",
+            "INSERT INTO cart_line (cart, item, qty) VALUES ($cart, $item, $qty)",
+        )
+        .body(|mut ctx, args| async move {
+            let q = ctx.exec("stock", vec![args[1].clone()]).await?;
+            let have = q.first().and_then(|r| r.first()).map(int).unwrap_or(0);
+            if have < int(&args[2]) {
+                return Err(ctx.abort("out of stock"));
+            }
+            ctx.exec("line", args).await?;
+            Ok(vec![])
+        });
+    // order(cart): every line's quantity taken from the stock.
+    let order = ProcedureDef::new("order")
+        .statement(
+            "lines",
+            "SELECT item, qty FROM cart_line WHERE cart = $cart",
+        )
+        .statement(
+            "take",
+            "UPDATE stock SET qty = qty - $qty WHERE item = $item",
+        )
+        .body(|mut ctx, args| async move {
+            let lines = ctx.exec("lines", args).await?;
+            for row in &lines.rows {
+                ctx.exec("take", vec![row[1].clone(), row[0].clone()])
+                    .await?;
+            }
+            Ok(vec![Value::Int(lines.len() as i64)])
+        });
+    // stock_at(item, server): the stock as one server's replica has it
+    // (routed by its second argument, for the test).
+    let stock_at = ProcedureDef::new("stock_at")
+        .statement("stock", "SELECT qty FROM stock WHERE item = $item")
+        .body(|mut ctx, args| async move {
+            let q = ctx.exec("stock", vec![args[0].clone()]).await?;
+            Ok(q.first().map(|r| r.to_vec()).unwrap_or_default())
+        });
+    // lines_at(cart, server): the cart's lines at one server's replica.
+    let lines_at = ProcedureDef::new("lines_at")
+        .statement("lines", "SELECT item FROM cart_line WHERE cart = $cart")
+        .body(|mut ctx, args| async move {
+            let q = ctx.exec("lines", vec![args[0].clone()]).await?;
+            Ok(vec![Value::Int(q.len() as i64)])
+        });
+    Application {
+        name: "store".into(),
+        ddl: DDL.into(),
+        procedures: vec![create, add, order, stock_at, lines_at],
+    }
+}
+
+fn routes() -> Routes {
+    Routes::new()
+        .with("create", Class::Local, &[0])
+        .with("add", Class::Local, &[0])
+        .with("order", Class::Global, &[0])
+        .with("stock_at", Class::Local, &[1])
+        .with("lines_at", Class::Local, &[1])
+}
+
+async fn store(delay_us: u64) -> Cluster {
+    let config = ClusterConfig {
+        nodes: SERVERS,
+        partitions_per_node: 1,
+        placement: Placement::Colocated,
+        protocol: "elia".into(),
+        link: LinkConfig {
+            delay_us,
+            jitter_us: 0,
+        },
+        elia: EliaOptions { routes: routes() },
+        ..ClusterConfig::default()
+    };
+    let c = Cluster::start(config, app()).expect("cluster starts");
+    let rows = (0..ITEMS)
+        .map(|i| vec![Value::Int(i), Value::Int(STOCK)])
+        .collect();
+    c.load("stock", rows).await.expect("load");
+    c
+}
+
+fn elia(c: &Cluster) -> &Elia {
+    c.protocol()
+        .as_any()
+        .downcast_ref::<Elia>()
+        .expect("the elia protocol")
+}
+
+async fn call(c: &Cluster, proc: &str, args: Vec<Value>) -> Result<Vec<Value>, Error> {
+    c.client().call(proc, args).await.map(|o| o.values)
+}
+
+/// One shopper: cart `cart` created, `n` items added (one of each item
+/// `cart + k`), ordered.
+async fn shop(c: Cluster, cart: i64, n: i64) -> Result<(), Error> {
+    call(&c, "create", vec![Value::Int(cart), Value::Int(cart)]).await?;
+    for k in 0..n {
+        let item = (cart + k) % ITEMS;
+        call(
+            &c,
+            "add",
+            vec![Value::Int(cart), Value::Int(item), Value::Int(1 + k)],
+        )
+        .await?;
+    }
+    call(&c, "order", vec![Value::Int(cart)]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_everywhere_leave_every_replica_with_one_stock() -> Result<(), Error> {
+    let c = store(50).await;
+    let carts: i64 = 60;
+    let n = 3;
+    let shoppers: Vec<_> = (0..carts)
+        .map(|cart| tokio::spawn(shop(c.clone(), cart, n)))
+        .collect();
+    for s in shoppers {
+        s.await.expect("shopper")?;
+    }
+    let e = elia(&c);
+    e.conveyor().settled(Duration::from_secs(10)).await?;
+    // What the orders took, item by item.
+    let mut taken = vec![0i64; ITEMS as usize];
+    for cart in 0..carts {
+        for k in 0..n {
+            taken[((cart + k) % ITEMS) as usize] += 1 + k;
+        }
+    }
+    for server in 0..SERVERS {
+        for item in 0..ITEMS {
+            let v = call(
+                &c,
+                "stock_at",
+                vec![Value::Int(item), Value::Int(i64::from(server))],
+            )
+            .await?;
+            assert_eq!(
+                v.first().map(int),
+                Some(STOCK - taken[item as usize]),
+                "item {item} at server {server}"
+            );
+        }
+    }
+    // A cart's lines are local: only its own server has them.
+    for cart in [0i64, 1, 2, 7] {
+        for server in 0..i64::from(SERVERS) {
+            let v = call(&c, "lines_at", vec![Value::Int(cart), Value::Int(server)]).await?;
+            let expect = if cart.rem_euclid(i64::from(SERVERS)) == server {
+                n
+            } else {
+                0
+            };
+            assert_eq!(v.first().map(int), Some(expect), "cart {cart} at {server}");
+        }
+    }
+    let stats = c.stats();
+    let counter = |name: &str| stats.counter(name);
+    assert_eq!(counter("global_calls"), carts as u64);
+    assert_eq!(
+        counter("local_calls"),
+        (carts * (1 + n)) as u64 + u64::from(SERVERS) * ITEMS as u64 + 4 * 3
+    );
+    // Every order's update applied at every other server.
+    assert_eq!(
+        counter("updates_applied"),
+        carts as u64 * u64::from(SERVERS - 1)
+    );
+    assert!(counter("token_turns") > 0);
+    Ok(())
+}
+
+/// An interactive transaction reads (partition 0's replica) but may not
+/// write: a write there would reach one replica only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interactive_writes_are_refused() -> Result<(), Error> {
+    let c = store(0).await;
+    let mut t = c.client().begin();
+    let r = t
+        .execute("SELECT qty FROM stock WHERE item = $i", vec![Value::Int(1)])
+        .await?;
+    assert_eq!(r.first().and_then(|r| r.first()).map(int), Some(STOCK));
+    let w = t
+        .execute(
+            "UPDATE stock SET qty = 0 WHERE item = $i",
+            vec![Value::Int(1)],
+        )
+        .await;
+    assert!(
+        matches!(w, Err(Error::Config(ref m)) if m.contains("may only read")),
+        "{w:?}"
+    );
+    t.abort().await;
+    Ok(())
+}
+
+#[test]
+fn elia_needs_one_partition_per_node() {
+    let config = ClusterConfig {
+        nodes: 2,
+        partitions_per_node: 2,
+        protocol: "elia".into(),
+        ..ClusterConfig::default()
+    };
+    match Cluster::start(config, app()) {
+        Err(Error::Config(m)) => assert!(m.contains("partitions-per-node"), "{m}"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("started with two partitions per node"),
+    }
+}
