@@ -22,7 +22,7 @@ use crate::link::{Link, LinkConfig};
 use crate::message::{PartitionMsg, PartitionStatus};
 use crate::partition::{PartitionCounters, PartitionParts};
 use crate::procedure::{Application, PreparedProc};
-use crate::protocol::{Isolation, Mutation, Protocol, Setup};
+use crate::protocol::{Isolation, Layout, Mutation, Protocol, Setup};
 use crate::remote::{NodeService, PeerClient};
 use crate::stats::{ClusterCounters, Kept, StatsSnapshot};
 use brine_check::history::FORMAT_VERSION;
@@ -656,11 +656,14 @@ impl Cluster {
         let pcol = def.partition_column();
         let n = self.shared.partitions.len();
         let mut per: Vec<Vec<Row>> = vec![Vec::new(); n];
-        if self.shared.protocol.replicated() {
+        let layout = self.shared.protocol.layout();
+        if layout == Layout::Replicated {
             // A full replica everywhere.
             for p in &mut per {
                 p.clone_from(&rows);
             }
+        } else if layout == Layout::Central {
+            per[0] = rows;
         } else {
             for row in rows {
                 let v = row.get(pcol).ok_or_else(|| Error::Arity {
@@ -928,7 +931,9 @@ impl Txn {
         self.cluster.shared.wait_ready().await;
         let plan = self.cluster.adhoc_plan(sql)?;
         let protocol = &self.cluster.shared.protocol;
-        if protocol.replicated() && plan.access().kind != brine_sql::StatementKind::Select {
+        if protocol.layout() == Layout::Replicated
+            && plan.access().kind != brine_sql::StatementKind::Select
+        {
             return Err(Error::Config(format!(
                 "`{sql}`: under {} an interactive transaction may only read (writes go \
                  through the application's procedures, which keep the replicas in step)",

@@ -44,7 +44,7 @@ pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
 pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};
 pub use link::LinkConfig;
 pub use procedure::{Application, ProcBody, ProcedureDef, Reordering};
-pub use protocol::{Isolation, Mutation, Protocol};
+pub use protocol::{Isolation, Layout, Mutation, Protocol};
 pub use protocols::callas::{Callas, GroupDef, Grouping, Mechanism, SafeModeConfig};
 pub use protocols::salt::{Salt, SaltOptions};
 pub use stats::StatsSnapshot;

@@ -111,12 +111,11 @@ pub trait Protocol: Send + Sync + 'static {
         Box::pin(run_acid(call))
     }
 
-    /// Whether every partition holds a full replica of every table (Elia):
-    /// loading sends each row to every partition, and an interactive
-    /// transaction reads partition 0's replica and may not write (writes
-    /// go through the protocol's procedures, which replicate them).
-    fn replicated(&self) -> bool {
-        false
+    /// Where the data lives: partitioned by key (the engine's way), a full
+    /// replica in every partition (Elia), or all of it in partition 0 (a
+    /// centralized server).
+    fn layout(&self) -> Layout {
+        Layout::Partitioned
     }
 
     /// Whether an ACID transaction's first statement that spans partitions
@@ -231,6 +230,20 @@ pub struct SetupHosting<'a> {
     pub node: NodeId,
     /// The other nodes.
     pub peers: &'a HashMap<NodeId, Arc<crate::remote::PeerClient>>,
+}
+
+/// Where a protocol keeps the data ([`Protocol::layout`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Each row in the partition its partitioning column routes it to.
+    Partitioned,
+    /// Every row in every partition: loading sends each row everywhere,
+    /// and an interactive transaction reads partition 0's replica and may
+    /// not write (writes go through the protocol's procedures, which keep
+    /// the replicas in step).
+    Replicated,
+    /// Every row in partition 0: a single server, the others idle.
+    Central,
 }
 
 /// What a protocol's [`Protocol::start`] sees of the cluster.

@@ -101,11 +101,15 @@ fn routes() -> Routes {
 }
 
 async fn store(delay_us: u64) -> Cluster {
+    store_under("elia", delay_us).await
+}
+
+async fn store_under(protocol: &str, delay_us: u64) -> Cluster {
     let config = ClusterConfig {
         nodes: SERVERS,
         partitions_per_node: 1,
         placement: Placement::Colocated,
-        protocol: "elia".into(),
+        protocol: protocol.into(),
         link: LinkConfig {
             delay_us,
             jitter_us: 0,
@@ -149,30 +153,30 @@ async fn shop(c: Cluster, cart: i64, n: i64) -> Result<(), Error> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orders_everywhere_leave_every_replica_with_one_stock() -> Result<(), Error> {
-    let c = store(50).await;
-    let carts: i64 = 60;
-    let n = 3;
+/// `carts` shoppers of `n` items each, at once; returns what the orders
+/// took, item by item.
+async fn shop_all(c: &Cluster, carts: i64, n: i64) -> Result<Vec<i64>, Error> {
     let shoppers: Vec<_> = (0..carts)
         .map(|cart| tokio::spawn(shop(c.clone(), cart, n)))
         .collect();
     for s in shoppers {
         s.await.expect("shopper")?;
     }
-    let e = elia(&c);
-    e.conveyor().settled(Duration::from_secs(10)).await?;
-    // What the orders took, item by item.
     let mut taken = vec![0i64; ITEMS as usize];
     for cart in 0..carts {
         for k in 0..n {
             taken[((cart + k) % ITEMS) as usize] += 1 + k;
         }
     }
+    Ok(taken)
+}
+
+/// Every server's replica has the stock the orders left.
+async fn assert_stock_everywhere(c: &Cluster, taken: &[i64]) -> Result<(), Error> {
     for server in 0..SERVERS {
         for item in 0..ITEMS {
             let v = call(
-                &c,
+                c,
                 "stock_at",
                 vec![Value::Int(item), Value::Int(i64::from(server))],
             )
@@ -184,6 +188,16 @@ async fn orders_everywhere_leave_every_replica_with_one_stock() -> Result<(), Er
             );
         }
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_everywhere_leave_every_replica_with_one_stock() -> Result<(), Error> {
+    let c = store(50).await;
+    let (carts, n) = (60, 3);
+    let taken = shop_all(&c, carts, n).await?;
+    elia(&c).conveyor().settled(Duration::from_secs(10)).await?;
+    assert_stock_everywhere(&c, &taken).await?;
     // A cart's lines are local: only its own server has them.
     for cart in [0i64, 1, 2, 7] {
         for server in 0..i64::from(SERVERS) {
@@ -209,6 +223,34 @@ async fn orders_everywhere_leave_every_replica_with_one_stock() -> Result<(), Er
         carts as u64 * u64::from(SERVERS - 1)
     );
     assert!(counter("token_turns") > 0);
+    Ok(())
+}
+
+/// The baselines of seed 004 section 7.2 on the same cluster: with read
+/// replicas every write runs at the primary and reaches every replica in
+/// commit order (so a cart's lines are everywhere); centralized, one
+/// server holds and runs everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baselines_keep_one_stock() -> Result<(), Error> {
+    let (carts, n) = (30, 2);
+    let c = store_under("read-replicas", 50).await;
+    let taken = shop_all(&c, carts, n).await?;
+    elia(&c).conveyor().settled(Duration::from_secs(10)).await?;
+    assert_stock_everywhere(&c, &taken).await?;
+    for server in 0..i64::from(SERVERS) {
+        let v = call(&c, "lines_at", vec![Value::Int(5), Value::Int(server)]).await?;
+        assert_eq!(v.first().map(int), Some(n), "cart 5 at {server}");
+    }
+    let stats = c.stats();
+    // Writers (create, add, order) at the primary; reads where they came.
+    assert_eq!(stats.counter("global_calls"), (carts * (2 + n)) as u64);
+    assert_eq!(
+        stats.counter("updates_applied"),
+        (carts * (2 + n)) as u64 * u64::from(SERVERS - 1)
+    );
+    let c = store_under("central", 0).await;
+    let taken = shop_all(&c, carts, n).await?;
+    assert_stock_everywhere(&c, &taken).await?;
     Ok(())
 }
 

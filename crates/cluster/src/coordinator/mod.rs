@@ -150,8 +150,9 @@ impl Shared {
     /// The partitions a statement with `params` goes to: the one its
     /// partition key names, or every one (a broadcast).
     pub(crate) fn targets(&self, plan: &Plan, params: &[Value]) -> SmallVec<[usize; 4]> {
-        if self.protocol.replicated() {
-            // Every partition a full replica: partition 0's.
+        if self.protocol.layout() != crate::protocol::Layout::Partitioned {
+            // A full replica in every partition, or all data in one:
+            // partition 0's.
             return SmallVec::from_elem(0, 1);
         }
         match plan.route(params, &self.catalog) {

@@ -10,6 +10,7 @@
 
 pub mod acid;
 pub mod callas;
+pub mod central;
 pub mod elia;
 pub mod mediator;
 pub mod raw;
@@ -75,6 +76,12 @@ pub const BUILT_IN: &[Registration] = &[
     mediator::OMID,
     mediator::KV,
     elia::ELIA,
+    elia::READ_REPLICAS,
+    Registration {
+        name: "central",
+        deadlock: DeadlockPolicy::WaitDie,
+        build: |_, _| Ok(Arc::new(central::Central)),
+    },
 ];
 
 /// Protocols registered at run time ([`register`]).

@@ -70,6 +70,10 @@ impl Turn {
 pub struct Conveyor {
     servers: u32,
     queues: Vec<Mutex<Vec<oneshot::Sender<Turn>>>>,
+    /// Updates a server's operations made outside the token's turns (the
+    /// read-replicas baseline's primary), in commit order, for the token
+    /// to pick up when it visits.
+    outboxes: Vec<Mutex<Vec<Arc<Update>>>>,
     wake: Notify,
     running: AtomicBool,
     /// Updates the token carries that some server has not applied yet.
@@ -93,6 +97,7 @@ impl Conveyor {
         Conveyor {
             servers,
             queues: (0..servers).map(|_| Mutex::new(Vec::new())).collect(),
+            outboxes: (0..servers).map(|_| Mutex::new(Vec::new())).collect(),
             wake: Notify::new(),
             running: AtomicBool::new(false),
             carried: AtomicUsize::new(0),
@@ -123,6 +128,23 @@ impl Conveyor {
 
     fn idle(&self) -> bool {
         self.queues.iter().all(|q| q.lock().is_empty())
+            && self.outboxes.iter().all(|o| o.lock().is_empty())
+    }
+
+    /// An operation of `server` that ran outside the token reached its
+    /// commit point, its locks held: its update joins the token at the
+    /// token's next visit, in commit order.
+    pub fn publish(self: &Arc<Self>, shared: &Arc<Shared>, server: u32, update: Arc<Update>) {
+        self.start(shared);
+        self.outboxes[server as usize].lock().push(update);
+        self.wake.notify_one();
+    }
+
+    /// Its commit failed after all.
+    pub fn retract(&self, server: u32, update: &Arc<Update>) {
+        self.outboxes[server as usize]
+            .lock()
+            .retain(|u| !Arc::ptr_eq(u, update));
     }
 
     /// Waits until no global waits for the token and every server applied
@@ -160,6 +182,7 @@ async fn token(conveyor: Arc<Conveyor>, shared: Weak<Shared>) {
             }
         }
         carried.retain(|u| u.origin != at);
+        carried.extend(conveyor.outboxes[at as usize].lock().drain(..));
         conveyor.carried.store(carried.len(), Ordering::Release);
         // Lines 16-21: the atomic snapshot of the queue, run at once.
         let waiting = std::mem::take(&mut *conveyor.queues[at as usize].lock());

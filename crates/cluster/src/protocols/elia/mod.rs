@@ -41,7 +41,7 @@ use super::Registration;
 use crate::cluster::ClusterConfig;
 use crate::coordinator::CallOutcome;
 use crate::message::LockSpec;
-use crate::protocol::{Call, Isolation, Protocol};
+use crate::protocol::{Call, Isolation, Layout, Protocol};
 use crate::stats::{Counter, Kept};
 use conveyor::{slot, Conveyor};
 pub use routes::{Class, Placed, Route, Routes};
@@ -54,8 +54,21 @@ pub struct EliaOptions {
     pub routes: Routes,
 }
 
+/// How calls are placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Elia: by the routes, globals at the token.
+    Conveyor,
+    /// The read-only-replicas baseline (seed 004 section 7.2): read-only
+    /// calls at the replica the client reached, without coordination;
+    /// every other call at server 0 (the primary) at once, its updates
+    /// carried by the token to the replicas in commit order.
+    ReadReplicas,
+}
+
 /// The protocol: the routes and the conveyor of one cluster.
 pub struct Elia {
+    mode: Mode,
     routes: Routes,
     conveyor: Arc<Conveyor>,
 }
@@ -65,7 +78,15 @@ pub const ELIA: Registration = Registration {
     // Each server's engine is plain 2PL; its transactions are short and
     // local.
     deadlock: DeadlockPolicy::WaitDie,
-    build: |config, _| Elia::new(config).map(|e| Arc::new(e) as Arc<dyn Protocol>),
+    build: |config, _| Elia::new(config, Mode::Conveyor).map(|e| Arc::new(e) as Arc<dyn Protocol>),
+};
+
+pub const READ_REPLICAS: Registration = Registration {
+    name: "read-replicas",
+    deadlock: DeadlockPolicy::WaitDie,
+    build: |config, _| {
+        Elia::new(config, Mode::ReadReplicas).map(|e| Arc::new(e) as Arc<dyn Protocol>)
+    },
 };
 
 const fn counter(name: &'static str, slot: usize) -> Counter {
@@ -89,7 +110,7 @@ const COUNTERS: &[Counter] = &[
 ];
 
 impl Elia {
-    pub fn new(config: &ClusterConfig) -> Result<Elia> {
+    pub fn new(config: &ClusterConfig, mode: Mode) -> Result<Elia> {
         if config.partitions_per_node != 1 {
             return Err(Error::Config(format!(
                 "elia runs one server per node, each a full replica in one partition: \
@@ -99,6 +120,7 @@ impl Elia {
         }
         config.elia.routes.validate()?;
         Ok(Elia {
+            mode,
             routes: config.elia.routes.clone(),
             conveyor: Arc::new(Conveyor::new(config.nodes)),
         })
@@ -115,15 +137,18 @@ impl Elia {
 
 impl Protocol for Elia {
     fn name(&self) -> &'static str {
-        "elia"
+        match self.mode {
+            Mode::Conveyor => "elia",
+            Mode::ReadReplicas => "read-replicas",
+        }
     }
 
     fn lock_spec(&self, isolation: Isolation) -> LockSpec {
         LockSpec::acid(isolation)
     }
 
-    fn replicated(&self) -> bool {
-        true
+    fn layout(&self) -> Layout {
+        Layout::Replicated
     }
 
     fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {

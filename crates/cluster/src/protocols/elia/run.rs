@@ -11,9 +11,9 @@ use brine_sql::{Plan, QueryResult, StatementKind};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 
-use super::conveyor::{slot, Turn, Update};
-use super::routes::Class;
-use super::Elia;
+use super::conveyor::{slot, Update};
+use super::routes::{Class, Placed};
+use super::{Elia, Mode};
 use crate::coordinator::{abort, commit, CallOutcome, ProcCtx, Retries, Sent, TxnState};
 use crate::protocol::{Call, Statements, TxnExt};
 
@@ -74,6 +74,17 @@ impl Statements for ReplicaStatements {
     }
 }
 
+/// How a call runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum How {
+    Commutative,
+    Local,
+    /// At the token holder; its update appended to the token.
+    Turn,
+    /// At the primary at once; its update published for the token.
+    Primary,
+}
+
 /// Runs `call` under Elia (seed 004 Algorithm 2, lines 1-9 and the
 /// global's part of 16-21).
 pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
@@ -88,24 +99,56 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     let conveyor = &elia.conveyor;
     let servers = conveyor.servers();
     let reached = node.0 % servers;
-    let placed = elia.routes.place(&proc.name, &args, servers, reached)?;
+    let (placed, how) = match elia.mode {
+        Mode::Conveyor => {
+            let placed = elia.routes.place(&proc.name, &args, servers, reached)?;
+            let how = match (placed.global, elia.routes.get(&proc.name).map(|r| r.class)) {
+                (true, _) => How::Turn,
+                (false, Some(Class::Commutative)) => How::Commutative,
+                (false, _) => How::Local,
+            };
+            (placed, how)
+        }
+        // Read-only calls at the replica the client reached; every other
+        // at the primary, at once, its update shipped in commit order.
+        Mode::ReadReplicas => {
+            let read_only = proc
+                .statements
+                .values()
+                .all(|p| p.access().kind == StatementKind::Select);
+            let server = if read_only { reached } else { 0 };
+            let how = if read_only {
+                How::Commutative
+            } else {
+                How::Primary
+            };
+            (
+                Placed {
+                    server,
+                    global: !read_only,
+                },
+                how,
+            )
+        }
+    };
     let counters = &shared.counters.protocol;
     counters.add(
-        match (placed.global, elia.routes.get(&proc.name).map(|r| r.class)) {
-            (true, _) => slot::GLOBAL,
-            (false, Some(Class::Commutative)) => slot::COMMUTATIVE,
-            (false, _) => slot::LOCAL,
+        match how {
+            How::Turn | How::Primary => slot::GLOBAL,
+            How::Commutative => slot::COMMUTATIVE,
+            How::Local => slot::LOCAL,
         },
         1,
     );
     if placed.server != reached {
         counters.add(slot::ROUTED_AWAY, 1);
     }
-    let turn = if placed.global {
+    let turn = if how == How::Turn {
         Some(conveyor.wait_turn(shared, placed.server).await?)
     } else {
         None
     };
+    let records = matches!(how, How::Turn | How::Primary);
     let node = NodeId(placed.server);
     let mut tries = Retries::new(shared);
     loop {
@@ -114,7 +157,7 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
         let mut st = TxnState::begin(shared, txn, Some(proc));
         st.ext = Some(Box::new(EliaTxn {
             server: placed.server as usize,
-            recorded: turn.as_ref().map(|_| Vec::new()),
+            recorded: records.then(Vec::new),
         }));
         let state = Arc::new(Mutex::new(st));
         let ctx = ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone())
@@ -125,21 +168,27 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
             (Ok(values), None) => {
                 // The commit point: the update takes its place in token
                 // order while the transaction still holds its locks.
-                let update = turn.as_ref().and_then(|t| {
-                    let recorded = elia_txn(&mut state.lock())?.recorded.take()?;
+                let recorded = elia_txn(&mut state.lock()).and_then(|e| e.recorded.take());
+                let update = recorded.map(|statements| {
                     let u = Arc::new(Update {
                         txn,
                         origin: placed.server,
-                        statements: recorded,
+                        statements,
                     });
-                    t.append(u.clone());
-                    Some((t, u))
+                    match &turn {
+                        Some(t) => t.append(u.clone()),
+                        None => conveyor.publish(shared, placed.server, u.clone()),
+                    }
+                    u
                 });
                 match commit(shared, node, &state).await {
                     Ok(()) => return Ok(tries.committed(txn, &proc.name, values, on_accept)),
                     Err(e) => {
-                        if let Some((t, u)) = &update {
-                            Turn::withdraw(t, u);
+                        if let Some(u) = &update {
+                            match &turn {
+                                Some(t) => t.withdraw(u),
+                                None => conveyor.retract(placed.server, u),
+                            }
                         }
                         match e {
                             Error::Aborted(cause) => cause,
