@@ -146,6 +146,11 @@ async fn measure_point(
         config.grouping = Some(spec.grouping(label)?.clone());
     }
     config.lock.policy = spec.deadlock_policy(&protocol);
+    if config.elia.routes.is_empty() {
+        if let Some(routes) = workload.elia_routes() {
+            config.elia.routes = routes;
+        }
+    }
     let deadlock = deadlock_name(&config.lock.policy);
     // A durable point gets a fresh data directory (removed when `_data`
     // drops, after the cluster).
@@ -189,7 +194,7 @@ async fn measure_point(
         let index = clients.saturating_add(u32::try_from(q).unwrap_or(u32::MAX));
         let rng = SmallRng::seed_from_u64(client_seed(spec.cluster.seed, variant, clients, index));
         set.spawn(deferred_worker(
-            cluster.client(),
+            cluster.client_numbered(index),
             workload.client(index, rng),
             rx,
             window.clone(),
@@ -200,7 +205,7 @@ async fn measure_point(
         let rng = SmallRng::seed_from_u64(client_seed(spec.cluster.seed, variant, clients, i));
         let gen = workload.client(i, rng);
         set.spawn(client_loop(
-            cluster.client(),
+            cluster.client_numbered(i),
             gen,
             queues.clone(),
             window.clone(),
@@ -254,7 +259,12 @@ async fn measure_point(
         // The workload's invariants, then the engine's own: every
         // secondary index agrees with its rows on every partition, and
         // every transaction's lock state went with it.
-        let checked = match workload.check(&cluster).await {
+        let settled = cluster.protocol().quiesce(Duration::from_secs(30)).await;
+        let checked = match settled.map_err(BenchError::cluster("settling before the check")) {
+            Err(e) => Err(e),
+            Ok(()) => workload.check(&cluster).await,
+        };
+        let checked = match checked {
             Ok(()) => match cluster.verify_storage().await {
                 Ok(()) => cluster
                     .locks_released(Duration::from_secs(5))

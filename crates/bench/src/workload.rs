@@ -106,6 +106,12 @@ pub trait Workload: Send + Sync {
         0
     }
 
+    /// The routes `elia` runs this workload's procedures by, when none are
+    /// given (`--elia-routes`): the workload's own, or its analysis'.
+    fn elia_routes(&self) -> Option<brine_cluster::protocols::elia::Routes> {
+        None
+    }
+
     /// Workload-specific counters of the current run, for the report.
     fn metrics(&self) -> Map<String, Json> {
         Map::new()

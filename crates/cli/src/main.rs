@@ -253,6 +253,9 @@ enum WorkloadName {
     /// YCSB-style key-value traffic: native gets and puts beside transactions of U_n
     /// operations (--read-ratio, --native-ratio, --txn-size, --distribution, --keys).
     Ycsb,
+    /// Elia's microbenchmark: --local-percent LIST local operations, the rest global, each
+    /// holding its locks --op-ms (default 5); client i at server i mod nodes.
+    EliaMicro,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -363,6 +366,18 @@ struct BenchArgs {
     #[arg(long, value_name = "US", default_value_t = 0)]
     jitter: u64,
 
+    /// Per-pair delays between the nodes from FILE (node i is site i), and
+    /// between a client and the server of its site under elia, central and
+    /// read-replicas (format: topologies/wan-seed004.txt, seed 004's WAN).
+    #[arg(long, value_name = "FILE")]
+    topology: Option<std::path::PathBuf>,
+
+    /// elia: each procedure's class and partitioning arguments,
+    /// `PROC=CLASS[:ARG[,ARG]];...` with CLASS C, L, G or L/G (default: the
+    /// operation partitioning analysis of the application).
+    #[arg(long, value_name = "ROUTES")]
+    elia_routes: Option<String>,
+
     /// Seed of the link jitter and of every client's request stream.
     #[arg(long, value_name = "S", default_value_t = 1)]
     seed: u64,
@@ -441,6 +456,15 @@ struct BenchArgs {
     /// rollback: percentages of calls the check on C rolls back, comma-separated (default 0).
     #[arg(long, value_name = "LIST")]
     rollback_percent: Option<String>,
+
+    /// elia-micro: percentages of local operations, comma-separated (default 70).
+    #[arg(long, value_name = "LIST")]
+    local_percent: Option<String>,
+
+    /// elia-micro: how long each operation holds its locks, in milliseconds (default 5,
+    /// the seed's execution time).
+    #[arg(long, value_name = "MS")]
+    op_ms: Option<u64>,
 
     /// intergroup: "pipelined" calls per "other" call, comma-separated (default 1).
     #[arg(long, value_name = "LIST")]
@@ -613,6 +637,23 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         rank_holds: !args.rank_waits_at_coordinator,
         ..ClusterConfig::default()
     };
+    if let Some(path) = &args.topology {
+        let t = brine_cluster::topology::Topology::load(path)
+            .map_err(|e| BenchError::Config(e.to_string()))?;
+        if (t.sites().len() as u32) < args.nodes {
+            return Err(BenchError::Config(format!(
+                "--topology {}: {} sites for {} nodes",
+                path.display(),
+                t.sites().len(),
+                args.nodes
+            )));
+        }
+        cluster.topology = Some(std::sync::Arc::new(t));
+    }
+    if let Some(r) = &args.elia_routes {
+        cluster.elia.routes = brine_cluster::protocols::elia::Routes::parse(r)
+            .map_err(|e| BenchError::Config(format!("--elia-routes: {e}")))?;
+    }
     if let Some(t) = args.safe_mode_threshold {
         if !(0.0..=100.0).contains(&t) {
             return Err(BenchError::Config(

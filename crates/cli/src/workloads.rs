@@ -88,6 +88,14 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
             "rollback",
         )?;
     }
+    if args.workload != WorkloadName::EliaMicro {
+        only(
+            args.local_percent.is_some(),
+            "--local-percent",
+            "elia-micro",
+        )?;
+        only(args.op_ms.is_some(), "--op-ms", "elia-micro")?;
+    }
     // --base: procedure names of the workload that can be BASE.
     let base = |known: &[&'static str]| -> Result<Option<BaseSet>, BenchError> {
         args.base
@@ -261,6 +269,20 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
                 }
             }
             Ok(out)
+        }
+        WorkloadName::EliaMicro => {
+            use brine_bench::workloads::elia_micro::{self, EliaMicro};
+            let percents = match &args.local_percent {
+                Some(list) => {
+                    parse_percents(list, "--local-percent").map_err(BenchError::Config)?
+                }
+                None => vec![elia_micro::DEFAULT_LOCAL_PERCENT],
+            };
+            let ms = args.op_ms.unwrap_or(elia_micro::DEFAULT_OP_MS);
+            percents
+                .into_iter()
+                .map(|p| Ok(Arc::new(EliaMicro::new(p, ms)?) as Arc<dyn Workload>))
+                .collect()
         }
         WorkloadName::Rollback => {
             let percents = match &args.rollback_percent {

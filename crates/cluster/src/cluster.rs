@@ -90,6 +90,9 @@ pub struct ClusterConfig {
     pub mediator: crate::protocols::mediator::MediatorOptions,
     /// Elia's routes (protocol `elia`).
     pub elia: crate::protocols::elia::EliaOptions,
+    /// Per-pair delays between the nodes (and between a client and the
+    /// server of its own site), overriding `link` where it has them.
+    pub topology: Option<Arc<crate::topology::Topology>>,
     /// Across processes: the addresses of the protocol's services that run
     /// in processes of their own (`Protocol::own_processes`), by name.
     pub services: std::collections::BTreeMap<String, String>,
@@ -123,6 +126,7 @@ impl Default for ClusterConfig {
             rank_holds: true,
             mediator: Default::default(),
             elia: Default::default(),
+            topology: None,
             services: Default::default(),
             hosts_service: None,
         }
@@ -171,6 +175,9 @@ impl fmt::Display for ClusterConfig {
         )?;
         if self.durability.mode != DurabilityMode::None {
             write!(f, ", durability {}", self.durability.mode)?;
+        }
+        if let Some(t) = &self.topology {
+            write!(f, ", one-way delays by site: {}", t.describe(self.nodes))?;
         }
         Ok(())
     }
@@ -383,7 +390,7 @@ impl Cluster {
             hosting.is_some(),
             config.durability.mode == DurabilityMode::Wal,
         )?;
-        let link = Link::new(config.link, config.seed);
+        let link = Link::with_topology(config.link, config.seed, config.topology.clone());
         // With a log: recover what the data directory holds first.
         let (wal, mut recovered) = if config.durability.mode == DurabilityMode::Wal {
             let opened = match &hosting {
@@ -635,7 +642,17 @@ impl Cluster {
 
     /// A new client session. Clients are cheap; each has a coordinator node.
     pub fn client(&self) -> Client {
+        // Numbered apart from a driver's numbered clients (sessions must
+        // not collide: a session's calls are one client's order).
         let n = self.next_client.fetch_add(1, Ordering::Relaxed);
+        self.client_numbered(n.wrapping_add(1 << 31))
+    }
+
+    /// The client numbered `n` (a driver's client `n`): its session is
+    /// `n`, and under co-located placement its coordinator is node
+    /// `n mod nodes`, so the same number always lands at the same place
+    /// (Elia's clients sit at site `n mod servers`).
+    pub fn client_numbered(&self, n: u32) -> Client {
         let node = match (self.home, self.config.placement) {
             (Some(home), _) => home,
             (None, Placement::Separate) => NodeId(self.config.nodes),

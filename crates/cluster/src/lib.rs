@@ -38,6 +38,7 @@ pub mod protocol;
 pub mod protocols;
 pub mod remote;
 pub mod stats;
+pub mod topology;
 
 pub use cluster::{Client, Cluster, ClusterConfig, Placement, Submitted, TableLocks, Txn};
 pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};

@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 use brine_core::NodeId;
 
+use crate::topology::Topology;
+
 /// Link settings. `delay_us = 0` makes every message immediate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinkConfig {
@@ -100,6 +102,7 @@ impl LinkStats {
 #[derive(Clone)]
 pub struct Link {
     config: LinkConfig,
+    topology: Option<Arc<Topology>>,
     tx: Option<crossbeam_channel::Sender<(NodeId, NodeId, Instant, Delivery)>>,
     pub stats: Arc<LinkStats>,
 }
@@ -119,25 +122,44 @@ const INITIAL_OVERSLEEP_US: u64 = 8;
 
 impl Link {
     pub fn new(config: LinkConfig, seed: u64) -> Link {
+        Link::with_topology(config, seed, None)
+    }
+
+    /// A link whose messages between two sites of `topology` take their
+    /// pair's delay (every other message the uniform one).
+    pub fn with_topology(config: LinkConfig, seed: u64, topology: Option<Arc<Topology>>) -> Link {
         let stats = Arc::new(LinkStats::default());
-        if config.delay_us == 0 && config.jitter_us == 0 {
+        if config.delay_us == 0 && config.jitter_us == 0 && topology.is_none() {
             return Link {
                 config,
+                topology,
                 tx: None,
                 stats,
             };
         }
         let (tx, rx) = crossbeam_channel::unbounded::<(NodeId, NodeId, Instant, Delivery)>();
         let thread_stats = stats.clone();
+        let pairs = topology.clone();
         thread::Builder::new()
             .name("brine-link".into())
-            .spawn(move || run_link(config, seed, rx, thread_stats))
+            .spawn(move || run_link(config, pairs, seed, rx, thread_stats))
             .expect("spawning the link thread");
         Link {
             config,
+            topology,
             tx: Some(tx),
             stats,
         }
+    }
+
+    pub fn topology(&self) -> Option<&Arc<Topology>> {
+        self.topology.as_ref()
+    }
+
+    /// The delay between a client at site `site` and server `server`, one
+    /// way, where a topology gives it (`None`: clients are not placed).
+    pub fn client_hop(&self, site: u32, server: u32) -> Option<Duration> {
+        self.topology.as_ref()?.one_way(site, server)
     }
 
     pub fn config(&self) -> LinkConfig {
@@ -173,6 +195,7 @@ fn set_fine_timer_slack() {
 
 fn run_link(
     config: LinkConfig,
+    topology: Option<Arc<Topology>>,
     seed: u64,
     rx: crossbeam_channel::Receiver<(NodeId, NodeId, Instant, Delivery)>,
     stats: Arc<LinkStats>,
@@ -192,7 +215,8 @@ fn run_link(
             } else {
                 Duration::ZERO
             };
-            let mut due = sent + delay + jitter;
+            let pair = topology.as_ref().and_then(|t| t.one_way(from.0, to.0));
+            let mut due = sent + pair.unwrap_or(delay) + jitter;
             let last = last_due.entry((from, to)).or_insert(due);
             if *last > due {
                 due = *last;
@@ -311,5 +335,38 @@ mod tests {
             "jitter must not reorder a link"
         );
         assert_eq!(link.stats.messages.load(Ordering::Relaxed), 200);
+    }
+
+    /// A pair of the topology takes its own delay; a node beyond the
+    /// table, the uniform one. Delays are lower bounds: a message is never
+    /// delivered early.
+    #[test]
+    fn topology_pairs_take_their_own_delay() {
+        let topology =
+            Topology::parse("unit = us\nkind = one-way\nsites = a b\na = 0 30000\nb = 30000 0")
+                .expect("topology");
+        let link = Link::with_topology(
+            LinkConfig {
+                delay_us: 100,
+                jitter_us: 0,
+            },
+            7,
+            Some(Arc::new(topology)),
+        );
+        assert_eq!(link.client_hop(0, 1), Some(Duration::from_millis(30)));
+        assert_eq!(link.client_hop(0, 2), None);
+        let (tx, rx) = mpsc::channel();
+        for (to, tag) in [(1, "pair"), (2, "uniform")] {
+            let t = tx.clone();
+            let sent = Instant::now();
+            link.send(NodeId(0), NodeId(to), move || {
+                t.send((tag, sent.elapsed())).unwrap()
+            });
+        }
+        let mut got: Vec<(&str, Duration)> = (0..2).map(|_| rx.recv().unwrap()).collect();
+        // The uniform 100 us message arrives first, the 30 ms one after.
+        assert_eq!(got[0].0, "uniform");
+        let pair = got.remove(1);
+        assert!(pair.1 >= Duration::from_millis(30), "{pair:?}");
     }
 }

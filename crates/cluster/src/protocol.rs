@@ -111,6 +111,13 @@ pub trait Protocol: Send + Sync + 'static {
         Box::pin(run_acid(call))
     }
 
+    /// Waits, once no call runs, until the protocol's own work in flight is
+    /// done (Elia: every update applied at every replica), so a check then
+    /// reads a state every server agrees on. An error after `within`.
+    fn quiesce(&self, _within: std::time::Duration) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// Where the data lives: partitioned by key (the engine's way), a full
     /// replica in every partition (Elia), or all of it in partition 0 (a
     /// centralized server).

@@ -3,6 +3,7 @@
 pub mod bank;
 pub mod base;
 pub mod checking;
+pub mod elia_micro;
 pub mod intergroup;
 pub mod micro;
 pub mod micro2;

@@ -31,10 +31,25 @@ impl Protocol for Central {
     }
 
     fn run<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<CallOutcome>> {
-        Box::pin(run_acid(Call {
-            node: NodeId(0),
-            ..call
-        }))
+        Box::pin(async move {
+            // A client at another site crosses to server 0 and back (where
+            // a topology places clients).
+            let servers = call.shared.partitions.len() as u32;
+            let site = super::elia::site_of(call.node, call.session, servers);
+            let hop = call.shared.link.client_hop(site, 0);
+            if let Some(d) = hop {
+                tokio::time::sleep(d).await;
+            }
+            let outcome = run_acid(Call {
+                node: NodeId(0),
+                ..call
+            })
+            .await;
+            if let Some(d) = hop {
+                tokio::time::sleep(d).await;
+            }
+            outcome
+        })
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -30,6 +30,8 @@ pub mod conveyor;
 pub mod routes;
 mod run;
 
+pub(crate) use run::site_of;
+
 use std::any::Any;
 use std::sync::Arc;
 
@@ -164,6 +166,10 @@ impl Protocol for Elia {
 
     fn run<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<CallOutcome>> {
         Box::pin(run::run(self, call))
+    }
+
+    fn quiesce(&self, within: std::time::Duration) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.conveyor.settled(within))
     }
 
     fn counters(&self) -> &'static [Counter] {

@@ -74,6 +74,17 @@ impl Statements for ReplicaStatements {
     }
 }
 
+/// The server a client is at: its coordinator's node when that is a
+/// server (co-located placement), else one by its session, so clients
+/// spread over the servers either way.
+pub(crate) fn site_of(node: NodeId, session: Option<u64>, servers: u32) -> u32 {
+    if node.0 < servers {
+        node.0
+    } else {
+        (session.unwrap_or(0) % u64::from(servers)) as u32
+    }
+}
+
 /// How a call runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum How {
@@ -94,11 +105,11 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
         proc,
         args,
         on_accept,
-        ..
+        session,
     } = call;
     let conveyor = &elia.conveyor;
     let servers = conveyor.servers();
-    let reached = node.0 % servers;
+    let reached = site_of(node, session, servers);
     let (placed, how) = match elia.mode {
         Mode::Conveyor => {
             let placed = elia.routes.place(&proc.name, &args, servers, reached)?;
@@ -143,6 +154,30 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     if placed.server != reached {
         counters.add(slot::ROUTED_AWAY, 1);
     }
+    // The client sends to the call's server from its own site, and hears
+    // back (where a topology places clients).
+    let hop = shared.link.client_hop(reached, placed.server);
+    if let Some(d) = hop {
+        tokio::time::sleep(d).await;
+    }
+    let outcome = run_at(elia, shared, proc, args, on_accept, placed, how).await;
+    if let Some(d) = hop {
+        tokio::time::sleep(d).await;
+    }
+    outcome
+}
+
+/// Runs the call at its server, `how` says.
+async fn run_at(
+    elia: &Elia,
+    shared: &Arc<crate::coordinator::Shared>,
+    proc: &Arc<crate::procedure::PreparedProc>,
+    args: Vec<Value>,
+    on_accept: Option<tokio::sync::oneshot::Sender<()>>,
+    placed: Placed,
+    how: How,
+) -> Result<CallOutcome> {
+    let conveyor = &elia.conveyor;
     let turn = if how == How::Turn {
         Some(conveyor.wait_turn(shared, placed.server).await?)
     } else {
