@@ -111,6 +111,12 @@ pub trait Protocol: Send + Sync + 'static {
         Box::pin(run_acid(call))
     }
 
+    /// Rewrites an attempt's recorded operations before they go to the
+    /// history (Elia: a version a replica installed when it applied a
+    /// global's update is named by the version the global installed at its
+    /// own server, so the history shows one write, not one per replica).
+    fn rewrite_history(&self, _ops: &mut [brine_check::Op]) {}
+
     /// Waits, once no call runs, until the protocol's own work in flight is
     /// done (Elia: every update applied at every replica), so a check then
     /// reads a state every server agrees on. An error after `within`.
@@ -371,6 +377,9 @@ pub enum Mutation {
     /// over a native put to an item it read or wrote since (a lost
     /// update).
     NoNativeCheck,
+    /// Elia with its token's updates applied in reverse order at each
+    /// server: replicas apply two conflicting globals in different orders.
+    EliaOutOfOrder,
 }
 
 impl Mutation {
@@ -383,6 +392,7 @@ impl Mutation {
             Mutation::ExactCallasDeps
             | Mutation::NoTemporalFence
             | Mutation::NoNativeCheck
+            | Mutation::EliaOutOfOrder
             | Mutation::NoSalineReleaseOrder
             | Mutation::NoNexusReleaseOrder
             | Mutation::NoGate => {}

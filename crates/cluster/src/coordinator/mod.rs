@@ -258,7 +258,8 @@ impl TxnState {
 
     /// Hands the attempt's record to the history, with its outcome.
     pub fn record_end(&mut self, shared: &Shared, outcome: Outcome) {
-        if let (Some(h), Some(rec)) = (&shared.history, self.rec.take()) {
+        if let (Some(h), Some(mut rec)) = (&shared.history, self.rec.take()) {
+            shared.protocol.rewrite_history(&mut rec.ops);
             h.end(self.txn, *rec, outcome);
         }
     }

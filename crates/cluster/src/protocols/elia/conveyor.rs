@@ -30,12 +30,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
+use brine_check::Op;
 use brine_core::{Error, NodeId, Result, TxnId, Value};
 use brine_sql::Plan;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::coordinator::{abort, commit, ProcCtx, Retries, Sent, Shared, TxnState};
+use crate::protocol::Mutation;
 
 /// What one global operation changed: its mutating statements with their
 /// bound values, in the order it ran them.
@@ -44,6 +48,10 @@ pub struct Update {
     /// The server that ran it.
     pub origin: u32,
     pub statements: Vec<(Arc<Plan>, Vec<Value>)>,
+    /// When the run records a history: the rows its writes installed and
+    /// their versions at its own server, in order (a replica's replay
+    /// installs its own versions, which the history then names by these).
+    pub versions: Vec<Written>,
 }
 
 /// A global operation's turn at the token holder. Dropping it tells the
@@ -78,6 +86,9 @@ pub struct Conveyor {
     running: AtomicBool,
     /// Updates the token carries that some server has not applied yet.
     carried: AtomicUsize,
+    /// When the run records a history: a version a replica installed by
+    /// a replay -> the version the global installed at its server.
+    replayed: Mutex<HashMap<u64, u64>>,
 }
 
 /// The protocol's counters, by slot (`super::COUNTERS`).
@@ -101,6 +112,7 @@ impl Conveyor {
             wake: Notify::new(),
             running: AtomicBool::new(false),
             carried: AtomicUsize::new(0),
+            replayed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -147,6 +159,54 @@ impl Conveyor {
             .retain(|u| !Arc::ptr_eq(u, update));
     }
 
+    /// Names every version in `ops` that a replay installed by the version
+    /// its global installed (see `Update::versions`).
+    pub fn rewrite(&self, ops: &mut [Op]) {
+        let map = self.replayed.lock();
+        if map.is_empty() {
+            return;
+        }
+        let name = |v: &mut u64| {
+            if let Some(&orig) = map.get(v) {
+                *v = orig;
+            }
+        };
+        for op in ops {
+            match op {
+                Op::Read { version, .. } => name(version),
+                Op::Write { prev, .. } => name(prev),
+                Op::RangeRead { seen, .. } => seen.iter_mut().for_each(|s| name(&mut s.version)),
+            }
+        }
+    }
+
+    /// A replay at `server` installed the versions its `ops` write: each
+    /// is named by the original's write of the same row, in order. A row
+    /// the original wrote that the replica lacks (a local row of the
+    /// origin, which no operation of this server reads) has no replay.
+    fn name_replayed(&self, ops: &[Op], originals: &[Written], server: u32, txn: TxnId) {
+        let mut used = vec![false; originals.len()];
+        let mut map = self.replayed.lock();
+        for w in writes_of(ops) {
+            let found = originals
+                .iter()
+                .enumerate()
+                .find(|(i, o)| !used[*i] && o.table == w.table && o.key == w.key);
+            match found {
+                Some((i, o)) => {
+                    used[i] = true;
+                    map.insert(w.version, o.version);
+                }
+                None => tracing::error!(
+                    server,
+                    %txn,
+                    table = %w.table,
+                    "elia: a replay wrote a row its global did not"
+                ),
+            }
+        }
+    }
+
     /// Waits until no global waits for the token and every server applied
     /// every update (call it when no call runs: the replicas then agree on
     /// everything globals wrote). An error after `within`.
@@ -166,6 +226,32 @@ impl Conveyor {
     }
 }
 
+/// A row a write installed, and its version.
+pub struct Written {
+    table: String,
+    key: brine_core::Key,
+    version: u64,
+}
+
+/// The rows `ops` write and the versions they install, in order.
+pub fn writes_of(ops: &[Op]) -> Vec<Written> {
+    ops.iter()
+        .filter_map(|op| match op {
+            Op::Write {
+                table,
+                key,
+                version,
+                ..
+            } => Some(Written {
+                table: table.clone(),
+                key: key.clone(),
+                version: *version,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The token: visits the servers in ring order for as long as the cluster
 /// lives.
 async fn token(conveyor: Arc<Conveyor>, shared: Weak<Shared>) {
@@ -175,9 +261,13 @@ async fn token(conveyor: Arc<Conveyor>, shared: Weak<Shared>) {
     loop {
         let Some(sh) = shared.upgrade() else { return };
         // Lines 11-15: apply the others' updates in token order; one's own
-        // have been everywhere.
-        for u in carried.iter().filter(|u| u.origin != at) {
-            if let Err(e) = apply(&sh, at, u).await {
+        // have been everywhere. (The mutation applies them backwards.)
+        let mut order: Vec<&Arc<Update>> = carried.iter().filter(|u| u.origin != at).collect();
+        if sh.mutation == Some(Mutation::EliaOutOfOrder) {
+            order.reverse();
+        }
+        for u in order {
+            if let Err(e) = apply(&sh, &conveyor, at, u).await {
                 tracing::error!(server = at, txn = %u.txn, "elia: applying an update failed: {e}");
             }
         }
@@ -239,14 +329,22 @@ async fn token(conveyor: Arc<Conveyor>, shared: Weak<Shared>) {
 /// Applies `update` at `server`: its statements with their bound values,
 /// in order, as one transaction of the oldest age (wait-die never makes
 /// it the victim; a victim anyway is run again).
-async fn apply(shared: &Arc<Shared>, server: u32, update: &Update) -> Result<()> {
+async fn apply(
+    shared: &Arc<Shared>,
+    conveyor: &Conveyor,
+    server: u32,
+    update: &Update,
+) -> Result<()> {
     let node = NodeId(server);
     let p = server as usize;
     let mut n = 0u32;
     loop {
         n += 1;
         let txn = shared.new_txn(Some(1));
-        let state = Arc::new(Mutex::new(TxnState::new(txn)));
+        // Recording (when the run records) only to learn the versions the
+        // replay installs; the replay itself is not a transaction of the
+        // history.
+        let state = Arc::new(Mutex::new(TxnState::begin(shared, txn, None)));
         let ctx = ProcCtx::new(shared.clone(), node, None, state.clone());
         let lock = ctx.lock_spec(None, None);
         let mut failed = None;
@@ -259,12 +357,19 @@ async fn apply(shared: &Arc<Shared>, server: u32, update: &Update) -> Result<()>
                 break;
             }
         }
+        let rec = state.lock().rec.take();
         let result = match failed {
             Some(e) => {
                 abort(shared, node, &state).await;
                 Err(e)
             }
-            None => commit(shared, node, &state).await,
+            None => {
+                // Named before the commit lets anyone read them.
+                if let Some(rec) = rec {
+                    conveyor.name_replayed(&rec.ops, &update.versions, server, update.txn);
+                }
+                commit(shared, node, &state).await
+            }
         };
         match result {
             Ok(()) => {

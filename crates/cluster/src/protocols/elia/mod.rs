@@ -168,6 +168,10 @@ impl Protocol for Elia {
         Box::pin(run::run(self, call))
     }
 
+    fn rewrite_history(&self, ops: &mut [brine_check::Op]) {
+        self.conveyor.rewrite(ops);
+    }
+
     fn quiesce(&self, within: std::time::Duration) -> BoxFuture<'_, Result<()>> {
         Box::pin(self.conveyor.settled(within))
     }

@@ -203,12 +203,21 @@ async fn run_at(
             (Ok(values), None) => {
                 // The commit point: the update takes its place in token
                 // order while the transaction still holds its locks.
-                let recorded = elia_txn(&mut state.lock()).and_then(|e| e.recorded.take());
+                let (recorded, versions) = {
+                    let mut st = state.lock();
+                    let versions = st
+                        .rec
+                        .as_ref()
+                        .map(|r| super::conveyor::writes_of(&r.ops))
+                        .unwrap_or_default();
+                    (elia_txn(&mut st).and_then(|e| e.recorded.take()), versions)
+                };
                 let update = recorded.map(|statements| {
                     let u = Arc::new(Update {
                         txn,
                         origin: placed.server,
                         statements,
+                        versions,
                     });
                     match &turn {
                         Some(t) => t.append(u.clone()),
