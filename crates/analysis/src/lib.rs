@@ -28,6 +28,7 @@
 
 pub mod classic;
 pub mod conflict;
+pub mod elia;
 pub mod error;
 pub mod graph;
 pub mod order;
@@ -41,7 +42,10 @@ pub use conflict::{OpRef, Refinements};
 pub use error::{AnalysisError, Result};
 pub use order::{choose_orderings, Choice};
 pub use rp::{check_chopping, runtime_pipelining, Piece, ProcChopping, RpAnalysis};
-pub use spec::{specs_from_sources, Access, Op, ProcNotes, ProcSource, ProcSpec};
+pub use elia::{elia_plan, EliaPlan, OpClass, ProcPartition};
+pub use spec::{
+    specs_from_sources, Access, Bound, Op, ProcNotes, ProcSource, ProcSpec, Selection,
+};
 
 /// Everything `brine analyze` shows about one group.
 #[derive(Clone, Debug)]

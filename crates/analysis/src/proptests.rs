@@ -106,6 +106,7 @@ fn to_op(i: usize, g: &GenOp) -> Op {
             blind_increment: blind,
             point: true,
         },
+        selection: Default::default(),
         rollback: g.rollback,
         unique_key: (g.unique && kind != StatementKind::Select).then_some(Counter {
             table: TableId(TABLES),
