@@ -224,6 +224,9 @@ pub struct Op {
     pub access: Access,
     /// The rows it touches by equality, for operation partitioning.
     pub selection: Selection,
+    /// Per statement parameter (in the plan's order), the procedure
+    /// argument it is, if declared ([`ProcNotes::args`]).
+    pub param_args: Vec<Option<usize>>,
     /// The body may roll back (a user abort) after seeing this
     /// operation's result.
     pub rollback: bool,
@@ -554,6 +557,7 @@ impl ProcSpec {
                 name: name.to_string(),
                 access: Access::from_descriptor(plan.access(), def.name.as_str().into(), columns),
                 selection: Selection::from_plan(&plan, &arg_of_param),
+                param_args: arg_of_param,
                 rollback: false,
                 unique_key: None,
             });
@@ -660,6 +664,23 @@ impl ProcSpec {
     /// True if ops `a` and `b` are in one loop body.
     pub fn in_loop_with(&self, a: usize, b: usize) -> bool {
         self.loops.iter().any(|l| l.contains(&a) && l.contains(&b))
+    }
+
+    /// Declared argument names (but `_`) that no statement placeholder
+    /// stands for: harmless, but often a typo or a stale declaration.
+    pub fn unused_args(&self) -> Vec<&str> {
+        self.args
+            .iter()
+            .enumerate()
+            .filter(|(k, a)| {
+                *a != "_"
+                    && !self
+                        .ops
+                        .iter()
+                        .any(|o| o.param_args.contains(&Some(*k)))
+            })
+            .map(|(_, a)| a.as_str())
+            .collect()
     }
 
     pub fn op_index(&self, name: &str) -> Option<usize> {

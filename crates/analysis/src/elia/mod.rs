@@ -123,6 +123,8 @@ pub struct EliaPlan {
     pub read_only: Vec<bool>,
     /// True for procedures whose arguments are declared.
     pub args_declared: Vec<bool>,
+    /// Declared argument names no placeholder stands for, per procedure.
+    pub unused_args: Vec<Vec<String>>,
     /// Pairs of procedures {t, t'} (self included) that conflict before
     /// partitioning, and how many of them remain.
     pub conflicting_pairs: usize,
@@ -238,6 +240,10 @@ pub fn elia_plan(specs: &[ProcSpec], weights: &HashMap<String, f64>) -> Result<E
         weights: w,
         read_only,
         args_declared: specs.iter().map(|s| s.args_declared).collect(),
+        unused_args: specs
+            .iter()
+            .map(|s| s.unused_args().into_iter().map(String::from).collect())
+            .collect(),
         conflicting_pairs: conflicts.len(),
         remaining_pairs,
         search: chosen.search,

@@ -193,6 +193,20 @@ impl EliaPlan {
                 undeclared.join(", ")
             );
         }
+        let unused: Vec<String> = self
+            .procs
+            .iter()
+            .zip(&self.unused_args)
+            .filter(|(_, u)| !u.is_empty())
+            .map(|(p, u)| format!("{} ({})", p.name, u.join(", ")))
+            .collect();
+        if !unused.is_empty() {
+            let _ = writeln!(
+                out,
+                "  declared arguments no placeholder stands for: {}",
+                unused.join("; ")
+            );
+        }
         let _ = writeln!(out);
         let _ = writeln!(
             out,
