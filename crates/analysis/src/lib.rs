@@ -39,13 +39,11 @@ pub mod spec;
 pub mod workloads;
 
 pub use conflict::{OpRef, Refinements};
+pub use elia::{elia_plan, EliaPlan, OpClass, ProcPartition};
 pub use error::{AnalysisError, Result};
 pub use order::{choose_orderings, Choice};
 pub use rp::{check_chopping, runtime_pipelining, Piece, ProcChopping, RpAnalysis};
-pub use elia::{elia_plan, EliaPlan, OpClass, ProcPartition};
-pub use spec::{
-    specs_from_sources, Access, Bound, Op, ProcNotes, ProcSource, ProcSpec, Selection,
-};
+pub use spec::{specs_from_sources, Access, Bound, Op, ProcNotes, ProcSource, ProcSpec, Selection};
 
 /// Everything `brine analyze` shows about one group.
 #[derive(Clone, Debug)]

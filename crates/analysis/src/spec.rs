@@ -673,11 +673,7 @@ impl ProcSpec {
             .iter()
             .enumerate()
             .filter(|(k, a)| {
-                *a != "_"
-                    && !self
-                        .ops
-                        .iter()
-                        .any(|o| o.param_args.contains(&Some(*k)))
+                *a != "_" && !self.ops.iter().any(|o| o.param_args.contains(&Some(*k)))
             })
             .map(|(_, a)| a.as_str())
             .collect()

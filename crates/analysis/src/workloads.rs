@@ -211,7 +211,10 @@ fn tpcw_notes(proc: &str) -> Option<ProcNotes> {
 /// A procedure's argument names in call order, and the `(statement,
 /// placeholder)` pairs where a placeholder of an argument's name is not
 /// that argument ([`ProcNotes::args`], [`ProcNotes::not_arg`]).
-type Arguments = (&'static [&'static str], &'static [(&'static str, &'static str)]);
+type Arguments = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+);
 
 /// The arguments of the built-in procedures (operation partitioning,
 /// seed 004 section 3.1: "map input parameters to the used query

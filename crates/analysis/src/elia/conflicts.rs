@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use brine_core::TableId;
 
-use super::sets::{Entry, Term, RwSets};
+use super::sets::{Entry, RwSets, Term};
 use crate::spec::ProcSpec;
 
 /// Which side writes, relative to the conflict's first procedure.
@@ -113,9 +113,10 @@ impl Clause {
     /// False if one column is bound to two different literals.
     pub fn satisfiable(&self) -> bool {
         self.atoms.iter().all(|x| match &x.value {
-            Term::Literal(v) => self.atoms.iter().all(|y| {
-                y.column != x.column || !matches!(&y.value, Term::Literal(w) if w != v)
-            }),
+            Term::Literal(v) => self
+                .atoms
+                .iter()
+                .all(|y| y.column != x.column || !matches!(&y.value, Term::Literal(w) if w != v)),
             Term::Arg(_) => true,
         })
     }

@@ -252,7 +252,11 @@ pub fn elia_plan(specs: &[ProcSpec], weights: &HashMap<String, f64>) -> Result<E
 }
 
 /// Section 3.2, given P: the class of each procedure and why.
-fn classify(specs: &[ProcSpec], conflicts: &[Conflict], params: &[Vec<usize>]) -> Vec<ProcPartition> {
+fn classify(
+    specs: &[ProcSpec],
+    conflicts: &[Conflict],
+    params: &[Vec<usize>],
+) -> Vec<ProcPartition> {
     specs
         .iter()
         .enumerate()

@@ -76,7 +76,11 @@ pub fn clause_text(
     // The columns both sides bind (what partitioning could match), t's
     // equalities first; the others (every value of an INSERT) would only
     // bury them.
-    let shared = |a: &Atom| cl.atoms.iter().any(|b| b.second != a.second && b.column == a.column);
+    let shared = |a: &Atom| {
+        cl.atoms
+            .iter()
+            .any(|b| b.second != a.second && b.column == a.column)
+    };
     let mut atoms: Vec<&Atom> = cl
         .atoms
         .iter()

@@ -116,8 +116,7 @@ struct Options {
 impl Options {
     fn new(sets: &[RwSets], conflicts: &[Conflict]) -> Options {
         // tables[t][k]: tables on which argument k of t can remove a clause.
-        let mut tables: Vec<BTreeMap<usize, BTreeSet<TableId>>> =
-            vec![BTreeMap::new(); sets.len()];
+        let mut tables: Vec<BTreeMap<usize, BTreeSet<TableId>>> = vec![BTreeMap::new(); sets.len()];
         for c in conflicts {
             for cl in &c.clauses {
                 for &(k, k2) in &cl.removers {

@@ -106,7 +106,10 @@ fn create_cart_and_do_cart_conflict_until_both_are_partitioned_by_cart_id() {
         .iter()
         .find(|c| (c.t, c.t2) == (0, 1))
         .expect("createCart/doCart conflict");
-    assert!(c.clauses.iter().any(|cl| cl.kind == super::Kind::WriteWrite));
+    assert!(c
+        .clauses
+        .iter()
+        .any(|cl| cl.kind == super::Kind::WriteWrite));
     // Removed when both are partitioned by the cart id, not otherwise.
     assert!(!c.remains(&[0], &[0]));
     assert!(c.remains(&[0], &[1]));
@@ -155,7 +158,10 @@ fn store() -> Vec<(ProcSource, ProcNotes)> {
             proc(
                 "order",
                 &[
-                    ("items", "SELECT item, amount FROM cart_items WHERE cart = $c"),
+                    (
+                        "items",
+                        "SELECT item, amount FROM cart_items WHERE cart = $c",
+                    ),
                     // One per cart item: $i and $a come from `items`.
                     ("take", "UPDATE stock SET qty = qty - $a WHERE item = $i"),
                     ("clear", "DELETE FROM cart_items WHERE cart = $c"),
@@ -192,7 +198,10 @@ fn online_store_creates_and_adds_locally_and_orders_globally() {
         "{reasons:?}"
     );
     let s = p.summary();
-    assert_eq!((s.local, s.global, s.commutative, s.local_global), (2, 1, 0, 0));
+    assert_eq!(
+        (s.local, s.global, s.commutative, s.local_global),
+        (2, 1, 0, 0)
+    );
     assert!((s.share_global - 1.0 / 3.0).abs() < 1e-9);
 }
 
@@ -311,7 +320,10 @@ fn a_non_equality_predicate_is_ignored_for_partitioning() {
             (
                 proc(
                     "scan",
-                    &[("r", "SELECT id, n FROM counters WHERE id >= $lo AND id < $hi")],
+                    &[(
+                        "r",
+                        "SELECT id, n FROM counters WHERE id >= $lo AND id < $hi",
+                    )],
                 ),
                 args(&["lo", "hi"]),
             ),
@@ -360,11 +372,17 @@ fn a_procedure_needing_two_parameters_is_local_global() {
                 args(&["u", "i"]),
             ),
             (
-                proc("user_page", &[("r", "SELECT bids FROM users WHERE id = $u")]),
+                proc(
+                    "user_page",
+                    &[("r", "SELECT bids FROM users WHERE id = $u")],
+                ),
                 args(&["u"]),
             ),
             (
-                proc("item_page", &[("r", "SELECT bids FROM items WHERE id = $i")]),
+                proc(
+                    "item_page",
+                    &[("r", "SELECT bids FROM items WHERE id = $i")],
+                ),
                 args(&["i"]),
             ),
         ],
@@ -378,7 +396,8 @@ fn a_procedure_needing_two_parameters_is_local_global() {
     assert_eq!(class(&p, "item_page"), (OpClass::Local, names(&["i"])));
     let r = &p.proc("bid").expect("bid").reasons;
     assert!(
-        r.iter().any(|r| r.starts_with("when $u and $i route apart")),
+        r.iter()
+            .any(|r| r.starts_with("when $u and $i route apart")),
         "{r:?}"
     );
     assert_eq!(p.summary().local_global, 1);
@@ -430,10 +449,7 @@ fn placeholders_bind_arguments_by_name_unless_declared_otherwise() {
         AUCTION,
         &[(src.clone(), args(&["u"]).not_arg("friend", "$u"))],
     );
-    assert_eq!(
-        sp[0].ops[0].selection.equalities,
-        vec![(0, Bound::Arg(0))]
-    );
+    assert_eq!(sp[0].ops[0].selection.equalities, vec![(0, Bound::Arg(0))]);
     assert_eq!(
         sp[0].ops[1].selection.equalities,
         vec![(0, Bound::Computed("$u".into()))]
@@ -465,7 +481,10 @@ fn placeholders_bind_arguments_by_name_unless_declared_otherwise() {
     let bad = HashMap::from([("page".to_string(), -1.0)]);
     assert!(matches!(elia_plan(&sp, &bad), Err(AnalysisError::Elia(_))));
     let unknown = HashMap::from([("nope".to_string(), 1.0)]);
-    assert!(matches!(elia_plan(&sp, &unknown), Err(AnalysisError::Elia(_))));
+    assert!(matches!(
+        elia_plan(&sp, &unknown),
+        Err(AnalysisError::Elia(_))
+    ));
 }
 
 /// The specs of a built-in workload, with the analysis's notes, and its
@@ -541,7 +560,11 @@ fn tpcw_classes_from_its_declarations() {
     let (specs, weights) = tpcw();
     assert!(specs.iter().all(|s| s.args_declared));
     let p = elia_plan(&specs, &weights).expect("plan");
-    assert!(matches!(p.search, Search::Exhaustive { .. }), "{:?}", p.search);
+    assert!(
+        matches!(p.search, Search::Exhaustive { .. }),
+        "{:?}",
+        p.search
+    );
     let expect = [
         // The cart's row and lines, all by $sc (procedures.rs do_cart,
         // create_empty_cart, get_cart); buy-confirm reads and clears the
@@ -573,13 +596,20 @@ fn tpcw_classes_from_its_declarations() {
     }
     let s = p.summary();
     assert_eq!(
-        (s.local, s.global, s.commutative, s.local_global, s.read_only, s.total),
+        (
+            s.local,
+            s.global,
+            s.commutative,
+            s.local_global,
+            s.read_only,
+            s.total
+        ),
         (13, 4, 3, 0, 13, 20)
     );
     let r = &p.proc("do_buy_confirm").expect("buy").reasons;
     assert!(
-        r.iter()
-            .any(|r| r.contains("do_buy_confirm.take_stock writes item.i_stock, which get_book.item reads")),
+        r.iter().any(|r| r
+            .contains("do_buy_confirm.take_stock writes item.i_stock, which get_book.item reads")),
         "{r:?}"
     );
 }
@@ -597,7 +627,11 @@ fn rubis_classes_from_its_declarations() {
         .collect();
     assert_eq!(unused, vec![("authenticate", vec!["pw"])]);
     let p = elia_plan(&specs, &weights).expect("plan");
-    assert!(matches!(p.search, Search::Exhaustive { .. }), "{:?}", p.search);
+    assert!(
+        matches!(p.search, Search::Exhaustive { .. }),
+        "{:?}",
+        p.search
+    );
     let expect = [
         // Categories and regions are never written.
         ("browse_categories", OpClass::Commutative, &[][..]),
@@ -621,7 +655,14 @@ fn rubis_classes_from_its_declarations() {
     }
     let s = p.summary();
     assert_eq!(
-        (s.local, s.global, s.commutative, s.local_global, s.read_only, s.total),
+        (
+            s.local,
+            s.global,
+            s.commutative,
+            s.local_global,
+            s.read_only,
+            s.total
+        ),
         (13, 5, 4, 0, 17, 22)
     );
 }
@@ -632,8 +673,9 @@ fn the_report_shows_classes_parameters_and_table_1() {
     let text = elia_plan(&specs, &weights).expect("plan").render();
     assert!(text.contains("in the form of seed 004 Table 1"), "{text}");
     assert!(
-        text.lines()
-            .any(|l| l.trim_start().starts_with("do_cart") && l.contains(" L ") && l.contains("sc (#0)")),
+        text.lines().any(|l| l.trim_start().starts_with("do_cart")
+            && l.contains(" L ")
+            && l.contains("sc (#0)")),
         "{text}"
     );
     // Without a mix every procedure weighs 1.
