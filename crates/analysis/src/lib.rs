@@ -2,7 +2,9 @@
 //! 5; seed 000 section 4.4, seed 002 sections 5-6): given a group of
 //! procedures, rank the data they conflict on and cut each procedure into
 //! rank-ordered pieces; plus classic transaction chopping as the comparison
-//! point, and the rollback-safe variant the runtime's safe mode uses.
+//! point, and the rollback-safe variant the runtime's safe mode uses. And,
+//! for Elia, operation partitioning (seed 004 Algorithm 1, [`elia`]): from
+//! the same specs, each procedure's partitioning parameters and class.
 //!
 //! ```text
 //!  Application (DDL + ProcSource) + ProcNotes

@@ -153,14 +153,8 @@ fn run_elia(args: &AnalyzeArgs) -> Result<(), String> {
     let weights: HashMap<String, f64> = app.mix.iter().map(|(p, w)| (p.to_string(), *w)).collect();
     let plan = elia_plan(&specs, &weights).map_err(|e| e.to_string())?;
     println!(
-        "application {}: {} procedures{}",
-        app.name,
-        specs.len(),
-        if app.mix.is_empty() {
-            ""
-        } else {
-            "; weights: the default mix's share of calls"
-        }
+        "application {} (brine analyze {} --elia)",
+        app.name, args.workload
     );
     print!("{}", plan.render());
     Ok(())

@@ -14,7 +14,7 @@
 //!     v  self included, clauses (kind rw|wr|ww, table, columns, atoms)
 //!  Conflicts (DNF per pair, unsatisfiable clauses dropped)
 //!     |  search::optimize (lines 11-20): P[t] in {none, one argument,
-//!     v  a pair}; exhaustive per component, coordinate descent past 2^20
+//!     v  a pair}; exhaustive per component, coordinate descent past 2^24
 //!  P, cost
 //!     |  classify: C (no conflict at all), G (a remaining clause where t
 //!     v  writes what another writes or reads), L/G (a pair), else L

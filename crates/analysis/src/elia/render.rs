@@ -239,7 +239,7 @@ impl EliaPlan {
                 p.name,
                 p.class.label(),
                 by,
-                pct(share),
+                format!("{:.2}%", 100.0 * share),
                 if self.read_only[i] { "yes" } else { "" }
             );
             for r in &p.reasons {
