@@ -317,6 +317,16 @@ impl ProcNotes {
         self
     }
 
+    /// True if the notes say anything about the body (order, loops,
+    /// dependencies, rollbacks, counters), not only argument names.
+    pub fn describes_body(&self) -> bool {
+        self.order.is_some()
+            || !self.loops.is_empty()
+            || !self.independent.is_empty()
+            || !self.rollbacks.is_empty()
+            || !self.unique_keys.is_empty()
+    }
+
     /// These notes (which describe the procedure's own body) for a
     /// reordering that runs the statements in `order`: the same loops,
     /// rollbacks and counters, and the independences that still name an

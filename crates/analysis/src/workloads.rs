@@ -8,8 +8,11 @@
 //! whose rank is below the current piece's, so a stale note shows up as
 //! an error, not as a silent anomaly).
 
+use std::collections::HashMap;
+
 use brine_core::Catalog;
 
+use crate::elia::EliaPlan;
 use crate::error::Result;
 use crate::spec::{specs_from_sources, ProcNotes, ProcSource, ProcSpec};
 
@@ -27,6 +30,20 @@ pub fn specs_with_notes(
             .position(|p| p.name == name)
             .and_then(|i| notes[i].as_ref())
     })
+}
+
+/// Operation partitioning of application `app` (schema `ddl`,
+/// procedures `procs`) with the notes the analysis keeps for it: what the
+/// Elia runtime calls. `weights` as in [`crate::elia_plan`] (e.g. a
+/// workload's `mix()`; empty: 1 each).
+pub fn elia_plan_for(
+    app: &str,
+    ddl: &str,
+    procs: &[ProcSource],
+    weights: &HashMap<String, f64>,
+) -> Result<EliaPlan> {
+    let (_, specs) = specs_with_notes(app, ddl, procs)?;
+    crate::elia::elia_plan(&specs, weights)
 }
 
 /// Notes for procedure `proc` of application `app`, if the analysis has

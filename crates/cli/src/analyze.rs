@@ -16,8 +16,7 @@ use std::process::ExitCode;
 
 use brine_analysis::workloads::{self, rollback_micro};
 use brine_analysis::{
-    analyze_group, choose_orderings, classic, elia_plan, report, select, ProcSource, ProcSpec,
-    Refinements,
+    analyze_group, choose_orderings, classic, report, select, ProcSource, ProcSpec, Refinements,
 };
 use brine_bench::workloads::{
     bank, checking, micro, micro2, micro3, rubis, ticket, tpcc, tpcw, Bank, ListAppend, Micro,
@@ -148,10 +147,9 @@ fn run_elia(args: &AnalyzeArgs) -> Result<(), String> {
         );
     }
     let app = application(&args.workload, args.tpcc_order.as_deref())?;
-    let (_, specs) =
-        workloads::specs_with_notes(&app.name, &app.ddl, &app.procs).map_err(|e| e.to_string())?;
     let weights: HashMap<String, f64> = app.mix.iter().map(|(p, w)| (p.to_string(), *w)).collect();
-    let plan = elia_plan(&specs, &weights).map_err(|e| e.to_string())?;
+    let plan = workloads::elia_plan_for(&app.name, &app.ddl, &app.procs, &weights)
+        .map_err(|e| e.to_string())?;
     println!(
         "application {} (brine analyze {} --elia)",
         app.name, args.workload
@@ -282,7 +280,12 @@ fn run_inner(args: &AnalyzeArgs) -> Result<(), String> {
 
     println!("application {app}: {} procedures", specs.len());
     for (name, n) in &notes {
-        if n.is_none() {
+        // Argument names alone (operation partitioning) say nothing of
+        // the body's order.
+        if !n
+            .as_ref()
+            .is_some_and(brine_analysis::ProcNotes::describes_body)
+        {
             println!(
                 "  {name}: no notes; assuming declaration order, dependencies on every earlier read"
             );
