@@ -225,6 +225,21 @@ pub fn elia_plan(specs: &[ProcSpec], weights: &HashMap<String, f64>) -> Result<E
     let conflicts = conflicts::detect(specs, &sets);
     let chosen = search::optimize(&sets, &conflicts, &w)?;
     let procs = classify(specs, &conflicts, &chosen.params);
+    // What leaves must hold: a C has no parameter, an L/G exactly two, any
+    // other at most one.
+    for p in &procs {
+        let ok = match p.class {
+            OpClass::Commutative => p.params.is_empty(),
+            OpClass::LocalGlobal => p.params.len() == 2,
+            OpClass::Local | OpClass::Global => p.params.len() <= 1,
+        };
+        if !ok || p.params.len() != p.param_names.len() {
+            return Err(AnalysisError::Internal(format!(
+                "operation partitioning: {} is {} with parameters {:?}",
+                p.name, p.class, p.param_names
+            )));
+        }
+    }
     let remaining_pairs = conflicts
         .iter()
         .filter(|c| c.remains(&chosen.params[c.t], &chosen.params[c.t2]))
