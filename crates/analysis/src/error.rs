@@ -19,6 +19,8 @@ pub enum AnalysisError {
     UnknownProcedure { name: String, known: String },
     #[error("procedure `{0}` is named twice in one group")]
     DuplicateProcedure(String),
+    #[error("operation partitioning: {0}")]
+    Elia(String),
     #[error("internal analysis error: {0}")]
     Internal(String),
 }

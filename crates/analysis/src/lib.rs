@@ -2,7 +2,9 @@
 //! 5; seed 000 section 4.4, seed 002 sections 5-6): given a group of
 //! procedures, rank the data they conflict on and cut each procedure into
 //! rank-ordered pieces; plus classic transaction chopping as the comparison
-//! point, and the rollback-safe variant the runtime's safe mode uses.
+//! point, and the rollback-safe variant the runtime's safe mode uses. And,
+//! for Elia, operation partitioning (seed 004 Algorithm 1, [`elia`]): from
+//! the same specs, each procedure's partitioning parameters and class.
 //!
 //! ```text
 //!  Application (DDL + ProcSource) + ProcNotes
@@ -28,6 +30,7 @@
 
 pub mod classic;
 pub mod conflict;
+pub mod elia;
 pub mod error;
 pub mod graph;
 pub mod order;
@@ -38,10 +41,11 @@ pub mod spec;
 pub mod workloads;
 
 pub use conflict::{OpRef, Refinements};
+pub use elia::{elia_plan, EliaPlan, OpClass, ProcPartition};
 pub use error::{AnalysisError, Result};
 pub use order::{choose_orderings, Choice};
 pub use rp::{check_chopping, runtime_pipelining, Piece, ProcChopping, RpAnalysis};
-pub use spec::{specs_from_sources, Access, Op, ProcNotes, ProcSource, ProcSpec};
+pub use spec::{specs_from_sources, Access, Bound, Op, ProcNotes, ProcSource, ProcSpec, Selection};
 
 /// Everything `brine analyze` shows about one group.
 #[derive(Clone, Debug)]

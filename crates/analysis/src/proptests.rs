@@ -106,6 +106,8 @@ fn to_op(i: usize, g: &GenOp) -> Op {
             blind_increment: blind,
             point: true,
         },
+        selection: Default::default(),
+        param_args: Vec::new(),
         rollback: g.rollback,
         unique_key: (g.unique && kind != StatementKind::Select).then_some(Counter {
             table: TableId(TABLES),

@@ -25,8 +25,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use brine_core::{Catalog, TableId};
-use brine_sql::{AccessDescriptor, StatementKind};
+use brine_core::{Catalog, IndexId, TableId, Value};
+use brine_sql::{AccessDescriptor, CmpOp, Operand, Plan, Statement, StatementKind};
 
 use crate::error::{AnalysisError, Result};
 
@@ -118,6 +118,103 @@ pub struct Counter {
     pub column: usize,
 }
 
+/// What an equality of a statement's predicate (or an inserted value)
+/// binds a column to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Bound {
+    /// The procedure's argument of this index (a placeholder named like a
+    /// declared argument, [`ProcNotes::args`]).
+    Arg(usize),
+    /// A literal of the statement's text.
+    Literal(Value),
+    /// A value the body computed (any other placeholder): unknown to the
+    /// analysis.
+    Computed(String),
+}
+
+/// Which rows an operation touches, as far as its equalities tell, for
+/// operation partitioning (seed 004 section 3.1: an entry's condition).
+/// Empty (`Default`) when unknown: the operation may touch any row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    /// `(column, value)`: every row the statement touches has `column =
+    /// value`. The key columns its index prefix binds by `=`, the residual
+    /// `=` filters, and, for INSERT, every inserted column (the row's
+    /// values are known). Ranges and other comparisons are left out.
+    pub equalities: Vec<(usize, Bound)>,
+    /// For a SELECT with a LIMIT on a secondary index, the index's columns
+    /// after the `=` prefix: their values decide which rows it returns,
+    /// though the descriptor does not list them as read.
+    pub order_columns: Vec<usize>,
+}
+
+impl Selection {
+    /// Reads the equalities off a prepared statement. `arg_of_param[i]`:
+    /// the procedure argument statement parameter `i` is, if any.
+    pub fn from_plan(plan: &Plan, arg_of_param: &[Option<usize>]) -> Selection {
+        let bound = |op: &Operand| match op {
+            Operand::Literal(v) => Bound::Literal(v.clone()),
+            Operand::Param(i) => match arg_of_param.get(*i).copied().flatten() {
+                Some(a) => Bound::Arg(a),
+                None => Bound::Computed(
+                    plan.params()
+                        .get(*i)
+                        .map_or_else(|| format!("${i}"), |p| format!("${}", p.name)),
+                ),
+            },
+        };
+        let mut eq: Vec<(usize, Bound)> = plan
+            .access()
+            .key_params
+            .iter()
+            .map(|(c, op)| (*c, bound(op)))
+            .collect();
+        let mut order_columns = Vec::new();
+        match plan.statement() {
+            Statement::Insert(ins) => {
+                for (c, v) in ins.values.iter().enumerate() {
+                    if let Some(op) = v {
+                        eq.push((c, bound(op)));
+                    }
+                }
+            }
+            Statement::Select(sel) => {
+                eq.extend(filter_equalities(&sel.pred.filters, &bound));
+                // A LIMIT keeps the first rows in index order: which rows
+                // depends on the index columns after the `=` prefix.
+                if sel.pred.index != IndexId::PRIMARY && sel.limit.is_some() {
+                    let from = sel.pred.eq.len().min(sel.pred.key_columns.len());
+                    order_columns = sel.pred.key_columns[from..].to_vec();
+                    order_columns.sort_unstable();
+                    order_columns.dedup();
+                }
+            }
+            Statement::Update(u) => eq.extend(filter_equalities(&u.pred.filters, &bound)),
+            Statement::Delete(d) => eq.extend(filter_equalities(&d.pred.filters, &bound)),
+        }
+        let mut equalities: Vec<(usize, Bound)> = Vec::with_capacity(eq.len());
+        for e in eq {
+            if !equalities.contains(&e) {
+                equalities.push(e);
+            }
+        }
+        Selection {
+            equalities,
+            order_columns,
+        }
+    }
+}
+
+fn filter_equalities<'a>(
+    filters: &'a [brine_sql::Filter],
+    bound: &'a impl Fn(&Operand) -> Bound,
+) -> impl Iterator<Item = (usize, Bound)> + 'a {
+    filters
+        .iter()
+        .filter(|f| f.op == CmpOp::Eq)
+        .map(move |f| (f.column, bound(&f.operand)))
+}
+
 /// One operation of a procedure: a declared statement at its place in the
 /// body's execution order.
 #[derive(Clone, Debug)]
@@ -125,6 +222,11 @@ pub struct Op {
     /// The statement's declared name.
     pub name: String,
     pub access: Access,
+    /// The rows it touches by equality, for operation partitioning.
+    pub selection: Selection,
+    /// Per statement parameter (in the plan's order), the procedure
+    /// argument it is, if declared ([`ProcNotes::args`]).
+    pub param_args: Vec<Option<usize>>,
     /// The body may roll back (a user abort) after seeing this
     /// operation's result.
     pub rollback: bool,
@@ -152,6 +254,16 @@ pub struct ProcNotes {
     /// the counter the counter statement (a blind increment of one column
     /// of one row) incremented earlier in the same transaction.
     pub unique_keys: Vec<(String, String)>,
+    /// The procedure's argument names, in call order (operation
+    /// partitioning): a statement placeholder `$x` is argument `x` when
+    /// one is so named, unless `not_args` says otherwise. `None`: not
+    /// declared (no argument can partition the procedure). `_` names an
+    /// argument no placeholder stands for.
+    pub args: Option<Vec<String>>,
+    /// `(statement, placeholder)`: in that statement, `$placeholder` is
+    /// not the argument of its name (a value the body computed, or
+    /// another argument).
+    pub not_args: Vec<(String, String)>,
 }
 
 impl ProcNotes {
@@ -185,6 +297,36 @@ impl ProcNotes {
         self
     }
 
+    /// Declares the procedure's arguments, positionally (the field
+    /// `args`). A placeholder `$x` of any statement is taken to be
+    /// argument `x`: name an argument only if every statement's `$x`
+    /// receives exactly that argument, and declare the exceptions with
+    /// [`ProcNotes::not_arg`]. A wrong name silently makes a wrong
+    /// partitioning: check each against the body and its call sites.
+    pub fn args(mut self, names: &[&str]) -> Self {
+        self.args = Some(names.iter().map(|s| s.to_string()).collect());
+        self
+    }
+
+    /// In `statement`, `$placeholder` is not the argument of that name
+    /// (a row read earlier, a loop value, another argument): the analysis
+    /// treats it as unknown.
+    pub fn not_arg(mut self, statement: &str, placeholder: &str) -> Self {
+        self.not_args
+            .push((statement.into(), placeholder.trim_start_matches('$').into()));
+        self
+    }
+
+    /// True if the notes say anything about the body (order, loops,
+    /// dependencies, rollbacks, counters), not only argument names.
+    pub fn describes_body(&self) -> bool {
+        self.order.is_some()
+            || !self.loops.is_empty()
+            || !self.independent.is_empty()
+            || !self.rollbacks.is_empty()
+            || !self.unique_keys.is_empty()
+    }
+
     /// These notes (which describe the procedure's own body) for a
     /// reordering that runs the statements in `order`: the same loops,
     /// rollbacks and counters, and the independences that still name an
@@ -197,6 +339,34 @@ impl ProcNotes {
         notes.order = Some(order.to_vec());
         notes
     }
+}
+
+/// The declared argument names of `notes`, checked: no name twice (but
+/// `_`), every `not_arg` exception naming a declared statement and an
+/// argument.
+fn check_args(notes: &ProcNotes, declared: &[&str]) -> std::result::Result<Vec<String>, String> {
+    let args = notes.args.clone().unwrap_or_default();
+    for (i, a) in args.iter().enumerate() {
+        if a.is_empty() || a.starts_with('$') {
+            return Err(format!(
+                "argument {i} is named `{a}`: give the placeholder's name without `$` (or `_`)"
+            ));
+        }
+        if a != "_" && args[..i].contains(a) {
+            return Err(format!("argument name `{a}` is declared twice"));
+        }
+    }
+    for (st, ph) in &notes.not_args {
+        if !declared.contains(&st.as_str()) {
+            return Err(format!("`not_arg` names undeclared statement `{st}`"));
+        }
+        if !args.contains(ph) {
+            return Err(format!(
+                "`not_arg({st}, ${ph})`: no argument is named `{ph}`, so nothing to undo"
+            ));
+        }
+    }
+    Ok(args)
 }
 
 /// `deps[j]` from an adjacency matrix (`dep[i][j]`: op `j` depends on op
@@ -225,6 +395,11 @@ fn closed(mut dep: Vec<Vec<bool>>) -> Vec<BTreeSet<usize>> {
 pub struct ProcSpec {
     pub name: String,
     pub ops: Vec<Op>,
+    /// The declared argument names (empty: none or not declared), for
+    /// operation partitioning; `Bound::Arg` indexes them.
+    pub args: Vec<String>,
+    /// True if the notes declared the arguments (possibly none).
+    pub args_declared: bool,
     /// `deps[j]`: the operations op `j` depends on. Closed transitively,
     /// never containing `j` itself. Points backwards in execution order
     /// except inside loops.
@@ -282,6 +457,8 @@ impl ProcSpec {
         Ok(ProcSpec {
             name,
             ops,
+            args: Vec::new(),
+            args_declared: false,
             deps: closed(dep),
             loops,
         })
@@ -307,6 +484,8 @@ impl ProcSpec {
         ProcSpec {
             name: self.name.clone(),
             ops: self.ops.clone(),
+            args: self.args.clone(),
+            args_declared: self.args_declared,
             deps: closed(dep),
             loops: self.loops.clone(),
         }
@@ -348,6 +527,7 @@ impl ProcSpec {
                 .position(|o| *o == name)
                 .ok_or_else(|| notes_err(format!("notes name undeclared statement `{name}`")))
         };
+        let args = check_args(notes, &declared).map_err(notes_err)?;
         let mut ops = Vec::with_capacity(order.len());
         for name in &order {
             let sql = src
@@ -363,9 +543,31 @@ impl ProcSpec {
             })?;
             let def = catalog.table(plan.table());
             let columns: Arc<[String]> = def.columns.iter().map(|c| c.name.clone()).collect();
+            let arg_of_param: Vec<Option<usize>> = plan
+                .params()
+                .iter()
+                .map(|p| {
+                    let not_arg = notes
+                        .not_args
+                        .iter()
+                        .any(|(st, ph)| st == name && *ph == p.name);
+                    (!not_arg)
+                        .then(|| args.iter().position(|a| *a == p.name))
+                        .flatten()
+                })
+                .collect();
+            for (st, ph) in notes.not_args.iter().filter(|(st, _)| st == name) {
+                if !plan.params().iter().any(|p| p.name == *ph) {
+                    return Err(notes_err(format!(
+                        "`not_arg({st}, ${ph})`: statement `{st}` has no placeholder `${ph}`"
+                    )));
+                }
+            }
             ops.push(Op {
                 name: name.to_string(),
                 access: Access::from_descriptor(plan.access(), def.name.as_str().into(), columns),
+                selection: Selection::from_plan(&plan, &arg_of_param),
+                param_args: arg_of_param,
                 rollback: false,
                 unique_key: None,
             });
@@ -408,7 +610,10 @@ impl ProcSpec {
             let idx: Vec<usize> = l.iter().map(|s| position(s)).collect::<Result<_>>()?;
             loops.push(idx);
         }
-        ProcSpec::new(src.name.clone(), ops, &independent, loops)
+        let mut spec = ProcSpec::new(src.name.clone(), ops, &independent, loops)?;
+        spec.args_declared = notes.args.is_some();
+        spec.args = args;
+        Ok(spec)
     }
 
     /// The procedure's own body as a spec, then one per reordering it
@@ -469,6 +674,19 @@ impl ProcSpec {
     /// True if ops `a` and `b` are in one loop body.
     pub fn in_loop_with(&self, a: usize, b: usize) -> bool {
         self.loops.iter().any(|l| l.contains(&a) && l.contains(&b))
+    }
+
+    /// Declared argument names (but `_`) that no statement placeholder
+    /// stands for: harmless, but often a typo or a stale declaration.
+    pub fn unused_args(&self) -> Vec<&str> {
+        self.args
+            .iter()
+            .enumerate()
+            .filter(|(k, a)| {
+                *a != "_" && !self.ops.iter().any(|o| o.param_args.contains(&Some(*k)))
+            })
+            .map(|(_, a)| a.as_str())
+            .collect()
     }
 
     pub fn op_index(&self, name: &str) -> Option<usize> {

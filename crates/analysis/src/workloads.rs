@@ -8,8 +8,11 @@
 //! whose rank is below the current piece's, so a stale note shows up as
 //! an error, not as a silent anomaly).
 
+use std::collections::HashMap;
+
 use brine_core::Catalog;
 
+use crate::elia::EliaPlan;
 use crate::error::Result;
 use crate::spec::{specs_from_sources, ProcNotes, ProcSource, ProcSpec};
 
@@ -29,9 +32,40 @@ pub fn specs_with_notes(
     })
 }
 
+/// Operation partitioning of application `app` (schema `ddl`,
+/// procedures `procs`) with the notes the analysis keeps for it: what the
+/// Elia runtime calls. `weights` as in [`crate::elia_plan`] (e.g. a
+/// workload's `mix()`; empty: 1 each).
+pub fn elia_plan_for(
+    app: &str,
+    ddl: &str,
+    procs: &[ProcSource],
+    weights: &HashMap<String, f64>,
+) -> Result<EliaPlan> {
+    let (_, specs) = specs_with_notes(app, ddl, procs)?;
+    crate::elia::elia_plan(&specs, weights)
+}
+
 /// Notes for procedure `proc` of application `app`, if the analysis has
-/// any.
+/// any: the body's (order, loops, rollbacks, counters) and its arguments'
+/// names for operation partitioning ([`arguments`]).
 pub fn notes(app: &str, proc: &str) -> Option<ProcNotes> {
+    let body = body_notes(app, proc);
+    match arguments(app, proc) {
+        None => body,
+        Some((names, not_args)) => {
+            let mut n = body.unwrap_or_default().args(names);
+            for (statement, placeholder) in not_args {
+                n = n.not_arg(statement, placeholder);
+            }
+            Some(n)
+        }
+    }
+}
+
+/// What the bodies justify about statement order, loops, rollbacks and
+/// counters.
+fn body_notes(app: &str, proc: &str) -> Option<ProcNotes> {
     match (app, proc) {
         ("tpcc", "new_order") => Some(
             // crates/bench/src/workloads/tpcc/procedures.rs, new_order():
@@ -187,6 +221,140 @@ fn tpcw_notes(proc: &str) -> Option<ProcNotes> {
             .looped(&["take_stock", "item", "restock"])
             .looped(&["insert_line"])
             .rollback("cart_lines"),
+        _ => return None,
+    })
+}
+
+/// A procedure's argument names in call order, and the `(statement,
+/// placeholder)` pairs where a placeholder of an argument's name is not
+/// that argument ([`ProcNotes::args`], [`ProcNotes::not_arg`]).
+type Arguments = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+);
+
+/// The arguments of the built-in procedures (operation partitioning,
+/// seed 004 section 3.1: "map input parameters to the used query
+/// parameters"). Each list was checked against the body (which value
+/// each `ctx.exec` passes for each placeholder, in the statement's
+/// parameter order: first appearance) and against the call site that
+/// builds the arguments (`input.rs`). A name no placeholder uses is
+/// harmless; a placeholder wrongly taken for an argument is not, so
+/// every statement where `$x` receives anything but argument `x` is
+/// listed as an exception.
+pub fn arguments(app: &str, proc: &str) -> Option<Arguments> {
+    match app {
+        "tpcw" => tpcw_arguments(proc),
+        "rubis" => rubis_arguments(proc),
+        _ => None,
+    }
+}
+
+/// crates/bench/src/workloads/tpcw/procedures.rs and input.rs
+/// (`TpcwClient::queue`).
+fn tpcw_arguments(proc: &str) -> Option<Arguments> {
+    const NONE: &[(&str, &str)] = &[];
+    Some(match proc {
+        // customer by $c (a.v(0)).
+        "get_name" | "get_user_name" => (&["c"], NONE),
+        // item by $i; its author's id ($a) comes from the item row.
+        "get_book" => (&["i"], NONE),
+        // customer by uname $u; address and country ids are read.
+        "get_customer" | "get_password" | "get_most_recent_order" => (&["u"], NONE),
+        // items by subject $s; authors' ids are read.
+        "do_subject_search" | "get_new_products" => (&["s"], NONE),
+        // title prefix bounds $lo, $hi (a range: no equality).
+        "do_title_search" => (&["lo", "hi"], NONE),
+        // authors by last name $l; `items` takes each author's id as $a.
+        "do_author_search" => (&["l"], NONE),
+        // recent_lines: ol_o_id > $lo (a.v(1)); items by subject $s (a.v(0)).
+        "get_best_sellers" => (&["s", "lo"], NONE),
+        // related by $i; `thumbnail` runs once per related item, whose id
+        // it passes as $i.
+        "get_related" => (&["i"], &[("thumbnail", "i")]),
+        // cart lines by $sc; each line's item id is $i (read).
+        "get_cart" => (&["sc"], NONE),
+        // admin_update(i, cost, image, thumb, now, lo): update_item binds
+        // $cost..$now to a.v(1..=4), $i to a.int(0); the related ids are
+        // computed.
+        "admin_update" => (&["i", "cost", "image", "thumb", "now", "lo"], NONE),
+        "create_empty_cart" => (&["sc", "now"], NONE),
+        // do_cart(sc, i, qty, now): every statement takes $sc = a.v(0),
+        // $i = a.v(1), $q = a.int(2), $now = a.v(3).
+        "do_cart" => (&["sc", "i", "q", "now"], NONE),
+        // refresh_session(c, now): $now = a.timestamp(1), $exp computed.
+        "refresh_session" => (&["c", "now"], NONE),
+        // The customer row (17 columns, `load::customer_row`, insert_customer's
+        // placeholders in order), then the address row (7,
+        // `load::address_row`, insert_address's).
+        "create_new_customer" => (
+            &[
+                "c", "uname", "passwd", "fname", "lname", "addr", "phone", "email", "since",
+                "last", "login", "exp", "disc", "bal", "ytd", "birth", "data", "id", "s1", "s2",
+                "city", "state", "zip", "co",
+            ],
+            NONE,
+        ),
+        // buy_confirm(sc, c, o, now, ship_type, cx_type, cx_num, cx_name,
+        // cx_expire, cx_auth_id, cx_co_id): insert_order and insert_xact
+        // take $date = now (arg 3), $ship = a.v(4), $type..$auth =
+        // a.v(5..=9), $co = a.v(10); every item id, quantity, line number
+        // and amount is computed.
+        "do_buy_confirm" => (
+            &[
+                "sc", "c", "o", "date", "ship", "type", "num", "name", "expire", "auth", "co",
+            ],
+            NONE,
+        ),
+        // ... then the new address row (args 11..18): insert_address's
+        // $co is the address's country (arg 17), not cx_co_id (arg 10).
+        "do_buy_confirm_address" => (
+            &[
+                "sc", "c", "o", "date", "ship", "type", "num", "name", "expire", "auth", "co",
+                "id", "s1", "s2", "city", "state", "zip", "_",
+            ],
+            &[("insert_address", "co")],
+        ),
+        _ => return None,
+    })
+}
+
+/// crates/bench/src/workloads/rubis/procedures.rs and input.rs
+/// (`RubisClient::transaction`).
+fn rubis_arguments(proc: &str) -> Option<Arguments> {
+    const NONE: &[(&str, &str)] = &[];
+    Some(match proc {
+        "browse_categories" | "browse_regions" | "select_category_to_sell" => (&[], NONE),
+        "browse_categories_in_region" => (&["r"], NONE),
+        "search_items_by_category" => (&["c", "from", "now"], NONE),
+        "search_items_by_region" => (&["r", "c", "from", "now"], NONE),
+        // item / old item / bids by $i; the seller's or bidders' ids ($u)
+        // are read.
+        "view_item" | "view_bid_history" | "put_bid_form" | "buy_now_form" => (&["i"], NONE),
+        // user and comments by $u; `author` runs once per comment author,
+        // whose id it passes as $u.
+        "view_user_info" | "about_me_user" => (&["u"], &[("author", "u")]),
+        // by_nickname $n; the password is compared in the body.
+        "authenticate" => (&["n", "pw"], NONE),
+        // put_comment_form(to, item): to_user reads the nickname of $u = to.
+        "put_comment_form" => (&["u", "i"], NONE),
+        // bids / buy-nows / items by user $u; their items' ids are read.
+        "about_me_bids" | "about_me_bought" | "about_me_sold" => (&["u"], NONE),
+        // store_bid(user, item, bid_id, bid, max_bid, qty, now).
+        "store_bid" => (&["u", "i", "id", "b", "m", "q", "now"], NONE),
+        // store_buy_now(buyer, item, id, qty, now): insert_buy_now's $b is
+        // the buyer.
+        "store_buy_now" => (&["b", "i", "id", "q", "now"], NONE),
+        // store_comment(from, to, item, id, rating, now, text).
+        "store_comment" => (&["from", "to", "i", "id", "r", "now", "text"], NONE),
+        // register_user(id, nickname, password, region, now).
+        "register_user" => (&["id", "n", "pw", "r", "now"], NONE),
+        // register_item(id, seller, category, price, qty, buy_now, now,
+        // end): insert_item's $reserve is the price, $r the region read.
+        "register_item" => (
+            &["id", "s", "c", "price", "qty", "buy_now", "now", "end"],
+            NONE,
+        ),
         _ => return None,
     })
 }

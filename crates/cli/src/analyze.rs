@@ -1,13 +1,16 @@
 //! `brine analyze`: the static analysis of Runtime Pipelining on a
-//! workload's procedures (crates/analysis, docs/analysis.md).
+//! workload's procedures, or with `--elia` Elia's operation partitioning
+//! (crates/analysis, docs/analysis.md).
 //!
 //! ```text
 //! brine analyze tpcc                       # the sources' TPC-C groups
 //! brine analyze tpcc --group new_order     # one group
 //! brine analyze tpcc --off column          # measure a refinement
 //! brine analyze callas-rollback --dot g.dot
+//! brine analyze tpcw --elia                # classes C/L/G/L/G, seed 004 Table 1
 //! ```
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -16,16 +19,16 @@ use brine_analysis::{
     analyze_group, choose_orderings, classic, report, select, ProcSource, ProcSpec, Refinements,
 };
 use brine_bench::workloads::{
-    bank, checking, micro, micro2, micro3, ticket, tpcc, Bank, ListAppend, Micro, Micro2, Micro3,
-    Register, Ticket, Tpcc,
+    bank, checking, micro, micro2, micro3, rubis, ticket, tpcc, tpcw, Bank, ListAppend, Micro,
+    Micro2, Micro3, Register, Rubis, Ticket, Tpcc, Tpcw,
 };
 use brine_bench::Workload;
 use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct AnalyzeArgs {
-    /// Workload: tpcc, ticket, micro, micro2, micro3, bank, register,
-    /// list-append, or callas-rollback (seed 000 section 4.6.6).
+    /// Workload: tpcc, tpcw, rubis, ticket, micro, micro2, micro3, bank,
+    /// register, list-append, or callas-rollback (seed 000 section 4.6.6).
     pub workload: String,
     /// A group of procedures, comma-separated; repeat for several groups.
     /// Default: the sources' grouping for tpcc, otherwise one group of
@@ -45,23 +48,37 @@ pub struct AnalyzeArgs {
     /// reads the statements in the order the body runs them.
     #[arg(long, value_name = "ORDER")]
     pub tpcc_order: Option<String>,
+    /// Elia's operation partitioning (seed 004 Algorithm 1) instead of
+    /// Runtime Pipelining: each procedure's class (C, L, G, L/G), its
+    /// partitioning parameter(s), the conflicts behind every G, and
+    /// seed 004 Table 1 for the workload's default mix.
+    #[arg(long)]
+    pub elia: bool,
 }
 
-/// The workload's application as `(name, DDL, procedures)`.
-fn application(
-    workload: &str,
-    tpcc_order: Option<&str>,
-) -> Result<(String, String, Vec<ProcSource>), String> {
+/// A workload's application: name, DDL, procedures, and the share of
+/// calls each procedure gets in its default mix (empty: no mix).
+#[derive(Debug)]
+struct App {
+    name: String,
+    ddl: String,
+    procs: Vec<ProcSource>,
+    mix: Vec<(&'static str, f64)>,
+}
+
+/// The workload's application, with its default mix.
+fn application(workload: &str, tpcc_order: Option<&str>) -> Result<App, String> {
     if tpcc_order.is_some() && workload != "tpcc" {
         return Err(format!("--tpcc-order applies to tpcc, not `{workload}`"));
     }
     let w: Box<dyn Workload> = match workload {
         "callas-rollback" => {
-            return Ok((
-                rollback_micro::APP.into(),
-                rollback_micro::DDL.into(),
-                vec![rollback_micro::source()],
-            ))
+            return Ok(App {
+                name: rollback_micro::APP.into(),
+                ddl: rollback_micro::DDL.into(),
+                procs: vec![rollback_micro::source()],
+                mix: Vec::new(),
+            })
         }
         "tpcc" => Box::new(
             Tpcc::new(
@@ -74,6 +91,14 @@ fn application(
                 tpcc::procedures::StatementOrder::by_name(tpcc_order.unwrap_or("hot-last"))
                     .map_err(|e| e.to_string())?,
             ),
+        ),
+        // The default mixes of `brine bench`: TPC-W shopping, RUBiS
+        // bidding (the ones seed 004 Table 1 reports).
+        "tpcw" => Box::new(
+            Tpcw::new(tpcw::Scale::STANDARD, tpcw::Mix::SHOPPING).map_err(|e| e.to_string())?,
+        ),
+        "rubis" => Box::new(
+            Rubis::new(rubis::Scale::STANDARD, rubis::Mix::BIDDING).map_err(|e| e.to_string())?,
         ),
         "ticket" => {
             Box::new(Ticket::new(ticket::TicketParams::default()).map_err(|e| e.to_string())?)
@@ -94,8 +119,8 @@ fn application(
         }
         other => {
             return Err(format!(
-                "unknown workload `{other}` (known: tpcc, ticket, micro, micro2, micro3, bank, \
-                 register, list-append, callas-rollback)"
+                "unknown workload `{other}` (known: tpcc, tpcw, rubis, ticket, micro, micro2, \
+                 micro3, bank, register, list-append, callas-rollback)"
             ))
         }
     };
@@ -105,7 +130,32 @@ fn application(
         .iter()
         .map(brine_cluster::ProcedureDef::source)
         .collect();
-    Ok((app.name, app.ddl, procs))
+    Ok(App {
+        name: app.name,
+        ddl: app.ddl,
+        procs,
+        mix: w.mix(),
+    })
+}
+
+/// `--elia`: operation partitioning of the whole application, weighted
+/// by its default mix.
+fn run_elia(args: &AnalyzeArgs) -> Result<(), String> {
+    if !args.groups.is_empty() || args.dot.is_some() || args.off.is_some() {
+        return Err(
+            "--elia analyses the whole application: --group, --dot and --off do not apply".into(),
+        );
+    }
+    let app = application(&args.workload, args.tpcc_order.as_deref())?;
+    let weights: HashMap<String, f64> = app.mix.iter().map(|(p, w)| (p.to_string(), *w)).collect();
+    let plan = workloads::elia_plan_for(&app.name, &app.ddl, &app.procs, &weights)
+        .map_err(|e| e.to_string())?;
+    println!(
+        "application {} (brine analyze {} --elia)",
+        app.name, args.workload
+    );
+    print!("{}", plan.render());
+    Ok(())
 }
 
 fn refinements(off: Option<&str>) -> Result<Refinements, String> {
@@ -197,8 +247,16 @@ fn print_runtime_orderings(
 }
 
 fn run_inner(args: &AnalyzeArgs) -> Result<(), String> {
+    if args.elia {
+        return run_elia(args);
+    }
     let r = refinements(args.off.as_deref())?;
-    let (app, ddl, procs) = application(&args.workload, args.tpcc_order.as_deref())?;
+    let App {
+        name: app,
+        ddl,
+        procs,
+        ..
+    } = application(&args.workload, args.tpcc_order.as_deref())?;
     let notes: Vec<(String, Option<brine_analysis::ProcNotes>)> = procs
         .iter()
         .map(|p| (p.name.clone(), workloads::notes(&app, &p.name)))
@@ -222,7 +280,12 @@ fn run_inner(args: &AnalyzeArgs) -> Result<(), String> {
 
     println!("application {app}: {} procedures", specs.len());
     for (name, n) in &notes {
-        if n.is_none() {
+        // Argument names alone (operation partitioning) say nothing of
+        // the body's order.
+        if !n
+            .as_ref()
+            .is_some_and(brine_analysis::ProcNotes::describes_body)
+        {
             println!(
                 "  {name}: no notes; assuming declaration order, dependencies on every earlier read"
             );
@@ -310,8 +373,9 @@ mod tests {
     #[test]
     fn tpcc_order_chooses_the_bodies_the_analysis_reads() {
         let names = |order| {
-            let (_, _, procs) = application("tpcc", order).expect("tpcc");
-            let p = procs
+            let app = application("tpcc", order).expect("tpcc");
+            let p = app
+                .procs
                 .iter()
                 .find(|p| p.name == "new_order")
                 .expect("new_order");
@@ -327,5 +391,31 @@ mod tests {
         assert!(application("tpcc", Some("sideways")).is_err());
         let e = application("ticket", Some("spec")).expect_err("not tpcc");
         assert!(e.contains("--tpcc-order"), "{e}");
+    }
+
+    fn elia(workload: &str) -> AnalyzeArgs {
+        AnalyzeArgs {
+            workload: workload.into(),
+            groups: Vec::new(),
+            dot: None,
+            off: None,
+            tpcc_order: None,
+            elia: true,
+        }
+    }
+
+    #[test]
+    fn elia_runs_on_every_built_in_application() {
+        for w in ["tpcw", "rubis", "tpcc", "ticket", "bank", "callas-rollback"] {
+            run_inner(&elia(w)).unwrap_or_else(|e| panic!("{w}: {e}"));
+        }
+        let mut a = elia("tpcw");
+        a.off = Some("column".into());
+        assert!(run_inner(&a).is_err_and(|e| e.contains("--elia")));
+        // The web workloads carry their default mixes.
+        let app = application("tpcw", None).expect("tpcw");
+        assert_eq!(app.mix.len(), 20);
+        let app = application("rubis", None).expect("rubis");
+        assert_eq!(app.mix.len(), 22);
     }
 }
