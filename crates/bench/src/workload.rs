@@ -107,9 +107,24 @@ pub trait Workload: Send + Sync {
     }
 
     /// The routes `elia` runs this workload's procedures by, when none are
-    /// given (`--elia-routes`): the workload's own, or its analysis'.
+    /// given (`--elia-routes`). Default: what operation partitioning
+    /// chooses for the application, each procedure weighted by its share
+    /// of the mix (`None` if the analysis cannot run on it).
     fn elia_routes(&self) -> Option<brine_cluster::protocols::elia::Routes> {
-        None
+        let app = self.application();
+        let weights = self
+            .mix()
+            .into_iter()
+            .map(|(name, w)| (name.to_string(), w))
+            .collect();
+        brine_cluster::protocols::elia::Routes::analyzed(
+            &app.name,
+            &app.ddl,
+            &app.procedures,
+            &weights,
+        )
+        .map_err(|e| tracing::warn!("{e}"))
+        .ok()
     }
 
     /// Workload-specific counters of the current run, for the report.

@@ -266,6 +266,24 @@ async fn baselines_keep_one_stock() -> Result<(), Error> {
         stats.counter("updates_applied"),
         (carts * (2 + n)) as u64 * u64::from(SERVERS - 1)
     );
+    // Read-your-writes: a client's read at its own replica sees the
+    // writes it made at the primary a moment ago.
+    for k in 0..20u32 {
+        let client = c.client_numbered(k);
+        let cart = Value::Int(1_000 + i64::from(k));
+        let item = Value::Int(i64::from(k) % ITEMS);
+        client
+            .call("create", vec![cart.clone(), cart.clone()])
+            .await?;
+        client
+            .call("add", vec![cart.clone(), item, Value::Int(1)])
+            .await?;
+        let seen = client
+            .call("lines_at", vec![cart, Value::Int(0)])
+            .await?
+            .values;
+        assert_eq!(seen.first().map(int), Some(1), "client {k}");
+    }
     let c = store_under("central", 0).await;
     let taken = shop_all(&c, carts, n).await?;
     assert_stock_everywhere(&c, &taken).await?;

@@ -69,3 +69,17 @@ pub(crate) fn decimal_at(row: &Row, i: usize, what: &str) -> Result<Decimal> {
     v.as_decimal()
         .ok_or_else(|| Error::type_mismatch(format!("{what}, column {i}"), "DECIMAL", v.kind()))
 }
+
+/// A fresh id from `counter` that routes to server `site` of `servers`
+/// (`v mod servers = site`, the routing of integers): a server-specific
+/// id (seed 004 section 6), so a session's new cart or customer lives at
+/// the server its client talks to, and its later calls there see it.
+/// Ids stay unique; those of the other sites are skipped.
+pub(crate) fn site_id(counter: &std::sync::atomic::AtomicI64, servers: i64, site: i64) -> i64 {
+    loop {
+        let v = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if servers <= 1 || v.rem_euclid(servers) == site {
+            return v;
+        }
+    }
+}

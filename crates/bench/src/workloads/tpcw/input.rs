@@ -54,6 +54,8 @@ pub struct TpcwClient {
     run: Arc<RunState>,
     pending: VecDeque<TxnRequest>,
     c_id: i64,
+    /// The server this session's client sits at (see `RunState::servers`).
+    site: i64,
     registering: Option<i64>,
     cart: Option<i64>,
     /// Items this session believes are in its cart.
@@ -74,9 +76,10 @@ impl TpcwClient {
             rng,
             scale,
             cumulative: mix.cumulative(),
-            run,
+            run: run.clone(),
             pending: VecDeque::new(),
             c_id: i64::from(index) % scale.customers + 1,
+            site: i64::from(index) % run.servers.load(Ordering::Relaxed).max(1),
             registering: None,
             cart: None,
             cart_items: BTreeSet::new(),
@@ -109,12 +112,21 @@ impl TpcwClient {
         int(self.run.next_o_id.load(Ordering::Relaxed) - 1 - window)
     }
 
+    /// A new id of this session's site (`values::site_id`).
+    fn site_id(&self, counter: &std::sync::atomic::AtomicI64) -> i64 {
+        crate::workloads::values::site_id(
+            counter,
+            self.run.servers.load(Ordering::Relaxed),
+            self.site,
+        )
+    }
+
     /// The session's cart, created first if it has none.
     fn ensure_cart(&mut self, now: i64) -> i64 {
         match self.cart {
             Some(sc) => sc,
             None => {
-                let sc = self.run.next_sc_id.fetch_add(1, Ordering::Relaxed);
+                let sc = self.site_id(&self.run.next_sc_id);
                 self.pending
                     .push_back(req(CREATE_EMPTY_CART, vec![int(sc), Value::Timestamp(now)]));
                 self.cart = Some(sc);
@@ -210,7 +222,7 @@ impl TpcwClient {
                         vec![int(self.c_id), Value::Timestamp(now)],
                     ));
                 } else {
-                    let c = self.run.next_c_id.fetch_add(1, Ordering::Relaxed);
+                    let c = self.site_id(&self.run.next_c_id);
                     let addr = self.run.next_addr_id.fetch_add(1, Ordering::Relaxed);
                     let mut args = customer_row(&mut self.rng, c, addr, now);
                     args.extend(address_row(&mut self.rng, addr));

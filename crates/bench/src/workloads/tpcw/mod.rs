@@ -319,6 +319,9 @@ pub struct RunState {
     pub(crate) next_c_id: AtomicI64,
     pub(crate) next_addr_id: AtomicI64,
     pub(crate) next_sc_id: AtomicI64,
+    /// The cluster's servers (nodes), learned at load: client `i` sits at
+    /// site `i mod servers` and makes its new carts and customers there.
+    pub(crate) servers: AtomicI64,
     /// I_STOCK of every item after load (index i_id - 1), for the check.
     pub(crate) initial_stock: Mutex<Vec<i64>>,
     pub(crate) interactions: AtomicU64,
@@ -415,6 +418,8 @@ impl Workload for Tpcw {
             r.next_c_id.store(s.customers + 1, Ordering::Relaxed);
             r.next_addr_id.store(s.addresses() + 1, Ordering::Relaxed);
             r.next_sc_id.store(1, Ordering::Relaxed);
+            r.servers
+                .store(i64::from(cluster.config().nodes.max(1)), Ordering::Relaxed);
             for c in [&r.interactions, &r.orders, &r.empty_cart_buys] {
                 c.store(0, Ordering::Relaxed);
             }

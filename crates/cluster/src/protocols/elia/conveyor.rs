@@ -26,7 +26,7 @@
 //! order"). The snapshot of the queue keeps the token moving however fast
 //! new globals arrive.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,9 @@ pub struct Update {
     pub txn: TxnId,
     /// The server that ran it.
     pub origin: u32,
+    /// Its number in commit order, for updates published outside the
+    /// token's turns (0 for a turn's).
+    pub seq: u64,
     pub statements: Vec<(Arc<Plan>, Vec<Value>)>,
     /// When the run records a history: the rows its writes installed and
     /// their versions at its own server, in order (a replica's replay
@@ -89,6 +92,12 @@ pub struct Conveyor {
     /// When the run records a history: a version a replica installed by
     /// a replay -> the version the global installed at its server.
     replayed: Mutex<HashMap<u64, u64>>,
+    /// Published updates (read-replicas): the last one's number, the last
+    /// one each server applied, and each session's last write.
+    published: AtomicU64,
+    applied: Vec<AtomicU64>,
+    applied_moved: Notify,
+    sessions: Mutex<HashMap<u64, u64>>,
 }
 
 /// The protocol's counters, by slot (`super::COUNTERS`).
@@ -113,6 +122,10 @@ impl Conveyor {
             running: AtomicBool::new(false),
             carried: AtomicUsize::new(0),
             replayed: Mutex::new(HashMap::new()),
+            published: AtomicU64::new(0),
+            applied: (0..servers).map(|_| AtomicU64::new(0)).collect(),
+            applied_moved: Notify::new(),
+            sessions: Mutex::new(HashMap::new()),
         }
     }
 
@@ -146,10 +159,56 @@ impl Conveyor {
     /// An operation of `server` that ran outside the token reached its
     /// commit point, its locks held: its update joins the token at the
     /// token's next visit, in commit order.
-    pub fn publish(self: &Arc<Self>, shared: &Arc<Shared>, server: u32, update: Arc<Update>) {
+    /// Numbered in commit order (`Update::seq`).
+    pub fn publish(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        server: u32,
+        make: impl FnOnce(u64) -> Update,
+    ) -> Arc<Update> {
         self.start(shared);
-        self.outboxes[server as usize].lock().push(update);
+        let update = {
+            let mut outbox = self.outboxes[server as usize].lock();
+            let seq = self.published.fetch_add(1, Ordering::AcqRel) + 1;
+            let u = Arc::new(make(seq));
+            outbox.push(u.clone());
+            u
+        };
         self.wake.notify_one();
+        update
+    }
+
+    /// Session `session`'s write numbered `seq` committed at `server`.
+    pub fn wrote(&self, session: Option<u64>, server: u32, seq: u64) {
+        self.applied_at(server, seq);
+        if let Some(s) = session {
+            let mut sessions = self.sessions.lock();
+            let last = sessions.entry(s).or_insert(0);
+            *last = (*last).max(seq);
+        }
+    }
+
+    fn applied_at(&self, server: u32, seq: u64) {
+        self.applied[server as usize].fetch_max(seq, Ordering::AcqRel);
+        self.applied_moved.notify_waiters();
+    }
+
+    /// Waits until `server` applied every write `session` made (a
+    /// session reads its own writes at any replica).
+    pub async fn caught_up(&self, server: u32, session: Option<u64>) {
+        let Some(s) = session else { return };
+        let Some(need) = self.sessions.lock().get(&s).copied() else {
+            return;
+        };
+        loop {
+            let moved = self.applied_moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            if self.applied[server as usize].load(Ordering::Acquire) >= need {
+                return;
+            }
+            moved.await;
+        }
     }
 
     /// Its commit failed after all.
@@ -374,6 +433,9 @@ async fn apply(
         match result {
             Ok(()) => {
                 shared.counters.protocol.add(slot::UPDATES_APPLIED, 1);
+                if update.seq > 0 {
+                    conveyor.applied_at(server, update.seq);
+                }
                 return Ok(());
             }
             Err(Error::Aborted(cause)) => {

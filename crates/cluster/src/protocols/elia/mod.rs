@@ -43,7 +43,7 @@ use super::Registration;
 use crate::cluster::ClusterConfig;
 use crate::coordinator::CallOutcome;
 use crate::message::LockSpec;
-use crate::protocol::{Call, Isolation, Layout, Protocol};
+use crate::protocol::{Call, Isolation, Layout, Protocol, Setup};
 use crate::stats::{Counter, Kept};
 use conveyor::{slot, Conveyor};
 pub use routes::{Class, Placed, Route, Routes};
@@ -151,6 +151,26 @@ impl Protocol for Elia {
 
     fn layout(&self) -> Layout {
         Layout::Replicated
+    }
+
+    /// Without routes given, the analysis chooses them (every procedure
+    /// weighted 1: a workload passes its mix's weights through
+    /// `ClusterConfig::elia` instead).
+    fn start(&self, setup: &Setup<'_>) -> Result<Option<Arc<dyn Protocol>>> {
+        if self.mode != Mode::Conveyor || !self.routes.is_empty() {
+            return Ok(None);
+        }
+        let routes = Routes::analyzed(
+            setup.app_name,
+            setup.ddl,
+            setup.procedures,
+            &Default::default(),
+        )?;
+        Ok(Some(Arc::new(Elia {
+            mode: self.mode,
+            routes,
+            conveyor: Arc::new(Conveyor::new(self.conveyor.servers())),
+        })))
     }
 
     fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {

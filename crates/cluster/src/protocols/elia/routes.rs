@@ -5,7 +5,7 @@
 //! ```text
 //!  class  params      where it runs                    how
 //!  C      none        the server the call reached       at once
-//!  L      [k]         server_of(args[k])                at once
+//!  L      [k] or none server_of(args[k]), else reached  at once
 //!  G      [k] or none server_of(args[k]), else reached  at the token
 //!  L/G    [k1, k2]    all route to one server s: at s   at once
 //!                     otherwise at server_of(args[k1]) at the token
@@ -145,7 +145,9 @@ impl Routes {
         for (name, r) in &self.by_proc {
             let ok = match r.class {
                 Class::Commutative => r.params.is_empty(),
-                Class::Local => r.params.len() == 1,
+                // No parameter: it only reads what globals write
+                // (replicated everywhere), so any server will do.
+                Class::Local => r.params.len() <= 1,
                 Class::Global => r.params.len() <= 1,
                 Class::LocalGlobal => r.params.len() >= 2,
             };
@@ -155,8 +157,7 @@ impl Routes {
                     r.class,
                     match r.class {
                         Class::Commutative => "none",
-                        Class::Local => "one",
-                        Class::Global => "at most one",
+                        Class::Local | Class::Global => "at most one",
                         Class::LocalGlobal => "two or more",
                     },
                     r.params.len()
@@ -190,7 +191,10 @@ impl Routes {
                 global: false,
             },
             Class::Local => Placed {
-                server: server_of(route.params[0])?,
+                server: match route.params.first() {
+                    Some(&k) => server_of(k)?,
+                    None => reached,
+                },
                 global: false,
             },
             Class::Global => Placed {
@@ -212,6 +216,44 @@ impl Routes {
                 }
             }
         })
+    }
+
+    /// The routes operation partitioning chose (seed 004 Algorithm 1).
+    pub fn from_plan(plan: &brine_analysis::EliaPlan) -> Routes {
+        use brine_analysis::OpClass;
+        let mut routes = Routes::new();
+        for p in &plan.procs {
+            let class = match p.class {
+                OpClass::Commutative => Class::Commutative,
+                OpClass::Local => Class::Local,
+                OpClass::Global => Class::Global,
+                OpClass::LocalGlobal => Class::LocalGlobal,
+            };
+            let params: &[usize] = match class {
+                Class::Commutative => &[],
+                Class::Global => &p.params[..p.params.len().min(1)],
+                _ => &p.params,
+            };
+            routes = routes.with(&p.name, class, params);
+        }
+        routes
+    }
+
+    /// The routes operation partitioning chooses for an application's
+    /// procedures, each weighted by `weights` (its share of the calls; 1
+    /// each when empty).
+    pub fn analyzed(
+        app: &str,
+        ddl: &str,
+        procedures: &[crate::ProcedureDef],
+        weights: &HashMap<String, f64>,
+    ) -> Result<Routes> {
+        let sources: Vec<_> = procedures.iter().map(crate::ProcedureDef::source).collect();
+        let plan = brine_analysis::workloads::elia_plan_for(app, ddl, &sources, weights)
+            .map_err(|e| Error::Config(format!("elia: operation partitioning of `{app}`: {e}")))?;
+        let routes = Routes::from_plan(&plan);
+        routes.validate()?;
+        Ok(routes)
     }
 
     /// `proc=CLASS:params` entries, sorted (reports).
@@ -280,7 +322,9 @@ mod tests {
 
     #[test]
     fn bad_routes_are_refused() {
-        for bad in ["x", "x=Q", "x=L", "x=C:1", "x=L/G:1", "x=L:a", "x=G:1,2"] {
+        for bad in [
+            "x", "x=Q", "x=L:1,2", "x=C:1", "x=L/G:1", "x=L:a", "x=G:1,2",
+        ] {
             assert!(Routes::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(

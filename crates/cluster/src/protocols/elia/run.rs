@@ -160,11 +160,27 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     if let Some(d) = hop {
         tokio::time::sleep(d).await;
     }
-    let outcome = run_at(elia, shared, proc, args, on_accept, placed, how).await;
+    if elia.mode == Mode::ReadReplicas && how == How::Commutative {
+        // Read-your-writes: the replica has applied this client's writes.
+        conveyor.caught_up(placed.server, session).await;
+    }
+    let at = At {
+        placed,
+        how,
+        session,
+    };
+    let outcome = run_at(elia, shared, proc, args, on_accept, at).await;
     if let Some(d) = hop {
         tokio::time::sleep(d).await;
     }
     outcome
+}
+
+/// Where and how a call runs, and for which client.
+struct At {
+    placed: Placed,
+    how: How,
+    session: Option<u64>,
 }
 
 /// Runs the call at its server, `how` says.
@@ -174,9 +190,13 @@ async fn run_at(
     proc: &Arc<crate::procedure::PreparedProc>,
     args: Vec<Value>,
     on_accept: Option<tokio::sync::oneshot::Sender<()>>,
-    placed: Placed,
-    how: How,
+    at: At,
 ) -> Result<CallOutcome> {
+    let At {
+        placed,
+        how,
+        session,
+    } = at;
     let conveyor = &elia.conveyor;
     let turn = if how == How::Turn {
         Some(conveyor.wait_turn(shared, placed.server).await?)
@@ -212,21 +232,33 @@ async fn run_at(
                         .unwrap_or_default();
                     (elia_txn(&mut st).and_then(|e| e.recorded.take()), versions)
                 };
-                let update = recorded.map(|statements| {
-                    let u = Arc::new(Update {
+                let update = recorded.map(|statements| match &turn {
+                    Some(t) => {
+                        let u = Arc::new(Update {
+                            txn,
+                            origin: placed.server,
+                            seq: 0,
+                            statements,
+                            versions,
+                        });
+                        t.append(u.clone());
+                        u
+                    }
+                    None => conveyor.publish(shared, placed.server, |seq| Update {
                         txn,
                         origin: placed.server,
+                        seq,
                         statements,
                         versions,
-                    });
-                    match &turn {
-                        Some(t) => t.append(u.clone()),
-                        None => conveyor.publish(shared, placed.server, u.clone()),
-                    }
-                    u
+                    }),
                 });
                 match commit(shared, node, &state).await {
-                    Ok(()) => return Ok(tries.committed(txn, &proc.name, values, on_accept)),
+                    Ok(()) => {
+                        if let (Some(u), None) = (&update, &turn) {
+                            conveyor.wrote(session, placed.server, u.seq);
+                        }
+                        return Ok(tries.committed(txn, &proc.name, values, on_accept));
+                    }
                     Err(e) => {
                         if let Some(u) = &update {
                             match &turn {
