@@ -325,10 +325,11 @@ async fn token(conveyor: Arc<Conveyor>, shared: Weak<Shared>) {
         if sh.mutation == Some(Mutation::EliaOutOfOrder) {
             order.reverse();
         }
-        for u in order {
-            if let Err(e) = apply(&sh, &conveyor, at, u).await {
-                tracing::error!(server = at, txn = %u.txn, "elia: applying an update failed: {e}");
-            }
+        if let Err(e) = apply(&sh, &conveyor, at, &order).await {
+            tracing::error!(
+                server = at,
+                "elia: applying the token's updates failed: {e}"
+            );
         }
         carried.retain(|u| u.origin != at);
         carried.extend(conveyor.outboxes[at as usize].lock().drain(..));
@@ -385,14 +386,31 @@ async fn token(conveyor: Arc<Conveyor>, shared: Weak<Shared>) {
     }
 }
 
-/// Applies `update` at `server`: its statements with their bound values,
-/// in order, as one transaction of the oldest age (wait-die never makes
-/// it the victim; a victim anyway is run again).
+/// Updates applied in one replay transaction at most: a visit's updates
+/// go in batches, in token order, each batch atomically (a prefix of the
+/// token's order is what any server shows at any time).
+const APPLY_BATCH: usize = 128;
+
+/// Applies `updates` at `server`, in order: their statements with their
+/// bound values, a batch per transaction of the oldest age (wait-die never
+/// makes it the victim; a victim anyway is run again).
 async fn apply(
     shared: &Arc<Shared>,
     conveyor: &Conveyor,
     server: u32,
-    update: &Update,
+    updates: &[&Arc<Update>],
+) -> Result<()> {
+    for batch in updates.chunks(APPLY_BATCH) {
+        apply_batch(shared, conveyor, server, batch).await?;
+    }
+    Ok(())
+}
+
+async fn apply_batch(
+    shared: &Arc<Shared>,
+    conveyor: &Conveyor,
+    server: u32,
+    batch: &[&Arc<Update>],
 ) -> Result<()> {
     let node = NodeId(server);
     let p = server as usize;
@@ -401,20 +419,24 @@ async fn apply(
         n += 1;
         let txn = shared.new_txn(Some(1));
         // Recording (when the run records) only to learn the versions the
-        // replay installs; the replay itself is not a transaction of the
-        // history.
+        // replays install; the batch is not a transaction of the history.
         let state = Arc::new(Mutex::new(TxnState::begin(shared, txn, None)));
         let ctx = ProcCtx::new(shared.clone(), node, None, state.clone());
         let lock = ctx.lock_spec(None, None);
         let mut failed = None;
-        for (plan, params) in &update.statements {
-            if let Err(e) = ctx
-                .execute_on(&[p], txn, plan, params.clone(), lock, Sent::default())
-                .await
-            {
-                failed = Some(e);
-                break;
+        // Where each update's recorded operations end.
+        let mut ends = Vec::with_capacity(batch.len());
+        'updates: for u in batch {
+            for (plan, params) in &u.statements {
+                if let Err(e) = ctx
+                    .execute_on(&[p], txn, plan, params.clone(), lock, Sent::default())
+                    .await
+                {
+                    failed = Some(e);
+                    break 'updates;
+                }
             }
+            ends.push(state.lock().rec.as_ref().map_or(0, |r| r.ops.len()));
         }
         let rec = state.lock().rec.take();
         let result = match failed {
@@ -425,16 +447,23 @@ async fn apply(
             None => {
                 // Named before the commit lets anyone read them.
                 if let Some(rec) = rec {
-                    conveyor.name_replayed(&rec.ops, &update.versions, server, update.txn);
+                    let mut from = 0;
+                    for (u, &end) in batch.iter().zip(&ends) {
+                        conveyor.name_replayed(&rec.ops[from..end], &u.versions, server, u.txn);
+                        from = end;
+                    }
                 }
                 commit(shared, node, &state).await
             }
         };
         match result {
             Ok(()) => {
-                shared.counters.protocol.add(slot::UPDATES_APPLIED, 1);
-                if update.seq > 0 {
-                    conveyor.applied_at(server, update.seq);
+                shared
+                    .counters
+                    .protocol
+                    .add(slot::UPDATES_APPLIED, batch.len() as u64);
+                if let Some(last) = batch.iter().map(|u| u.seq).max().filter(|&s| s > 0) {
+                    conveyor.applied_at(server, last);
                 }
                 return Ok(());
             }
