@@ -224,7 +224,8 @@ pub fn elia_plan(specs: &[ProcSpec], weights: &HashMap<String, f64>) -> Result<E
     let sets: Vec<RwSets> = specs.iter().map(rw_sets).collect();
     let conflicts = conflicts::detect(specs, &sets);
     let chosen = search::optimize(&sets, &conflicts, &w)?;
-    let procs = classify(specs, &conflicts, &chosen.params);
+    let mut procs = classify(specs, &conflicts, &chosen.params);
+    run_anywhere(&mut procs, &conflicts);
     // What leaves must hold: a C has no parameter, an L/G exactly two, any
     // other at most one.
     for p in &procs {
@@ -264,6 +265,46 @@ pub fn elia_plan(specs: &[ProcSpec], weights: &HashMap<String, f64>) -> Result<E
         search: chosen.search,
         weighted,
     })
+}
+
+/// A procedure that touches no server's local data can run at any
+/// server: every row it reads or writes is written only by globals, whose
+/// writes are on every replica in token order (and if it writes, it is a
+/// global itself, so its writes join the token wherever it runs). Its
+/// partitioning parameter is then dropped, so it runs where its client is
+/// (the closest server of the seed's WAN setting) instead of where the
+/// parameter would send it. Algorithm 1's cost cannot tell the two apart
+/// (such a parameter only removes clauses between globals, which stay
+/// global), so this is decided after the search. A global that reads a
+/// local's rows (buy-confirm reads the cart do_cart fills) keeps its
+/// parameter: it must run where those rows are.
+fn run_anywhere(procs: &mut [ProcPartition], conflicts: &[Conflict]) {
+    let classes: Vec<OpClass> = procs.iter().map(|p| p.class).collect();
+    for (t, p) in procs.iter_mut().enumerate() {
+        if !matches!(p.class, OpClass::Local | OpClass::Global) || p.params.is_empty() {
+            continue;
+        }
+        let free = conflicts.iter().filter(|c| c.involves(t)).all(|c| {
+            let (me_first, other) = if c.t == t { (true, c.t2) } else { (false, c.t) };
+            c.clauses.iter().all(|clause| {
+                // Who writes the clause's row: t, the other, or both.
+                let (t_writes, other_writes) =
+                    match (clause.kind, me_first) {
+                        (conflicts::Kind::WriteWrite, _) => (true, true),
+                        (conflicts::Kind::ReadWrite, true)
+                        | (conflicts::Kind::WriteRead, false) => (false, true),
+                        (conflicts::Kind::WriteRead, true)
+                        | (conflicts::Kind::ReadWrite, false) => (true, false),
+                    };
+                (!t_writes || classes[t] == OpClass::Global)
+                    && (!other_writes || classes[other] == OpClass::Global)
+            })
+        });
+        if free {
+            p.params.clear();
+            p.param_names.clear();
+        }
+    }
 }
 
 /// Section 3.2, given P: the class of each procedure and why.

@@ -234,8 +234,10 @@ fn a_self_conflict_is_removed_by_the_parameter_it_binds_and_kept_on_a_literal_ro
     ));
     // Two bumps of one key conflict; partitioned by it they meet on one
     // server. But bump_one's row 1 is anyone's: bump conflicts with it
-    // (k may be 1), and two bump_ones always conflict.
-    assert_eq!(class(&p, "bump"), (OpClass::Global, names(&["k"])));
+    // (k may be 1), and two bump_ones always conflict. Every row bump
+    // touches is then written by globals only: it runs at any server
+    // (its parameter dropped, `run_anywhere`).
+    assert_eq!(class(&p, "bump"), (OpClass::Global, names(&[])));
     assert_eq!(class(&p, "bump_one"), (OpClass::Global, names(&[])));
     let r = &p.proc("bump_one").expect("bump_one").reasons;
     assert!(
@@ -340,8 +342,9 @@ fn a_non_equality_predicate_is_ignored_for_partitioning() {
     assert!(sp[0].ops[0].selection.equalities.is_empty());
     let p = plan(&sp);
     assert_eq!(class(&p, "scan"), (OpClass::Local, names(&[])));
-    // bump writes what a scan anywhere reads.
-    assert_eq!(class(&p, "bump"), (OpClass::Global, names(&["k"])));
+    // bump writes what a scan anywhere reads; no local writes its rows,
+    // so it runs at any server.
+    assert_eq!(class(&p, "bump"), (OpClass::Global, names(&[])));
     let r = &p.proc("bump").expect("bump").reasons;
     assert!(
         r.iter().any(|r| r
@@ -575,7 +578,9 @@ fn tpcw_classes_from_its_declarations() {
         // Customer row by $c: refresh writes c_login/c_expiration, which
         // only a new customer's insert (same $c) also writes.
         ("refresh_session", OpClass::Local, &["c"]),
-        ("get_name", OpClass::Local, &["c"]),
+        // Reads names only a new customer's insert (a global) writes: it
+        // runs wherever its client is.
+        ("get_name", OpClass::Local, &[]),
         // Reads only item columns nobody writes (i_id, i_title, i_a_id,
         // i_subject) and immutable authors.
         ("do_title_search", OpClass::Commutative, &[]),
@@ -585,10 +590,12 @@ fn tpcw_classes_from_its_declarations() {
         // two buys anywhere may write one item row.
         ("do_buy_confirm", OpClass::Global, &["sc"]),
         ("do_buy_confirm_address", OpClass::Global, &["sc"]),
-        // Writes item columns that get_related reads for computed ids.
-        ("admin_update", OpClass::Global, &["i"]),
+        // Writes item columns that get_related reads for computed ids;
+        // touches no local row, so it runs at its client's server.
+        ("admin_update", OpClass::Global, &[]),
         // get_customer/get_password read customers by uname: a new
-        // customer's row is read by servers that do not route by c_id.
+        // customer's row is read by servers that do not route by c_id. It
+        // keeps $c: refresh_session (local by $c) writes its row too.
         ("create_new_customer", OpClass::Global, &["c"]),
     ];
     for (name, c, by) in expect {
@@ -636,19 +643,21 @@ fn rubis_classes_from_its_declarations() {
         // Categories and regions are never written.
         ("browse_categories", OpClass::Commutative, &[][..]),
         ("browse_categories_in_region", OpClass::Commutative, &[]),
-        // The item, its bids by $i (procedures.rs view_item); bidders'
-        // nicknames are read from users written only by registrations.
-        ("view_item", OpClass::Local, &["i"]),
-        ("put_bid_form", OpClass::Local, &["i"]),
-        // The user and the comments about $u.
-        ("view_user_info", OpClass::Local, &["u"]),
+        // The item and its bids (procedures.rs view_item), the user and
+        // the comments about them: every writer of those rows is global,
+        // so these pages run wherever their client is.
+        ("view_item", OpClass::Local, &[][..]),
+        ("put_bid_form", OpClass::Local, &[]),
+        ("view_user_info", OpClass::Local, &[]),
         // A bid writes nb_of_bids and max_bid, which the searches read
-        // for items found by category or region: any row.
-        ("store_bid", OpClass::Global, &["i"]),
-        ("store_buy_now", OpClass::Global, &["i"]),
+        // for items found by category or region: any row. No local
+        // procedure writes what it touches: it runs at its client's
+        // server, at the token.
+        ("store_bid", OpClass::Global, &[]),
+        ("store_buy_now", OpClass::Global, &[]),
         // New users' nicknames are read by id by every page that shows a
         // seller, bidder or author (computed ids).
-        ("register_user", OpClass::Global, &["n"]),
+        ("register_user", OpClass::Global, &[]),
     ];
     for (name, c, by) in expect {
         assert_eq!(class(&p, name), (c, names(by)), "{name}");

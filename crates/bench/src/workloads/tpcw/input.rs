@@ -70,16 +70,41 @@ fn int(v: i64) -> Value {
     Value::Int(v)
 }
 
+/// The customer of client `index`'s session: `i + servers` (for
+/// `i = index mod customers`), which routes to the client's own server
+/// (`c mod servers = index mod servers`), so calls routed by the customer
+/// go where the client is. The last `servers` sessions wrap around to the
+/// ids below `servers` (and `customers` for 0): distinct for distinct
+/// clients up to the number of customers (`Workload::validate_clients`
+/// refuses more), on their own server when `customers` is a multiple of
+/// `servers`.
+fn session_customer(index: u32, customers: i64, servers: i64) -> i64 {
+    let i = i64::from(index) % customers;
+    let servers = servers.min(customers);
+    let c = i + servers;
+    if c < customers || (c == customers && servers == customers) {
+        c
+    } else {
+        let wrapped = c - customers;
+        if wrapped == 0 {
+            customers
+        } else {
+            wrapped
+        }
+    }
+}
+
 impl TpcwClient {
     pub fn new(index: u32, rng: SmallRng, scale: Scale, mix: &Mix, run: Arc<RunState>) -> Self {
+        let servers = run.servers.load(Ordering::Relaxed).max(1);
         TpcwClient {
             rng,
             scale,
             cumulative: mix.cumulative(),
             run: run.clone(),
             pending: VecDeque::new(),
-            c_id: i64::from(index) % scale.customers + 1,
-            site: i64::from(index) % run.servers.load(Ordering::Relaxed).max(1),
+            c_id: session_customer(index, scale.customers, servers),
+            site: i64::from(index) % servers,
             registering: None,
             cart: None,
             cart_items: BTreeSet::new(),
@@ -341,6 +366,7 @@ impl ClientGen for TpcwClient {
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
     use rand::SeedableRng;
 
@@ -389,6 +415,25 @@ mod tests {
                     "{i:?} ran {}",
                     r.procedure
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn sessions_get_distinct_customers_of_their_site() {
+        for (customers, servers) in [(288, 3), (288, 1), (100, 7), (10, 13)] {
+            let cs: Vec<i64> = (0..customers as u32)
+                .map(|i| session_customer(i, customers, servers))
+                .collect();
+            let mut sorted = cs.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len() as i64, customers, "{customers}/{servers}");
+            assert!(cs.iter().all(|&c| (1..=customers).contains(&c)));
+            if customers % servers == 0 {
+                for (i, &c) in cs.iter().enumerate() {
+                    assert_eq!(c % servers, i as i64 % servers, "client {i}");
+                }
             }
         }
     }
