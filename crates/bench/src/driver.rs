@@ -262,7 +262,7 @@ async fn measure_point(
         let settled = cluster.protocol().quiesce(Duration::from_secs(30)).await;
         let checked = match settled.map_err(BenchError::cluster("settling before the check")) {
             Err(e) => Err(e),
-            Ok(()) => workload.check(&cluster).await,
+            Ok(()) => check_every_replica(workload, &cluster).await,
         };
         let checked = match checked {
             Ok(()) => match cluster.verify_storage().await {
@@ -344,6 +344,25 @@ struct PointInputs {
     durability: String,
     wal: Option<crate::durability::WalPoint>,
     cpu: Option<CpuPoint>,
+}
+
+/// The workload's check; where every node holds a full replica (Elia),
+/// against each replica in turn: global data must agree everywhere, and
+/// each server's local rows must be consistent where they live.
+async fn check_every_replica(workload: &dyn Workload, cluster: &Cluster) -> Result<()> {
+    if cluster.protocol().layout() != brine_cluster::Layout::Replicated {
+        return workload.check(cluster).await;
+    }
+    for node in 0..cluster.config().nodes {
+        workload
+            .check(&cluster.at_node(brine_core::NodeId(node)))
+            .await
+            .map_err(|e| match e {
+                BenchError::Invariant(m) => BenchError::Invariant(format!("server {node}: {m}")),
+                other => other,
+            })?;
+    }
+    Ok(())
 }
 
 fn point_result(p: PointInputs) -> PointResult {

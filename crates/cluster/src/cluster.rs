@@ -640,6 +640,16 @@ impl Cluster {
         v
     }
 
+    /// This cluster seen from node `node`: its clients' coordinator is
+    /// there. Under a replicated protocol their interactive reads read
+    /// that node's replica (a check of every replica).
+    pub fn at_node(&self, node: NodeId) -> Cluster {
+        Cluster {
+            home: Some(node),
+            ..self.clone()
+        }
+    }
+
     /// A new client session. Clients are cheap; each has a coordinator node.
     pub fn client(&self) -> Client {
         // Numbered apart from a driver's numbered clients (sessions must
@@ -896,7 +906,15 @@ impl Client {
     pub fn begin(&self) -> Txn {
         let shared = self.cluster.shared.clone();
         let txn = shared.new_txn(None);
-        let state = Arc::new(Mutex::new(TxnState::begin(&shared, txn, None)));
+        let mut st = TxnState::begin(&shared, txn, None);
+        if shared.protocol.layout() == Layout::Replicated {
+            // It reads one replica, local rows of other servers included,
+            // which no routed operation may do: a view for monitoring and
+            // checks, outside the protocol's promise, so not in the
+            // history.
+            st.rec = None;
+        }
+        let state = Arc::new(Mutex::new(st));
         Txn {
             ctx: ProcCtx::new(shared, self.node, None, state.clone()),
             state,

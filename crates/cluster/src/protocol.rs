@@ -251,9 +251,12 @@ pub enum Layout {
     /// Each row in the partition its partitioning column routes it to.
     Partitioned,
     /// Every row in every partition: loading sends each row everywhere,
-    /// and an interactive transaction reads partition 0's replica and may
-    /// not write (writes go through the protocol's procedures, which keep
-    /// the replicas in step).
+    /// and an interactive transaction reads one replica (its
+    /// coordinator's node's, else partition 0's) and may not write (writes
+    /// go through the protocol's procedures, which keep the replicas in
+    /// step). Such a read may see one server's local rows beside another's
+    /// stale copies: it is a view, outside the protocol's isolation, and
+    /// not recorded in a history.
     Replicated,
     /// Every row in partition 0: a single server, the others idle.
     Central,

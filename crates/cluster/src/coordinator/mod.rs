@@ -150,10 +150,28 @@ impl Shared {
     /// The partitions a statement with `params` goes to: the one its
     /// partition key names, or every one (a broadcast).
     pub(crate) fn targets(&self, plan: &Plan, params: &[Value]) -> SmallVec<[usize; 4]> {
-        if self.protocol.layout() != crate::protocol::Layout::Partitioned {
-            // A full replica in every partition, or all data in one:
-            // partition 0's.
-            return SmallVec::from_elem(0, 1);
+        self.targets_from(None, plan, params)
+    }
+
+    /// Where a statement a coordinator at `node` runs goes: by its key,
+    /// or, where every partition holds a full replica, to the replica of
+    /// the coordinator's own node (partition 0's from elsewhere); where
+    /// one partition holds everything, to it.
+    pub(crate) fn targets_from(
+        &self,
+        node: Option<NodeId>,
+        plan: &Plan,
+        params: &[Value],
+    ) -> SmallVec<[usize; 4]> {
+        match self.protocol.layout() {
+            crate::protocol::Layout::Partitioned => {}
+            crate::protocol::Layout::Replicated => {
+                let own = node.map(|n| n.0 as usize).filter(|&p| {
+                    p < self.partitions.len() && self.partitions[p].node.0 as usize == p
+                });
+                return SmallVec::from_elem(own.unwrap_or(0), 1);
+            }
+            crate::protocol::Layout::Central => return SmallVec::from_elem(0, 1),
         }
         match plan.route(params, &self.catalog) {
             Route::Partition(v) => SmallVec::from_elem(self.partition_for(&v), 1),
@@ -618,7 +636,7 @@ impl ProcCtx {
         let (txn, lock_class, isolation) = self.live()?;
         let params = plan.bind(args)?;
         let lock = self.lock_spec(isolation, lock_class);
-        let targets = self.shared.targets(&plan, &params);
+        let targets = self.shared.targets_from(Some(self.node), &plan, &params);
         let result = self
             .execute_on(&targets, txn, &plan, params, lock, Sent::default())
             .await;
