@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brine_core::schema::partition_of;
-use brine_core::{Catalog, Error, NodeId, PartitionId, Result, Row, TableId, TxnId, Value};
+use brine_core::{Catalog, Error, NodeId, PartitionId, Result, Row, TableId, TxnId};
 use brine_lock::{DeadlockPolicy, LockConfig};
-use brine_sql::{Plan, QueryResult};
-use parking_lot::{Mutex, RwLock};
+use brine_sql::Plan;
+use parking_lot::RwLock;
 use tokio::sync::mpsc;
 
-use crate::coordinator::{self, CallOutcome, PartitionRef, ProcCtx, RetryPolicy, Shared, TxnState};
+use crate::client::Client;
+use crate::coordinator::{PartitionRef, RetryPolicy, Shared};
 use crate::decision::DecisionBook;
 use crate::durability::{DurabilityConfig, DurabilityMode, NodeScope, WalSet};
 use crate::history::HistorySink;
@@ -216,9 +217,9 @@ fn history_config(
 /// A running embedded cluster. Dropping every handle stops the partitions.
 #[derive(Clone)]
 pub struct Cluster {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     config: Arc<ClusterConfig>,
-    procedures: Arc<HashMap<String, Arc<PreparedProc>>>,
+    pub(crate) procedures: Arc<HashMap<String, Arc<PreparedProc>>>,
     partition_counters: Arc<Vec<Arc<PartitionCounters>>>,
     adhoc: Arc<RwLock<HashMap<String, Arc<Plan>>>>,
     next_client: Arc<std::sync::atomic::AtomicU32>,
@@ -383,9 +384,13 @@ impl Cluster {
     ) -> Result<(Cluster, Option<NodeService>)> {
         config.validate()?;
         let hosting_node = hosting.as_ref().map(|h| h.node);
-        let catalog = Arc::new(brine_sql::parse_schema(&app.ddl)?);
         let names: Vec<&str> = app.procedures.iter().map(|d| d.name.as_str()).collect();
         let protocol = crate::protocols::build(&config.protocol, &config, &names)?;
+        let catalog = Arc::new(brine_sql::parse_schema(&format!(
+            "{}\n{}",
+            app.ddl,
+            protocol.extra_ddl()
+        ))?);
         protocol.check_deployment(
             hosting.is_some(),
             config.durability.mode == DurabilityMode::Wal,
@@ -546,7 +551,10 @@ impl Cluster {
             .as_ref()
             .map(|w| std::mem::take(&mut *w.unfinished_contexts.lock()))
             .unwrap_or_default();
-        let (ready_tx, ready) = tokio::sync::watch::channel(unfinished.is_empty());
+        // Recovery to run before new work: Salt's unfinished BASE
+        // transactions, or a protocol's own catch-up from the log (Elia).
+        let recovering = !unfinished.is_empty() || (wal.is_some() && protocol.recovers_from_log());
+        let (ready_tx, ready) = tokio::sync::watch::channel(!recovering);
         let shared = Arc::new(Shared {
             wait_timeout: config.lock.wait_timeout,
             ready,
@@ -569,9 +577,10 @@ impl Cluster {
             wal,
         });
         let procedures = Arc::new(procedures);
-        if !unfinished.is_empty() {
+        if recovering {
             // What the log says was promised but not done (Salt: accepted
-            // BASE transactions) is finished before anything else runs.
+            // BASE transactions; Elia: updates a replica lacks) is finished
+            // before anything else runs.
             let (shared, procedures) = (shared.clone(), procedures.clone());
             let node = hosting_node.unwrap_or(NodeId(config.nodes));
             tokio::spawn(async move {
@@ -836,7 +845,7 @@ impl Cluster {
         out
     }
 
-    fn adhoc_plan(&self, sql: &str) -> Result<Arc<Plan>> {
+    pub(crate) fn adhoc_plan(&self, sql: &str) -> Result<Arc<Plan>> {
         if let Some(p) = self.adhoc.read().get(sql) {
             return Ok(p.clone());
         }
@@ -847,174 +856,5 @@ impl Cluster {
         }
         cache.insert(sql.to_string(), plan.clone());
         Ok(plan)
-    }
-}
-
-/// A client session: calls procedures and runs interactive transactions.
-#[derive(Clone)]
-pub struct Client {
-    cluster: Cluster,
-    node: NodeId,
-    /// This client's number in the cluster (its session, in a history).
-    session: u64,
-}
-
-impl Client {
-    /// Calls a procedure; concurrency-control victims are retried (bounded).
-    pub async fn call(&self, procedure: &str, args: Vec<Value>) -> Result<CallOutcome> {
-        let proc = self
-            .cluster
-            .procedures
-            .get(procedure)
-            .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?
-            .clone();
-        coordinator::run_procedure(
-            &self.cluster.shared,
-            self.node,
-            &proc,
-            args,
-            None,
-            Some(self.session),
-        )
-        .await
-    }
-
-    /// Starts a call and returns at once with its two moments (Salt): a
-    /// BASE transaction is *accepted* when its first alkaline
-    /// subtransaction commits (it will then complete whatever happens) and
-    /// *completed* when its body has run; any other call is accepted when
-    /// it commits. Needs a tokio runtime.
-    pub fn submit(&self, procedure: &str, args: Vec<Value>) -> Result<Submitted> {
-        let proc = self
-            .cluster
-            .procedures
-            .get(procedure)
-            .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?
-            .clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let shared = self.cluster.shared.clone();
-        let (node, session) = (self.node, Some(self.session));
-        let done = tokio::spawn(async move {
-            coordinator::run_procedure(&shared, node, &proc, args, Some(tx), session).await
-        });
-        Ok(Submitted { accepted: rx, done })
-    }
-
-    /// Begins an interactive transaction. Interactive transactions are not
-    /// retried automatically: a concurrency-control victim gets
-    /// `Error::Aborted` from `execute` or `commit` and may start over.
-    pub fn begin(&self) -> Txn {
-        let shared = self.cluster.shared.clone();
-        let txn = shared.new_txn(None);
-        let mut st = TxnState::begin(&shared, txn, None);
-        if shared.protocol.layout() == Layout::Replicated {
-            // It reads one replica, local rows of other servers included,
-            // which no routed operation may do: a view for monitoring and
-            // checks, outside the protocol's promise, so not in the
-            // history.
-            st.rec = None;
-        }
-        let state = Arc::new(Mutex::new(st));
-        Txn {
-            ctx: ProcCtx::new(shared, self.node, None, state.clone()),
-            state,
-            cluster: self.cluster.clone(),
-            node: self.node,
-        }
-    }
-}
-
-/// A call started with [`Client::submit`].
-pub struct Submitted {
-    accepted: tokio::sync::oneshot::Receiver<()>,
-    done: tokio::task::JoinHandle<Result<CallOutcome>>,
-}
-
-impl Submitted {
-    /// Waits until the call is accepted. An error means it ended without
-    /// being accepted (it aborted; `completed` tells why).
-    pub async fn accepted(&mut self) -> Result<()> {
-        (&mut self.accepted).await.map_err(|_| {
-            Error::TxnState("the call ended without being accepted (see completed())".into())
-        })
-    }
-
-    /// Waits until the call completed, with its result.
-    pub async fn completed(self) -> Result<CallOutcome> {
-        self.done
-            .await
-            .map_err(|e| Error::Internal(format!("the call's task failed: {e}")))?
-    }
-}
-
-/// An interactive transaction. Dropping it without `commit` or `abort`
-/// aborts it in the background.
-pub struct Txn {
-    ctx: ProcCtx,
-    state: Arc<Mutex<TxnState>>,
-    cluster: Cluster,
-    node: NodeId,
-}
-
-impl Txn {
-    pub fn id(&self) -> brine_core::TxnId {
-        self.ctx.txn_id()
-    }
-
-    /// Executes one SQL statement of the supported subset.
-    pub async fn execute(&mut self, sql: &str, args: Vec<Value>) -> Result<QueryResult> {
-        self.cluster.shared.wait_ready().await;
-        let plan = self.cluster.adhoc_plan(sql)?;
-        let protocol = &self.cluster.shared.protocol;
-        if protocol.layout() == Layout::Replicated
-            && plan.access().kind != brine_sql::StatementKind::Select
-        {
-            return Err(Error::Config(format!(
-                "`{sql}`: under {} an interactive transaction may only read (writes go \
-                 through the application's procedures, which keep the replicas in step)",
-                protocol.name()
-            )));
-        }
-        self.ctx.exec_plan(plan, args).await
-    }
-
-    pub async fn commit(self) -> Result<()> {
-        let doomed = self.state.lock().doomed;
-        let shared = &self.cluster.shared;
-        if let Some(cause) = doomed {
-            coordinator::abort(shared, self.node, &self.state).await;
-            shared.counters.count_abort(cause);
-            return Err(Error::Aborted(cause));
-        }
-        match coordinator::commit(shared, self.node, &self.state).await {
-            Ok(()) => {
-                shared.counters.commits.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    pub async fn abort(self) {
-        coordinator::abort(&self.cluster.shared, self.node, &self.state).await;
-        self.cluster
-            .shared
-            .counters
-            .user_aborts
-            .fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Txn {
-    fn drop(&mut self) {
-        if self.state.lock().finished {
-            return;
-        }
-        let shared = self.cluster.shared.clone();
-        let state = self.state.clone();
-        let node = self.node;
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move { coordinator::abort(&shared, node, &state).await });
-        }
     }
 }

@@ -23,6 +23,7 @@
 //! times, and user aborts and constraint violations reach the caller as typed
 //! errors with nothing changed.
 
+pub mod client;
 pub mod cluster;
 pub mod coordinator;
 pub mod deadlock;
@@ -40,7 +41,8 @@ pub mod remote;
 pub mod stats;
 pub mod topology;
 
-pub use cluster::{Client, Cluster, ClusterConfig, Placement, Submitted, TableLocks, Txn};
+pub use client::{Client, Submitted, Txn};
+pub use cluster::{Cluster, ClusterConfig, Placement, TableLocks};
 pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
 pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};
 pub use link::LinkConfig;

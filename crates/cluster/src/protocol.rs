@@ -115,7 +115,19 @@ pub trait Protocol: Send + Sync + 'static {
     /// history (Elia: a version a replica installed when it applied a
     /// global's update is named by the version the global installed at its
     /// own server, so the history shows one write, not one per replica).
-    fn rewrite_history(&self, _ops: &mut [brine_check::Op]) {}
+    fn rewrite_history(&self, _ops: &mut Vec<brine_check::Op>) {}
+
+    /// Tables the protocol keeps beside the application's (Elia: its
+    /// update log and applied marks), as DDL appended to the schema.
+    fn extra_ddl(&self) -> &'static str {
+        ""
+    }
+
+    /// Whether [`Protocol::recover`] runs at every start from a log, with
+    /// or without unfinished BASE transactions (Elia: replicas catch up).
+    fn recovers_from_log(&self) -> bool {
+        false
+    }
 
     /// Waits, once no call runs, until the protocol's own work in flight is
     /// done (Elia: every update applied at every replica), so a check then

@@ -8,100 +8,12 @@
 use std::time::Duration;
 
 use brine_check::Level;
-use brine_cluster::protocols::elia::{Class, Elia, EliaOptions, Routes};
-use brine_cluster::{
-    Application, Cluster, ClusterConfig, LinkConfig, Mutation, Placement, ProcedureDef,
-};
+use brine_cluster::protocols::elia::{Elia, EliaOptions};
+use brine_cluster::{Cluster, ClusterConfig, LinkConfig, Mutation, Placement};
 use brine_core::{Error, Value};
 
-const DDL: &str = "
-CREATE TABLE stock (item INT, qty INT NOT NULL, PRIMARY KEY (item));
-CREATE TABLE cart (cart INT, owner INT NOT NULL, PRIMARY KEY (cart));
-CREATE TABLE cart_line (cart INT, item INT, qty INT NOT NULL, PRIMARY KEY (cart, item)) PARTITION BY (cart);
-";
-
-const SERVERS: u32 = 3;
-const ITEMS: i64 = 4;
-const STOCK: i64 = 1_000;
-
-fn int(v: &Value) -> i64 {
-    v.as_int().expect("an INT")
-}
-
-fn app() -> Application {
-    let create = ProcedureDef::new("create")
-        .statement(
-            "insert",
-            "INSERT INTO cart (cart, owner) VALUES ($cart, $owner)",
-        )
-        .body(|mut ctx, args| async move {
-            ctx.exec("insert", args).await?;
-            Ok(vec![])
-        });
-    // add(cart, item, qty): only if the stock has that many.
-    let add = ProcedureDef::new("add")
-        .statement("stock", "SELECT qty FROM stock WHERE item = $item")
-        .statement(
-            "line",
-            "INSERT INTO cart_line (cart, item, qty) VALUES ($cart, $item, $qty)",
-        )
-        .body(|mut ctx, args| async move {
-            let q = ctx.exec("stock", vec![args[1].clone()]).await?;
-            let have = q.first().and_then(|r| r.first()).map(int).unwrap_or(0);
-            if have < int(&args[2]) {
-                return Err(ctx.abort("out of stock"));
-            }
-            ctx.exec("line", args).await?;
-            Ok(vec![])
-        });
-    // order(cart): every line's quantity taken from the stock.
-    let order = ProcedureDef::new("order")
-        .statement(
-            "lines",
-            "SELECT item, qty FROM cart_line WHERE cart = $cart",
-        )
-        .statement(
-            "take",
-            "UPDATE stock SET qty = qty - $qty WHERE item = $item",
-        )
-        .body(|mut ctx, args| async move {
-            let lines = ctx.exec("lines", args).await?;
-            for row in &lines.rows {
-                ctx.exec("take", vec![row[1].clone(), row[0].clone()])
-                    .await?;
-            }
-            Ok(vec![Value::Int(lines.len() as i64)])
-        });
-    // stock_at(item, server): the stock as one server's replica has it
-    // (routed by its second argument, for the test).
-    let stock_at = ProcedureDef::new("stock_at")
-        .statement("stock", "SELECT qty FROM stock WHERE item = $item")
-        .body(|mut ctx, args| async move {
-            let q = ctx.exec("stock", vec![args[0].clone()]).await?;
-            Ok(q.first().map(|r| r.to_vec()).unwrap_or_default())
-        });
-    // lines_at(cart, server): the cart's lines at one server's replica.
-    let lines_at = ProcedureDef::new("lines_at")
-        .statement("lines", "SELECT item FROM cart_line WHERE cart = $cart")
-        .body(|mut ctx, args| async move {
-            let q = ctx.exec("lines", vec![args[0].clone()]).await?;
-            Ok(vec![Value::Int(q.len() as i64)])
-        });
-    Application {
-        name: "store".into(),
-        ddl: DDL.into(),
-        procedures: vec![create, add, order, stock_at, lines_at],
-    }
-}
-
-fn routes() -> Routes {
-    Routes::new()
-        .with("create", Class::Local, &[0])
-        .with("add", Class::Local, &[0])
-        .with("order", Class::Global, &[0])
-        .with("stock_at", Class::Local, &[1])
-        .with("lines_at", Class::Local, &[1])
-}
+mod elia_common;
+use elia_common::{app, int, routes, ITEMS, SERVERS, STOCK};
 
 async fn store(delay_us: u64) -> Cluster {
     store_under("elia", delay_us).await

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use brine_core::{Error, Result};
 
-use crate::cluster::{Cluster, Txn};
+use crate::client::Txn;
+use crate::cluster::Cluster;
 
 /// At most this many interactive transactions open per node.
 const SESSIONS_MAX: usize = 10_000;

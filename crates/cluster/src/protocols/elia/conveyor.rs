@@ -41,16 +41,25 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::coordinator::{abort, commit, ProcCtx, Retries, Sent, Shared, TxnState};
 use crate::protocol::Mutation;
 
+/// One mutating statement of a global, with its bound values.
+pub struct Recorded {
+    /// Its declared name in the procedure.
+    pub name: String,
+    pub plan: Arc<Plan>,
+    pub params: Vec<Value>,
+}
+
 /// What one global operation changed: its mutating statements with their
 /// bound values, in the order it ran them.
 pub struct Update {
     pub txn: TxnId,
     /// The server that ran it.
     pub origin: u32,
-    /// Its number in commit order, for updates published outside the
-    /// token's turns (0 for a turn's).
+    /// Its number in token order (for the read replicas' primary: in
+    /// commit order), from 1.
     pub seq: u64,
-    pub statements: Vec<(Arc<Plan>, Vec<Value>)>,
+    pub procedure: String,
+    pub statements: Vec<Recorded>,
     /// When the run records a history: the rows its writes installed and
     /// their versions at its own server, in order (a replica's replay
     /// installs its own versions, which the history then names by these).
@@ -61,14 +70,19 @@ pub struct Update {
 /// token the operation ended.
 pub struct Turn {
     appended: Arc<Mutex<Vec<Arc<Update>>>>,
+    sequence: Arc<AtomicU64>,
     _done: mpsc::Sender<()>,
 }
 
 impl Turn {
     /// The operation reached its commit point, its locks held: its update
-    /// takes its place in token order.
-    pub fn append(&self, update: Arc<Update>) {
-        self.appended.lock().push(update);
+    /// takes the next number and its place in token order.
+    pub fn append(&self, make: impl FnOnce(u64) -> Update) -> Arc<Update> {
+        let mut appended = self.appended.lock();
+        let seq = self.sequence.fetch_add(1, Ordering::AcqRel) + 1;
+        let u = Arc::new(make(seq));
+        appended.push(u.clone());
+        u
     }
 
     /// Its commit failed after all: the update is taken back.
@@ -92,12 +106,14 @@ pub struct Conveyor {
     /// When the run records a history: a version a replica installed by
     /// a replay -> the version the global installed at its server.
     replayed: Mutex<HashMap<u64, u64>>,
-    /// Published updates (read-replicas): the last one's number, the last
-    /// one each server applied, and each session's last write.
-    published: AtomicU64,
+    /// The last update number given (token order), the last one each
+    /// server applied, and each session's last write (read-replicas).
+    sequence: Arc<AtomicU64>,
     applied: Vec<AtomicU64>,
     applied_moved: Notify,
     sessions: Mutex<HashMap<u64, u64>>,
+    /// The update log's statements, prepared on first use.
+    log: std::sync::OnceLock<Arc<super::log::Statements>>,
 }
 
 /// The protocol's counters, by slot (`super::COUNTERS`).
@@ -122,10 +138,11 @@ impl Conveyor {
             running: AtomicBool::new(false),
             carried: AtomicUsize::new(0),
             replayed: Mutex::new(HashMap::new()),
-            published: AtomicU64::new(0),
+            sequence: Arc::new(AtomicU64::new(0)),
             applied: (0..servers).map(|_| AtomicU64::new(0)).collect(),
             applied_moved: Notify::new(),
             sessions: Mutex::new(HashMap::new()),
+            log: std::sync::OnceLock::new(),
         }
     }
 
@@ -169,13 +186,30 @@ impl Conveyor {
         self.start(shared);
         let update = {
             let mut outbox = self.outboxes[server as usize].lock();
-            let seq = self.published.fetch_add(1, Ordering::AcqRel) + 1;
+            let seq = self.sequence.fetch_add(1, Ordering::AcqRel) + 1;
             let u = Arc::new(make(seq));
             outbox.push(u.clone());
             u
         };
         self.wake.notify_one();
         update
+    }
+
+    /// The update log's statements (`log.rs`).
+    pub fn log(&self, shared: &Shared) -> Result<Arc<super::log::Statements>> {
+        if let Some(st) = self.log.get() {
+            return Ok(st.clone());
+        }
+        let st = Arc::new(super::log::Statements::prepare(shared)?);
+        Ok(self.log.get_or_init(|| st).clone())
+    }
+
+    /// Numbers updates on from `last` (after a restart).
+    pub fn resume_numbering(&self, last: u64) {
+        self.sequence.fetch_max(last, Ordering::AcqRel);
+        for a in &self.applied {
+            a.fetch_max(last, Ordering::AcqRel);
+        }
     }
 
     /// Session `session`'s write numbered `seq` committed at `server`.
@@ -220,7 +254,17 @@ impl Conveyor {
 
     /// Names every version in `ops` that a replay installed by the version
     /// its global installed (see `Update::versions`).
-    pub fn rewrite(&self, ops: &mut [Op]) {
+    pub fn rewrite(&self, ops: &mut Vec<Op>) {
+        // The update log's tables are the protocol's bookkeeping, not the
+        // application's data: no read of the application's touches them.
+        ops.retain(|op| {
+            let table = match op {
+                Op::Read { table, .. } | Op::Write { table, .. } | Op::RangeRead { table, .. } => {
+                    table
+                }
+            };
+            !table.starts_with("elia_")
+        });
         let map = self.replayed.lock();
         if map.is_empty() {
             return;
@@ -230,7 +274,7 @@ impl Conveyor {
                 *v = orig;
             }
         };
-        for op in ops {
+        for op in ops.iter_mut() {
             match op {
                 Op::Read { version, .. } => name(version),
                 Op::Write { prev, .. } => name(prev),
@@ -246,7 +290,10 @@ impl Conveyor {
     fn name_replayed(&self, ops: &[Op], originals: &[Written], server: u32, txn: TxnId) {
         let mut used = vec![false; originals.len()];
         let mut map = self.replayed.lock();
-        for w in writes_of(ops) {
+        for w in writes_of(ops)
+            .into_iter()
+            .filter(|w| !w.table.starts_with("elia_"))
+        {
             let found = originals
                 .iter()
                 .enumerate()
@@ -346,6 +393,7 @@ async fn token(conveyor: Arc<Conveyor>, shared: Weak<Shared>) {
             for w in waiting {
                 let _ = w.send(Turn {
                     appended: appended.clone(),
+                    sequence: conveyor.sequence.clone(),
                     _done: done.clone(),
                 });
             }
@@ -394,7 +442,7 @@ const APPLY_BATCH: usize = 128;
 /// Applies `updates` at `server`, in order: their statements with their
 /// bound values, a batch per transaction of the oldest age (wait-die never
 /// makes it the victim; a victim anyway is run again).
-async fn apply(
+pub(super) async fn apply(
     shared: &Arc<Shared>,
     conveyor: &Conveyor,
     server: u32,
@@ -427,9 +475,9 @@ async fn apply_batch(
         // Where each update's recorded operations end.
         let mut ends = Vec::with_capacity(batch.len());
         'updates: for u in batch {
-            for (plan, params) in &u.statements {
+            for s in &u.statements {
                 if let Err(e) = ctx
-                    .execute_on(&[p], txn, plan, params.clone(), lock, Sent::default())
+                    .execute_on(&[p], txn, &s.plan, s.params.clone(), lock, Sent::default())
                     .await
                 {
                     failed = Some(e);
@@ -437,6 +485,23 @@ async fn apply_batch(
                 }
             }
             ends.push(state.lock().rec.as_ref().map_or(0, |r| r.ops.len()));
+        }
+        // The batch's update rows and this server's mark, in the same
+        // transaction (`log.rs`).
+        if failed.is_none() {
+            let last = batch.iter().map(|u| u.seq).max().unwrap_or(0);
+            let kept = async {
+                let st = conveyor.log(shared)?;
+                for u in batch {
+                    super::log::keep_update(&ctx, &st, p, u).await?;
+                }
+                super::log::lock_mark(&ctx, &st, p).await?;
+                super::log::set_mark(&ctx, &st, p, last).await
+            }
+            .await;
+            if let Err(e) = kept {
+                failed = Some(e);
+            }
         }
         let rec = state.lock().rec.take();
         let result = match failed {
@@ -462,7 +527,7 @@ async fn apply_batch(
                     .counters
                     .protocol
                     .add(slot::UPDATES_APPLIED, batch.len() as u64);
-                if let Some(last) = batch.iter().map(|u| u.seq).max().filter(|&s| s > 0) {
+                if let Some(last) = batch.iter().map(|u| u.seq).max() {
                     conveyor.applied_at(server, last);
                 }
                 return Ok(());

@@ -27,6 +27,7 @@
 //! `docs/elia.md`). Not yet: durability, processes, per-pair delays.
 
 pub mod conveyor;
+mod log;
 pub mod routes;
 mod run;
 
@@ -173,22 +174,69 @@ impl Protocol for Elia {
         })))
     }
 
-    fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
-        if multi_process || durable {
+    fn check_deployment(&self, multi_process: bool, _durable: bool) -> Result<()> {
+        if multi_process {
             return Err(Error::Config(
-                "elia runs on the embedded cluster, without a log, for now: the token's \
-                 recovery and the servers as processes are not built yet"
+                "elia runs on the embedded cluster for now: its servers as processes (the \
+                 token between them, a crashed holder's token regenerated) are not built yet"
                     .into(),
             ));
         }
         Ok(())
     }
 
+    fn extra_ddl(&self) -> &'static str {
+        log::DDL
+    }
+
+    fn recovers_from_log(&self) -> bool {
+        true
+    }
+
+    /// After a restart from the logs: every replica applies the updates
+    /// it lacks (`log.rs`), and the token numbers on from the last.
+    fn recover<'a>(
+        &'a self,
+        shared: &'a Arc<crate::coordinator::Shared>,
+        _node: brine_core::NodeId,
+        procedures: &'a std::collections::HashMap<String, Arc<crate::procedure::PreparedProc>>,
+        _unfinished: Vec<brine_storage::wal::record::BaseContext>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let conveyor = self.conveyor.clone();
+            let result = async {
+                let st = conveyor.log(shared)?;
+                let apply_shared = shared.clone();
+                let apply_conveyor = conveyor.clone();
+                let last = log::recover(
+                    shared,
+                    &st,
+                    conveyor.servers(),
+                    procedures,
+                    move |s, updates| {
+                        let (shared, conveyor) = (apply_shared.clone(), apply_conveyor.clone());
+                        Box::pin(async move {
+                            let refs: Vec<&Arc<conveyor::Update>> = updates.iter().collect();
+                            conveyor::apply(&shared, &conveyor, s, &refs).await
+                        })
+                    },
+                )
+                .await?;
+                conveyor.resume_numbering(last);
+                Ok::<(), Error>(())
+            }
+            .await;
+            if let Err(e) = result {
+                tracing::error!("elia: recovery failed: {e}");
+            }
+        })
+    }
+
     fn run<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<CallOutcome>> {
         Box::pin(run::run(self, call))
     }
 
-    fn rewrite_history(&self, ops: &mut [brine_check::Op]) {
+    fn rewrite_history(&self, ops: &mut Vec<brine_check::Op>) {
         self.conveyor.rewrite(ops);
     }
 

@@ -11,7 +11,8 @@ use brine_sql::{Plan, QueryResult, StatementKind};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 
-use super::conveyor::{slot, Update};
+use super::conveyor::{slot, Recorded, Turn, Update};
+use super::log;
 use super::routes::{Class, Placed};
 use super::{Elia, Mode};
 use crate::coordinator::{abort, commit, CallOutcome, ProcCtx, Retries, Sent, TxnState};
@@ -21,7 +22,7 @@ use crate::protocol::{Call, Statements, TxnExt};
 /// global the mutating statements it ran so far.
 struct EliaTxn {
     server: usize,
-    recorded: Option<Vec<(Arc<Plan>, Vec<Value>)>>,
+    recorded: Option<Vec<Recorded>>,
 }
 
 impl TxnExt for EliaTxn {
@@ -45,7 +46,7 @@ impl Statements for ReplicaStatements {
     fn exec<'a>(
         &'a self,
         ctx: &'a mut ProcCtx,
-        _statement: &'a str,
+        statement: &'a str,
         plan: Arc<Plan>,
         args: Vec<Value>,
     ) -> BoxFuture<'a, Result<QueryResult>> {
@@ -60,7 +61,11 @@ impl Statements for ReplicaStatements {
                 })?;
                 if let Some(rec) = &mut e.recorded {
                     if plan.access().kind != StatementKind::Select {
-                        rec.push((plan.clone(), params.clone()));
+                        rec.push(Recorded {
+                            name: statement.to_string(),
+                            plan: plan.clone(),
+                            params: params.clone(),
+                        });
                     }
                 }
                 e.server
@@ -176,6 +181,40 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     outcome
 }
 
+/// A global's commit point, its locks held (`log.rs`): its server's mark
+/// row locked, the update numbered and put in token order (or published,
+/// at the read replicas' primary), its row kept and the mark moved, in the
+/// global's own transaction. On an error the update is taken back.
+async fn commit_point(
+    ctx: &ProcCtx,
+    elia: &Elia,
+    turn: Option<&Turn>,
+    server: u32,
+    make: impl FnOnce(u64) -> Update,
+) -> Result<Arc<Update>> {
+    let conveyor = &elia.conveyor;
+    let st = conveyor.log(&ctx.shared)?;
+    let p = server as usize;
+    log::lock_mark(ctx, &st, p).await?;
+    let update = match turn {
+        Some(t) => t.append(make),
+        None => conveyor.publish(&ctx.shared, server, make),
+    };
+    let kept = async {
+        log::keep_update(ctx, &st, p, &update).await?;
+        log::set_mark(ctx, &st, p, update.seq).await
+    }
+    .await;
+    if let Err(e) = kept {
+        match turn {
+            Some(t) => t.withdraw(&update),
+            None => conveyor.retract(server, &update),
+        }
+        return Err(e);
+    }
+    Ok(update)
+}
+
 /// Where and how a call runs, and for which client.
 struct At {
     placed: Placed,
@@ -232,26 +271,34 @@ async fn run_at(
                         .unwrap_or_default();
                     (elia_txn(&mut st).and_then(|e| e.recorded.take()), versions)
                 };
-                let update = recorded.map(|statements| match &turn {
-                    Some(t) => {
-                        let u = Arc::new(Update {
+                let update = match recorded {
+                    None => None,
+                    Some(statements) => {
+                        let ctx =
+                            ProcCtx::new(shared.clone(), node, Some(proc.clone()), state.clone());
+                        let make = |seq| Update {
                             txn,
                             origin: placed.server,
-                            seq: 0,
+                            seq,
+                            procedure: proc.name.clone(),
                             statements,
                             versions,
-                        });
-                        t.append(u.clone());
-                        u
+                        };
+                        match commit_point(&ctx, elia, turn.as_ref(), placed.server, make).await {
+                            Ok(u) => Some(u),
+                            Err(e) => {
+                                abort(shared, node, &state).await;
+                                match e {
+                                    Error::Aborted(cause) => {
+                                        tries.victim(cause, txn.id).await?;
+                                        continue;
+                                    }
+                                    e => return Err(e),
+                                }
+                            }
+                        }
                     }
-                    None => conveyor.publish(shared, placed.server, |seq| Update {
-                        txn,
-                        origin: placed.server,
-                        seq,
-                        statements,
-                        versions,
-                    }),
-                });
+                };
                 match commit(shared, node, &state).await {
                     Ok(()) => {
                         if let (Some(u), None) = (&update, &turn) {
