@@ -275,6 +275,24 @@ async fn interactive_writes_are_refused() -> Result<(), Error> {
 }
 
 #[test]
+fn a_route_for_an_unknown_procedure_is_refused() {
+    let config = ClusterConfig {
+        nodes: 2,
+        partitions_per_node: 1,
+        protocol: "elia".into(),
+        elia: EliaOptions {
+            routes: routes().with("checkout", brine_cluster::protocols::elia::Class::Global, &[]),
+        },
+        ..ClusterConfig::default()
+    };
+    match Cluster::start(config, app()) {
+        Err(Error::Config(m)) => assert!(m.contains("`checkout`"), "{m}"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("started with a route for no procedure"),
+    }
+}
+
+#[test]
 fn elia_needs_one_partition_per_node() {
     let config = ClusterConfig {
         nodes: 2,

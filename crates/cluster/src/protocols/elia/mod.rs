@@ -158,7 +158,20 @@ impl Protocol for Elia {
     /// weighted 1: a workload passes its mix's weights through
     /// `ClusterConfig::elia` instead).
     fn start(&self, setup: &Setup<'_>) -> Result<Option<Arc<dyn Protocol>>> {
-        if self.mode != Mode::Conveyor || !self.routes.is_empty() {
+        if self.mode != Mode::Conveyor {
+            return Ok(None);
+        }
+        if !self.routes.is_empty() {
+            // Routes given: each names a procedure of the application.
+            let known: Vec<&str> = setup.procedures.iter().map(|p| p.name.as_str()).collect();
+            if let Some(unknown) = self.routes.names().find(|n| !known.contains(n)) {
+                return Err(Error::Config(format!(
+                    "elia route for `{unknown}`: the application `{}` has no such procedure \
+                     (it has {})",
+                    setup.app_name,
+                    known.join(", ")
+                )));
+            }
             return Ok(None);
         }
         let routes = Routes::analyzed(

@@ -99,6 +99,11 @@ impl Routes {
         self
     }
 
+    /// The procedures routed.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_proc.keys().map(String::as_str)
+    }
+
     pub fn get(&self, proc: &str) -> Option<&Route> {
         self.by_proc.get(proc)
     }
