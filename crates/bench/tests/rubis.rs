@@ -12,11 +12,13 @@ use brine_bench::workloads::base::BaseSet;
 use brine_bench::workloads::rubis::{self, check, procedures, Mix, Rubis, Scale};
 use brine_bench::workloads::tpcc::check::read_rows;
 use brine_bench::{run_bench, BenchError, BenchSpec, Workload};
-use brine_check::{Level, Outcome, TxnClass};
+use brine_check::{Level, Outcome};
 use brine_cluster::{Cluster, ClusterConfig, Grouping, Isolation, LinkConfig, Mechanism};
 use brine_core::{Decimal, Error, Value};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
+
+mod web_common;
 
 type R<T = ()> = Result<T, BenchError>;
 
@@ -342,22 +344,6 @@ async fn every_procedure_pipelines_in_one_callas_group() -> R {
 /// (no ACID page saw an item counted without its bid).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn base_bids_under_salt_keep_the_checks_and_salt_isolation() -> R {
-    let path = std::env::temp_dir().join(format!("brine-rubis-salt-{}.jsonl", std::process::id()));
-    let mut s = spec(Isolation::Serializable, Some(path.clone()));
-    s.protocols = vec!["salt".into()];
-    s.cluster.protocol = "salt".into();
     let w: Arc<dyn Workload> = Arc::new(Rubis::new(Scale::SMALL, Mix::BIDDING)?);
-    let report = run_bench(&s, &[w], |_| {}).await?;
-    assert_eq!(report.results[0].check, "passed");
-    let history = brine_check::read_file(&path).map_err(|e| BenchError::Internal(e.to_string()))?;
-    std::fs::remove_file(&path).ok();
-    let accepted = history
-        .txns
-        .iter()
-        .filter(|t| t.class == TxnClass::Base && t.accepted)
-        .count();
-    assert!(accepted > 10, "too few BASE bids: {accepted}");
-    let report = brine_check::check(&history.txns, Level::Salt);
-    assert!(report.valid, "{}", report.render(5));
-    Ok(())
+    web_common::salt_history_is_clean(spec(Isolation::Serializable, None), w, "rubis").await
 }

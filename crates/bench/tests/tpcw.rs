@@ -12,9 +12,11 @@ use std::time::Duration;
 use brine_bench::workloads::base::BaseSet;
 use brine_bench::workloads::tpcw::{self, check, Mix, Scale, Tpcw};
 use brine_bench::{run_bench, BenchError, BenchSpec, Workload};
-use brine_check::{Level, Outcome, TxnClass};
+use brine_check::{Level, Outcome};
 use brine_cluster::{Cluster, ClusterConfig, Grouping, Isolation, LinkConfig, Mechanism};
 use brine_core::Value;
+
+mod web_common;
 
 type R<T = ()> = Result<T, BenchError>;
 
@@ -294,24 +296,8 @@ async fn every_procedure_pipelines_in_one_callas_group() -> R {
 /// half done).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn base_buys_under_salt_keep_the_checks_and_salt_isolation() -> R {
-    let path = std::env::temp_dir().join(format!("brine-tpcw-salt-{}.jsonl", std::process::id()));
-    let mut s = spec(Isolation::Serializable, 8, Some(path.clone()));
-    s.protocols = vec!["salt".into()];
-    s.cluster.protocol = "salt".into();
     let w: Arc<dyn Workload> = Arc::new(Tpcw::new(Scale::SMALL, Mix::ORDERING)?);
-    let report = run_bench(&s, &[w], |_| {}).await?;
-    assert_eq!(report.results[0].check, "passed");
-    let history = brine_check::read_file(&path).map_err(|e| BenchError::Internal(e.to_string()))?;
-    std::fs::remove_file(&path).ok();
-    let accepted = history
-        .txns
-        .iter()
-        .filter(|t| t.class == TxnClass::Base && t.accepted)
-        .count();
-    assert!(accepted > 10, "too few BASE buys: {accepted}");
-    let report = brine_check::check(&history.txns, Level::Salt);
-    assert!(report.valid, "{}", report.render(5));
-    Ok(())
+    web_common::salt_history_is_clean(spec(Isolation::Serializable, 8, None), w, "tpcw").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,6 +52,18 @@ pub struct Counter {
     pub divisor: u64,
 }
 
+impl Counter {
+    /// A count kept at the coordinators, reported as it is.
+    pub const fn at_coordinators(name: &'static str, slot: usize) -> Counter {
+        Counter {
+            name,
+            kept: Kept::Coordinator,
+            slot,
+            divisor: 1,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct ClusterCounters {
     pub commits: AtomicU64,

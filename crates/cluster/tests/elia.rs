@@ -281,7 +281,11 @@ fn a_route_for_an_unknown_procedure_is_refused() {
         partitions_per_node: 1,
         protocol: "elia".into(),
         elia: EliaOptions {
-            routes: routes().with("checkout", brine_cluster::protocols::elia::Class::Global, &[]),
+            routes: routes().with(
+                "checkout",
+                brine_cluster::protocols::elia::Class::Global,
+                &[],
+            ),
         },
         ..ClusterConfig::default()
     };

@@ -24,7 +24,7 @@ use rand::{Rng, SeedableRng};
 
 mod crash_common;
 mod elia_common;
-use crash_common::{fast_root, runtime, trials};
+use crash_common::{fast_root, runtime, seeds};
 use elia_common::{app, int, routes, ITEMS, SERVERS, STOCK};
 
 fn config(dir: &Path, crash: Option<Arc<CrashSwitch>>) -> ClusterConfig {
@@ -203,16 +203,9 @@ fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>) -> u64 {
 
 #[test]
 fn every_replica_converges_and_no_acknowledged_order_is_lost() {
-    let trials: u64 = trials("BRINE_ELIA_CRASH_TRIALS", 40);
     let root = fast_root();
     let mut hits = BTreeMap::new();
-    let seeds = match std::env::var("BRINE_ELIA_CRASH_SEED") {
-        Ok(s) => {
-            let n: u64 = s.parse().expect("BRINE_ELIA_CRASH_SEED: a number");
-            n..=n
-        }
-        Err(_) => 1..=trials,
-    };
+    let seeds = seeds("BRINE_ELIA_CRASH_TRIALS", 40, "BRINE_ELIA_CRASH_SEED");
     let n = seeds.clone().count();
     let mut caught_up = 0;
     for seed in seeds {

@@ -31,7 +31,7 @@ mod salt_common;
 use salt_common::{fig_3_1_transfer, int};
 
 mod crash_common;
-use crash_common::{fast_root, runtime, trials};
+use crash_common::{fast_root, runtime, seeds};
 
 const ACCOUNTS: i64 = 6;
 const START: i64 = 1000;
@@ -251,18 +251,11 @@ fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>, rolled: &mu
 
 #[test]
 fn accepted_base_transactions_complete_exactly_once_after_a_crash() {
-    let trials: u64 = trials("BRINE_SALT_CRASH_TRIALS", 200);
     let root = fast_root();
     let mut hits = BTreeMap::new();
     let mut rolled = 0;
     // BRINE_SALT_CRASH_SEED=N reruns one trial (the seed a failure names).
-    let seeds = match std::env::var("BRINE_SALT_CRASH_SEED") {
-        Ok(s) => {
-            let n: u64 = s.parse().expect("BRINE_SALT_CRASH_SEED: a number");
-            n..=n
-        }
-        Err(_) => 1..=trials,
-    };
+    let seeds = seeds("BRINE_SALT_CRASH_TRIALS", 200, "BRINE_SALT_CRASH_SEED");
     let n = seeds.clone().count();
     for seed in seeds {
         trial(root.path(), seed, &mut hits, &mut rolled);

@@ -37,3 +37,17 @@ pub fn trials(var: &str, default: u64) -> u64 {
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
 }
+
+/// The trials' seeds: the one `seed_var` names (rerunning the trial a
+/// failure names), else 1 to `trials(trials_var, default)`.
+pub fn seeds(trials_var: &str, default: u64, seed_var: &str) -> std::ops::RangeInclusive<u64> {
+    match std::env::var(seed_var) {
+        Ok(s) => {
+            let n: u64 = s
+                .parse()
+                .unwrap_or_else(|_| panic!("{seed_var}: a number, not `{s}`"));
+            n..=n
+        }
+        Err(_) => 1..=trials(trials_var, default),
+    }
+}

@@ -45,7 +45,7 @@ use crate::cluster::ClusterConfig;
 use crate::coordinator::CallOutcome;
 use crate::message::LockSpec;
 use crate::protocol::{Call, Isolation, Layout, Protocol, Setup};
-use crate::stats::{Counter, Kept};
+use crate::stats::Counter;
 use conveyor::{slot, Conveyor};
 pub use routes::{Class, Placed, Route, Routes};
 
@@ -93,12 +93,7 @@ pub const READ_REPLICAS: Registration = Registration {
 };
 
 const fn counter(name: &'static str, slot: usize) -> Counter {
-    Counter {
-        name,
-        kept: Kept::Coordinator,
-        slot,
-        divisor: 1,
-    }
+    Counter::at_coordinators(name, slot)
 }
 
 const COUNTERS: &[Counter] = &[

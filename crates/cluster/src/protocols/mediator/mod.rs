@@ -67,7 +67,7 @@ use crate::coordinator::CallOutcome;
 use crate::message::{LockSpec, PartitionMsg};
 use crate::partition::{Partition, PartitionParts};
 use crate::protocol::{Call, Isolation, Mutation, Protocol, Setup};
-use crate::stats::{Counter, Kept};
+use crate::stats::Counter;
 use service::TsoHandle;
 
 /// A native put's clock step (delta): one step of a partition's clock
@@ -210,12 +210,7 @@ const COUNTERS: &[Counter] = &[
 ];
 
 const fn counter(name: &'static str, slot: usize) -> Counter {
-    Counter {
-        name,
-        kept: Kept::Coordinator,
-        slot,
-        divisor: 1,
-    }
+    Counter::at_coordinators(name, slot)
 }
 
 /// The Mediator protocol (and, transactified, its baseline).
