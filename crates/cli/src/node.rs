@@ -557,18 +557,23 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
     }
     let io = |context: String| move |source| NodeError::Io { context, source };
     std::fs::create_dir_all(&args.dir).map_err(io(format!("creating {}", args.dir.display())))?;
-    // The protocol's own services (Mediator's TSO) get processes of their
-    // own, on the ports after the nodes'.
-    let own: &[&str] = brine_cluster::protocols::build(
+    // A protocol that cannot run across processes is refused here, before
+    // any process starts (not by each node, after "up").
+    let protocol = brine_cluster::protocols::build(
         &args.protocol,
         &brine_cluster::ClusterConfig {
             protocol: args.protocol.clone(),
             ..Default::default()
         },
         &[],
-    )
-    .map(|p| p.own_processes())
-    .unwrap_or(&[]);
+    );
+    if let Ok(p) = &protocol {
+        p.check_deployment(true, args.durability == "wal")
+            .map_err(|e| NodeError::Config(e.to_string()))?;
+    }
+    // The protocol's own services (Mediator's TSO) get processes of their
+    // own, on the ports after the nodes'.
+    let own: &[&str] = protocol.map(|p| p.own_processes()).unwrap_or(&[]);
     let services: std::collections::BTreeMap<String, String> = own
         .iter()
         .enumerate()
