@@ -7,8 +7,8 @@
 //!  C      none        the server the call reached       at once
 //!  L      [k] or none server_of(args[k]), else reached  at once
 //!  G      [k] or none server_of(args[k]), else reached  at the token
-//!  L/G    [k1, k2]    all route to one server s: at s   at once
-//!                     otherwise at server_of(args[k1]) at the token
+//!  L/G    [k1, k2]    server_of(args[k1])               at the token
+//!                     (the seed's local case is unsound: see `place`)
 //! ```
 //!
 //! The routing function is the engine's `partition_of` over the servers:
@@ -209,15 +209,20 @@ impl Routes {
                 },
                 global: true,
             },
+            // Always global, at its first argument's server. The seed runs
+            // it locally when its arguments route together, but then its
+            // writes stay on that server while another call of the same
+            // procedure, its arguments apart, runs globally elsewhere
+            // over a replica without them (a lost update). Global is the
+            // sound choice; the arguments are still checked.
             Class::LocalGlobal => {
                 let first = server_of(route.params[0])?;
-                let mut same = true;
                 for &k in &route.params[1..] {
-                    same &= server_of(k)? == first;
+                    server_of(k)?;
                 }
                 Placed {
                     server: first,
-                    global: !same,
+                    global: true,
                 }
             }
         })
@@ -310,11 +315,16 @@ mod tests {
                 global: false
             }
         );
-        // L/G: local when both route to one server, else global at the
-        // first's.
-        assert!(!r.place("bid", &[i(4), i(7)], 3, 0)?.global);
+        // L/G: global at the first's server, whether or not the two route
+        // together (the local case would be unsound).
+        let p = r.place("bid", &[i(4), i(7)], 3, 0)?;
+        assert_eq!((p.server, p.global), (1, true));
         let p = r.place("bid", &[i(4), i(5)], 3, 0)?;
         assert_eq!((p.server, p.global), (1, true));
+        assert!(matches!(
+            r.place("bid", &[i(4)], 3, 0),
+            Err(Error::Arity { .. })
+        ));
         // No route: global where it arrived.
         assert!(r.place("other", &[], 3, 1)?.global);
         // A missing partitioning argument is an error, not a panic.
