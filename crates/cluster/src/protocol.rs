@@ -395,6 +395,10 @@ pub enum Mutation {
     /// Elia with its token's updates applied in reverse order at each
     /// server: replicas apply two conflicting globals in different orders.
     EliaOutOfOrder,
+    /// Elia running an L/G call locally when its arguments route to one
+    /// server, as seed 004 does: its writes stay there while another call
+    /// of the procedure runs globally over a replica without them.
+    EliaLocalLG,
 }
 
 impl Mutation {
@@ -408,6 +412,7 @@ impl Mutation {
             | Mutation::NoTemporalFence
             | Mutation::NoNativeCheck
             | Mutation::EliaOutOfOrder
+            | Mutation::EliaLocalLG
             | Mutation::NoSalineReleaseOrder
             | Mutation::NoNexusReleaseOrder
             | Mutation::NoGate => {}

@@ -176,6 +176,20 @@ impl Routes {
     /// reached server `reached`. A procedure without a route is global
     /// (the safe default: it runs in token order).
     pub fn place(&self, proc: &str, args: &[Value], servers: u32, reached: u32) -> Result<Placed> {
+        self.place_as(proc, args, servers, reached, false)
+    }
+
+    /// As [`Routes::place`]; `local_lg`: an L/G call whose arguments route
+    /// together runs locally, as the seed has it (`Mutation::EliaLocalLG`:
+    /// unsound, for showing why brine does not).
+    pub fn place_as(
+        &self,
+        proc: &str,
+        args: &[Value],
+        servers: u32,
+        reached: u32,
+        local_lg: bool,
+    ) -> Result<Placed> {
         let Some(route) = self.by_proc.get(proc) else {
             return Ok(Placed {
                 server: reached,
@@ -217,12 +231,13 @@ impl Routes {
             // sound choice; the arguments are still checked.
             Class::LocalGlobal => {
                 let first = server_of(route.params[0])?;
+                let mut together = true;
                 for &k in &route.params[1..] {
-                    server_of(k)?;
+                    together &= server_of(k)? == first;
                 }
                 Placed {
                     server: first,
-                    global: true,
+                    global: !(local_lg && together),
                 }
             }
         })

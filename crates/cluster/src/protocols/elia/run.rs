@@ -117,7 +117,10 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     let reached = site_of(node, session, servers);
     let (placed, how) = match elia.mode {
         Mode::Conveyor => {
-            let placed = elia.routes.place(&proc.name, &args, servers, reached)?;
+            let local_lg = shared.mutation == Some(crate::protocol::Mutation::EliaLocalLG);
+            let placed = elia
+                .routes
+                .place_as(&proc.name, &args, servers, reached, local_lg)?;
             let how = match (placed.global, elia.routes.get(&proc.name).map(|r| r.class)) {
                 (true, _) => How::Turn,
                 (false, Some(Class::Commutative)) => How::Commutative,
