@@ -25,6 +25,10 @@
 //! engine serialized them (seed 004 section 5, "Tracing the sequential
 //! order"). The snapshot of the queue keeps the token moving however fast
 //! new globals arrive.
+//!
+//! Hot path: `wait_turn`, `Turn::append` and the token's visit run once
+//! per global; `apply` once per update at every other server (a batch per
+//! transaction). Local calls never come here.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -91,6 +95,10 @@ impl Turn {
     }
 }
 
+/// The most global operations one server's queue holds (each client has
+/// one call at a time, so only a runaway client count reaches it).
+const MAX_WAITING: usize = 1 << 16;
+
 /// The servers' queues and the token.
 pub struct Conveyor {
     servers: u32,
@@ -155,7 +163,16 @@ impl Conveyor {
     pub async fn wait_turn(self: &Arc<Self>, shared: &Arc<Shared>, server: u32) -> Result<Turn> {
         self.start(shared);
         let (tx, rx) = oneshot::channel();
-        self.queues[server as usize].lock().push(tx);
+        {
+            let mut queue = self.queues[server as usize].lock();
+            if queue.len() >= MAX_WAITING {
+                return Err(Error::Bound(format!(
+                    "elia: {MAX_WAITING} global operations already wait for the token at server \
+                     {server}"
+                )));
+            }
+            queue.push(tx);
+        }
         self.wake.notify_one();
         rx.await.map_err(|_| {
             Error::Internal("elia: the token stopped before this global's turn".into())
@@ -460,6 +477,12 @@ async fn apply_batch(
     server: u32,
     batch: &[&Arc<Update>],
 ) -> Result<()> {
+    // Token order is number order (the mutation reverses it on purpose).
+    debug_assert!(
+        shared.mutation == Some(Mutation::EliaOutOfOrder)
+            || batch.windows(2).all(|w| w[0].seq < w[1].seq),
+        "elia: a batch out of number order"
+    );
     let node = NodeId(server);
     let p = server as usize;
     let mut n = 0u32;
