@@ -33,3 +33,10 @@ done
 
 # 3. Microbenchmark: 3 WAN sites, 5 ms operations, local share 30 to 90%.
 run micro bench elia-micro --nodes 3 --placement colocated --topology $T --compare central,read-replicas,elia --local-percent 30,50,70,90 --op-ms 5 --clients 48 --duration 6 --warmup 2 --check
+
+# 4. (added) LAN at a fixed load: 32 clients whatever the number of
+# servers, so the latency shows what each server added costs per call.
+for n in 1 2 4 7 10 13; do
+  run fixed-tpcw-$n bench tpcw --nodes $n --placement colocated --compare acid,elia --clients 32 --duration 3 --warmup 1 --check
+  run fixed-rubis-$n bench rubis --scale small --nodes $n --placement colocated --compare acid,elia --clients 32 --duration 3 --warmup 1 --check
+done

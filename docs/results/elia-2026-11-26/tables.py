@@ -11,12 +11,12 @@ def cpu(r):
     c = r.get('cpu') or {}
     return c.get('busy_cores') if isinstance(c, dict) else c
 
-def lan(w):
-    print(f"\n{w} LAN scale-out (8 clients per server)")
+def lan(w, prefix='lan', title='8 clients per server'):
+    print(f"\n{w} LAN {prefix} ({title})")
     print("| servers | acid (best) txn/s | p50 / mean ms | elia txn/s | p50 / mean ms | elia/acid | cpu acid / elia |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in [1, 2, 4, 7, 10, 13]:
-        d = load(f'lan-{w}-{n}')
+        d = load(f'{prefix}-{w}-{n}')
         if not d: continue
         acid = [r for r in d['results'] if r['protocol'].startswith('acid')]
         best = max(acid, key=lambda r: r['throughput_tps'])
@@ -56,5 +56,6 @@ def micro():
         print(f"| {p} | {by['central']['throughput_tps']:.0f} | {by['read-replicas']['throughput_tps']:.0f} | {el['throughput_tps']:.0f} | {lp:.0f} / {gp:.0f} | {gp/lp if lp else 0:.1f}x |")
 
 for w in ['tpcw', 'rubis']: lan(w)
+for w in ['tpcw', 'rubis']: lan(w, 'fixed', '32 clients at every size')
 for w in ['tpcw', 'rubis']: wan(w)
 micro()

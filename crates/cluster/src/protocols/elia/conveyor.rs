@@ -509,17 +509,14 @@ async fn apply_batch(
             }
             ends.push(state.lock().rec.as_ref().map_or(0, |r| r.ops.len()));
         }
-        // The batch's update rows and this server's mark, in the same
-        // transaction (`log.rs`).
+        // The batch's update rows, in the same transaction (`log.rs`).
         if failed.is_none() {
-            let last = batch.iter().map(|u| u.seq).max().unwrap_or(0);
             let kept = async {
                 let st = conveyor.log(shared)?;
                 for u in batch {
                     super::log::keep_update(&ctx, &st, p, u).await?;
                 }
-                super::log::lock_mark(&ctx, &st, p).await?;
-                super::log::set_mark(&ctx, &st, p, last).await
+                Ok::<(), Error>(())
             }
             .await;
             if let Err(e) = kept {

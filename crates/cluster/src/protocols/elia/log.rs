@@ -1,30 +1,27 @@
 //! What makes Elia's replicas recoverable: every global's update numbered
-//! in token order and kept in a table of every replica, and each server's
-//! mark of the last update it applied, both written by the transactions
-//! that make them true.
+//! in token order and kept, as a row, in every replica that applied it,
+//! by the transaction that applied it.
 //!
 //! ```text
 //!  elia_updates(seq, origin, body)  the update, as JSON: its procedure and
 //!                                   its mutating statements' names and
 //!                                   bound values
-//!  elia_applied(server, seq)        server's last applied update
 //!
-//!  a global at p, at its commit point: lock p's mark row (so p's globals
-//!    reach their commit points one at a time, in the order they take their
-//!    numbers); take the next number; insert its update row; set p's mark;
-//!    commit -- all in its own transaction
-//!  a replay batch at q: the updates' statements, their update rows, q's
-//!    mark set to the batch's last number -- one transaction
+//!  a global at p, at its commit point: take the next number; insert its
+//!    update row -- in its own transaction
+//!  a replay batch at q: the updates' statements and their rows -- one
+//!    transaction
 //!  after a crash (`recover`): every update row any replica holds, by
-//!    number; each server applies the ones above its mark, in order
+//!    number; each server applies, in number order, the ones it lacks
 //! ```
 //!
-//! What it guarantees: a server's mark says it applied every update up to
-//! it and none after (updates are applied in number order, and the mark
-//! moves in the transaction that applies them); a global whose client
-//! heard back committed its update row at its own server. So after a crash
-//! that the write-ahead logs survive, every replica can be brought to
-//! every acknowledged global, exactly once.
+//! What it guarantees: a replica holds an update's row exactly when it
+//! applied the update (the row commits with the update's effects); a
+//! global whose client heard back committed its row at its own server.
+//! So after a crash that the write-ahead logs survive, every replica can
+//! be brought to every acknowledged global, exactly once. No row is shared
+//! by two transactions, so the bookkeeping adds no conflict: globals at one
+//! server still commit in parallel.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -38,26 +35,17 @@ use super::conveyor::Update;
 use crate::coordinator::{ProcCtx, Sent, Shared, TxnState};
 use crate::procedure::PreparedProc;
 
-/// The tables, appended to the application's schema (`extra_ddl`).
+/// The table, appended to the application's schema (`extra_ddl`).
 pub const DDL: &str = "
-CREATE TABLE elia_applied (server INT, seq INT NOT NULL, PRIMARY KEY (server));
 CREATE TABLE elia_updates (seq INT, origin INT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (seq));
 ";
 
-const LOCK_MARK: &str = "UPDATE elia_applied SET seq = seq + 0 WHERE server = $s";
-const NEW_MARK: &str = "INSERT INTO elia_applied (server, seq) VALUES ($s, $q)";
-const SET_MARK: &str = "UPDATE elia_applied SET seq = $q WHERE server = $s";
 const INSERT_UPDATE: &str = "INSERT INTO elia_updates (seq, origin, body) VALUES ($q, $o, $b)";
-const MARKS: &str = "SELECT server, seq FROM elia_applied";
 const UPDATES: &str = "SELECT seq, origin, body FROM elia_updates";
 
 /// The statements above, prepared once against the cluster's catalog.
 pub struct Statements {
-    lock_mark: Arc<Plan>,
-    new_mark: Arc<Plan>,
-    set_mark: Arc<Plan>,
     insert_update: Arc<Plan>,
-    marks: Arc<Plan>,
     updates: Arc<Plan>,
 }
 
@@ -69,11 +57,7 @@ impl Statements {
                 .map_err(|e| Error::Internal(format!("elia: preparing `{sql}`: {e}")))
         };
         Ok(Statements {
-            lock_mark: p(LOCK_MARK)?,
-            new_mark: p(NEW_MARK)?,
-            set_mark: p(SET_MARK)?,
             insert_update: p(INSERT_UPDATE)?,
-            marks: p(MARKS)?,
             updates: p(UPDATES)?,
         })
     }
@@ -121,33 +105,6 @@ async fn exec(
     r
 }
 
-/// Takes `server`'s mark row's lock (creating the row the first time):
-/// whoever holds it is the server's only transaction between taking an
-/// update number and committing.
-pub async fn lock_mark(ctx: &ProcCtx, st: &Statements, server: usize) -> Result<()> {
-    let s = Value::Int(server as i64);
-    if exec(ctx, server, &st.lock_mark, vec![s.clone()])
-        .await?
-        .affected
-        == 0
-    {
-        exec(ctx, server, &st.new_mark, vec![s, Value::Int(0)]).await?;
-    }
-    Ok(())
-}
-
-/// Sets `server`'s mark to `seq` (its row locked by `lock_mark` first).
-pub async fn set_mark(ctx: &ProcCtx, st: &Statements, server: usize, seq: u64) -> Result<()> {
-    exec(
-        ctx,
-        server,
-        &st.set_mark,
-        vec![Value::Int(seq as i64), Value::Int(server as i64)],
-    )
-    .await
-    .map(|_| ())
-}
-
 /// Keeps `update`'s row at `server`.
 pub async fn keep_update(
     ctx: &ProcCtx,
@@ -170,9 +127,8 @@ pub async fn keep_update(
     .map(|_| ())
 }
 
-/// What one replica's tables say.
+/// The update rows one replica holds: `(seq, origin, body)`.
 struct Replica {
-    mark: u64,
     updates: Vec<(u64, u32, String)>,
 }
 
@@ -181,15 +137,8 @@ async fn read_replica(shared: &Arc<Shared>, st: &Statements, server: u32) -> Res
     let state = Arc::new(Mutex::new(TxnState::new(txn)));
     let ctx = ProcCtx::new(shared.clone(), NodeId(server), None, state.clone());
     let p = server as usize;
-    let marks = exec(&ctx, p, &st.marks, vec![]).await?;
     let rows = exec(&ctx, p, &st.updates, vec![]).await?;
     crate::coordinator::commit(shared, NodeId(server), &state).await?;
-    let mark = marks
-        .rows
-        .iter()
-        .find(|r| r.first().and_then(Value::as_int) == Some(i64::from(server)))
-        .and_then(|r| r.get(1).and_then(Value::as_int))
-        .unwrap_or(0) as u64;
     let updates = rows
         .rows
         .iter()
@@ -201,11 +150,11 @@ async fn read_replica(shared: &Arc<Shared>, st: &Statements, server: u32) -> Res
             ))
         })
         .collect();
-    Ok(Replica { mark, updates })
+    Ok(Replica { updates })
 }
 
 /// After a restart: every update any replica kept, and what each server
-/// must apply (above its mark, in number order). Returns the highest
+/// must apply (the ones it lacks, in number order). Returns the highest
 /// update number, which the token numbers on from.
 pub async fn recover(
     shared: &Arc<Shared>,
@@ -228,14 +177,16 @@ pub async fn recover(
         decoded.insert(seq, Arc::new(decode(seq, *origin, body, procedures)?));
     }
     for (s, r) in replicas.iter().enumerate() {
+        let has: std::collections::BTreeSet<u64> = r.updates.iter().map(|u| u.0).collect();
         let missing: Vec<Arc<Update>> = decoded
-            .range(r.mark + 1..)
+            .iter()
+            .filter(|(seq, _)| !has.contains(seq))
             .map(|(_, u)| u.clone())
             .collect();
         if !missing.is_empty() {
             tracing::info!(
                 server = s,
-                mark = r.mark,
+                held = has.len(),
                 missing = missing.len(),
                 "elia: a replica catches up after a restart"
             );

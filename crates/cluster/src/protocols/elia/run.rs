@@ -188,10 +188,10 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     outcome
 }
 
-/// A global's commit point, its locks held (`log.rs`): its server's mark
-/// row locked, the update numbered and put in token order (or published,
-/// at the read replicas' primary), its row kept and the mark moved, in the
-/// global's own transaction. On an error the update is taken back.
+/// A global's commit point, its locks held (`log.rs`): the update
+/// numbered and put in token order (or published, at the read replicas'
+/// primary), its row kept in the global's own transaction. On an error
+/// the update is taken back.
 async fn commit_point(
     ctx: &ProcCtx,
     elia: &Elia,
@@ -202,16 +202,11 @@ async fn commit_point(
     let conveyor = &elia.conveyor;
     let st = conveyor.log(&ctx.shared)?;
     let p = server as usize;
-    log::lock_mark(ctx, &st, p).await?;
     let update = match turn {
         Some(t) => t.append(make),
         None => conveyor.publish(&ctx.shared, server, make),
     };
-    let kept = async {
-        log::keep_update(ctx, &st, p, &update).await?;
-        log::set_mark(ctx, &st, p, update.seq).await
-    }
-    .await;
+    let kept = log::keep_update(ctx, &st, p, &update).await;
     if let Err(e) = kept {
         match turn {
             Some(t) => t.withdraw(&update),
