@@ -146,7 +146,9 @@ async fn measure_point(
         config.grouping = Some(spec.grouping(label)?.clone());
     }
     config.lock.policy = spec.deadlock_policy(&protocol);
-    if config.elia.routes.is_empty() {
+    // Only `elia` routes calls (the analysis behind the default routes is
+    // not run for the other protocols' points).
+    if name == "elia" && config.elia.routes.is_empty() {
         if let Some(routes) = workload.elia_routes() {
             config.elia.routes = routes;
         }
