@@ -162,6 +162,24 @@ impl Link {
         self.topology.as_ref()?.one_way(site, server)
     }
 
+    /// `work` as a client at `site` sees it run at `server`: the request's
+    /// trip there before it, the answer's trip back after (where a
+    /// topology places clients; else `work` alone).
+    pub async fn client_trip<T>(
+        &self,
+        site: u32,
+        server: u32,
+        work: impl std::future::Future<Output = T>,
+    ) -> T {
+        let Some(hop) = self.client_hop(site, server) else {
+            return work.await;
+        };
+        tokio::time::sleep(hop).await;
+        let out = work.await;
+        tokio::time::sleep(hop).await;
+        out
+    }
+
     pub fn config(&self) -> LinkConfig {
         self.config
     }

@@ -22,6 +22,17 @@ use std::time::Duration;
 
 use brine_core::{Error, Result};
 
+/// The site (server) a client is at: its coordinator's node when that is
+/// one of the `servers` (co-located placement), else one by its session,
+/// so clients spread over the servers either way.
+pub fn client_site(node: brine_core::NodeId, session: Option<u64>, servers: u32) -> u32 {
+    if node.0 < servers {
+        node.0
+    } else {
+        (session.unwrap_or(0) % u64::from(servers)) as u32
+    }
+}
+
 /// One-way delays between sites.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Topology {

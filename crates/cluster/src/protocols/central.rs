@@ -35,20 +35,13 @@ impl Protocol for Central {
             // A client at another site crosses to server 0 and back (where
             // a topology places clients).
             let servers = call.shared.partitions.len() as u32;
-            let site = super::elia::site_of(call.node, call.session, servers);
-            let hop = call.shared.link.client_hop(site, 0);
-            if let Some(d) = hop {
-                tokio::time::sleep(d).await;
-            }
-            let outcome = run_acid(Call {
+            let site = crate::topology::client_site(call.node, call.session, servers);
+            let link = call.shared.link.clone();
+            let run = run_acid(Call {
                 node: NodeId(0),
                 ..call
-            })
-            .await;
-            if let Some(d) = hop {
-                tokio::time::sleep(d).await;
-            }
-            outcome
+            });
+            link.client_trip(site, 0, run).await
         })
     }
 

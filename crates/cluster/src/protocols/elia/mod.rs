@@ -31,8 +31,6 @@ mod log;
 pub mod routes;
 mod run;
 
-pub(crate) use run::site_of;
-
 use std::any::Any;
 use std::sync::Arc;
 

@@ -83,17 +83,6 @@ impl Statements for ReplicaStatements {
     }
 }
 
-/// The server a client is at: its coordinator's node when that is a
-/// server (co-located placement), else one by its session, so clients
-/// spread over the servers either way.
-pub(crate) fn site_of(node: NodeId, session: Option<u64>, servers: u32) -> u32 {
-    if node.0 < servers {
-        node.0
-    } else {
-        (session.unwrap_or(0) % u64::from(servers)) as u32
-    }
-}
-
 /// How a call runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum How {
@@ -118,7 +107,7 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     } = call;
     let conveyor = &elia.conveyor;
     let servers = conveyor.servers();
-    let reached = site_of(node, session, servers);
+    let reached = crate::topology::client_site(node, session, servers);
     let (placed, how) = match elia.mode {
         Mode::Conveyor => {
             let local_lg = shared.mutation == Some(crate::protocol::Mutation::EliaLocalLG);
@@ -166,26 +155,21 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     if placed.server != reached {
         counters.add(slot::ROUTED_AWAY, 1);
     }
-    // The client sends to the call's server from its own site, and hears
-    // back (where a topology places clients).
-    let hop = shared.link.client_hop(reached, placed.server);
-    if let Some(d) = hop {
-        tokio::time::sleep(d).await;
-    }
-    if elia.mode == Mode::ReadReplicas && how == How::Commutative {
-        // Read-your-writes: the replica has applied this client's writes.
-        conveyor.caught_up(placed.server, session).await;
-    }
     let at = At {
         placed,
         how,
         session,
     };
-    let outcome = run_at(elia, shared, proc, args, on_accept, at).await;
-    if let Some(d) = hop {
-        tokio::time::sleep(d).await;
-    }
-    outcome
+    // The client sends to the call's server from its own site, and hears
+    // back (where a topology places clients).
+    let call = async {
+        if elia.mode == Mode::ReadReplicas && how == How::Commutative {
+            // Read-your-writes: the replica has applied this client's writes.
+            conveyor.caught_up(placed.server, session).await;
+        }
+        run_at(elia, shared, proc, args, on_accept, at).await
+    };
+    shared.link.client_trip(reached, placed.server, call).await
 }
 
 /// A global's commit point, its locks held (`log.rs`): the update
