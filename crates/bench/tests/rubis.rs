@@ -8,12 +8,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brine_bench::workloads::base::BaseSet;
 use brine_bench::workloads::rubis::{self, check, procedures, Mix, Rubis, Scale};
 use brine_bench::workloads::tpcc::check::read_rows;
 use brine_bench::{run_bench, BenchError, BenchSpec, Workload};
 use brine_check::{Level, Outcome};
-use brine_cluster::{Cluster, ClusterConfig, Grouping, Isolation, LinkConfig, Mechanism};
+use brine_cluster::{Cluster, ClusterConfig, Isolation, LinkConfig};
 use brine_core::{Decimal, Error, Value};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -320,21 +319,12 @@ async fn bidding_keeps_the_checks_at_read_committed() -> R {
 /// Every procedure pipelined in one Callas group: the analysis knows which
 /// statements the bodies run in a loop (a nickname per bidder, an item per
 /// item of a user's page), so the pieces it cuts agree with what the
-/// bodies run; the checks pass.
+/// bodies run; the checks pass and the history is serializable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_procedure_pipelines_in_one_callas_group() -> R {
-    let app = procedures::application(&BaseSet::none());
-    let mut s = spec(Isolation::Serializable, None);
-    s.protocols = vec!["callas".into()];
-    s.cluster.protocol = "callas".into();
-    s.cluster.grouping = Some(Grouping::single(
-        Mechanism::Rp,
-        app.procedures.iter().map(|p| p.name.as_str()),
-    ));
     let w: Arc<dyn Workload> = Arc::new(Rubis::new(Scale::SMALL, Mix::BIDDING)?);
-    let report = run_bench(&s, &[w], |_| {}).await?;
-    let r = &report.results[0];
-    assert_eq!(r.check, "passed");
+    let s = spec(Isolation::Serializable, None);
+    let r = web_common::pipelined_history_is_clean(s, w, "rubis").await?;
     assert!(r.commits > 100, "{} commits", r.commits);
     Ok(())
 }
