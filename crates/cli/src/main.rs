@@ -13,6 +13,7 @@ mod group;
 mod metrics;
 mod node;
 mod service;
+mod up;
 mod workloads;
 
 use workloads::workloads_from;
@@ -218,7 +219,7 @@ enum ClusterCommand {
     #[command(after_long_help = "Example:\n  \
 brine cluster up --nodes 3 --dir /tmp/brine\n  \
 brine call --cluster /tmp/brine/cluster.toml transfer 1 2 10   (in another terminal)")]
-    Up(node::UpArgs),
+    Up(up::UpArgs),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -1023,7 +1024,7 @@ fn run_process_command(command: &Command) -> Option<ExitCode> {
     };
     Some(match command {
         Command::Server(a) => run(&|rt| rt.block_on(node::server(a))),
-        Command::Cluster(ClusterCommand::Up(a)) => run(&|rt| rt.block_on(node::up(a))),
+        Command::Cluster(ClusterCommand::Up(a)) => run(&|rt| rt.block_on(up::up(a))),
         Command::Call(a) => run(&|rt| rt.block_on(node::call(a))),
         Command::Status(a) => run(&|rt| rt.block_on(node::status(a))),
         Command::Sql(a) => run(&|rt| rt.block_on(node::sql(a))),
