@@ -70,6 +70,13 @@ pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
     config.link.jitter_us = 0;
     config.lock.policy = brine_cluster::protocols::default_deadlock_policy(&file.protocol);
     config.services = file.services.clone();
+    if file.protocol == "elia" {
+        // Every process routes calls alike: by the workload's routes, as
+        // `brine bench` gives them.
+        if let Some(routes) = workload_of(file)?.elia_routes() {
+            config.elia.routes = routes;
+        }
+    }
     Ok(config)
 }
 

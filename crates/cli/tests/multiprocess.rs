@@ -3,147 +3,16 @@
 //! misbehaving TCP clients.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BRINE: &str = env!("CARGO_BIN_EXE_brine");
-
-/// Server processes that are killed when the test ends, however it ends.
-struct Nodes {
-    dir: tempfile::TempDir,
-    config: PathBuf,
-    children: Vec<Child>,
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// A base port such that `base + o` is free for every offset `o`. Drawn
-/// below Linux's ephemeral range (32768 and up), where the thousands of
-/// client connections other tests open at the same time cannot take them.
-fn free_port_block(offsets: &[u16]) -> u16 {
-    use rand::Rng;
-    let mut rng = rand::thread_rng();
-    for _ in 0..1000 {
-        let base: u16 = rng.gen_range(20_000..32_000 - 200);
-        // Held together, so the check is of the whole block at once.
-        let held: Vec<TcpListener> = offsets
-            .iter()
-            .filter_map(|o| TcpListener::bind(("127.0.0.1", base + o)).ok())
-            .collect();
-        if held.len() == offsets.len() {
-            return base;
-        }
-    }
-    panic!("no free block of ports below 32000");
-}
-
-fn free_ports(n: usize) -> Vec<u16> {
-    let offsets: Vec<u16> = (0..n as u16).collect();
-    let base = free_port_block(&offsets);
-    offsets.iter().map(|o| base + o).collect()
-}
-
-fn brine(args: &[&str]) -> Output {
-    Command::new(BRINE)
-        .args(args)
-        .output()
-        .expect("running brine")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Writes a cluster file for `nodes` nodes and starts every server.
-fn start(nodes: usize, workload: &str, workload_args: &[&str]) -> Nodes {
-    start_with(nodes, workload, workload_args, "")
-}
-
-/// `start`, with extra top-level cluster-file lines.
-fn start_with(nodes: usize, workload: &str, workload_args: &[&str], extra: &str) -> Nodes {
-    start_as("acid", nodes, workload, workload_args, extra)
-}
-
-/// `start_with`, the servers running `protocol`.
-fn start_as(
-    protocol: &str,
-    nodes: usize,
-    workload: &str,
-    workload_args: &[&str],
-    extra: &str,
-) -> Nodes {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let ports = free_ports(nodes);
-    let args: Vec<String> = workload_args.iter().map(|a| format!("{a:?}")).collect();
-    let mut toml = format!(
-        "workload = \"{workload}\"\nworkload_args = [{}]\nprotocol = \"{protocol}\"\nisolation = \"serializable\"\npartitions_per_node = 1\n{extra}",
-        args.join(", ")
-    );
-    for (i, p) in ports.iter().enumerate() {
-        toml += &format!("\n[[nodes]]\nid = {i}\naddress = \"127.0.0.1:{p}\"\n");
-    }
-    let config = dir.path().join("cluster.toml");
-    std::fs::write(&config, toml).expect("writing the cluster file");
-    let mut cluster = Nodes {
-        config,
-        children: Vec::new(),
-        dir,
-    };
-    for i in 0..nodes {
-        let child = spawn_server(&cluster.config, cluster.dir.path(), i);
-        cluster.children.push(child);
-    }
-    wait_up(&cluster.config);
-    cluster
-}
-
-fn spawn_server(config: &Path, dir: &Path, node: usize) -> Child {
-    let log = std::fs::File::create(dir.join(format!("node-{node}.log"))).expect("log file");
-    Command::new(BRINE)
-        .env("RUST_LOG", "brine_cluster=info,brine=info")
-        .args(["server", "--config"])
-        .arg(config)
-        .args(["--node", &node.to_string()])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("starting brine server")
-}
-
-/// Waits until `brine status` sees every node up.
-fn wait_up(config: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let o = brine(&["status", "--cluster", config.to_str().expect("utf-8 path")]);
-        if o.status.success() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cluster did not come up:\n{}",
-            text(&o)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
+mod processes;
+use processes::{
+    brine, free_port_block, free_ports, path, seen, spawn_server, start, start_as, start_with,
+    text, wait_up, Nodes, Seen, BRINE,
+};
 
 #[test]
 fn bank_over_three_processes_keeps_its_invariant() {
@@ -615,32 +484,15 @@ fn interactive_transactions_commit_or_abort_over_the_network() {
 /// (from, to, outcome, started after the restart)
 type Transfer = (i64, i64, Seen, bool);
 
-/// A transfer's outcome as the client saw it.
-enum Seen {
-    Committed,
-    /// Why (shown if the balances do not add up).
-    Aborted(String),
-    /// The connection or the commit's answer was lost: it may have run.
-    Unknown,
-}
-
+/// A transfer's outcome: the procedure commits "refunded" (the credit
+/// failed, the debit was undone in the same transaction) or "insufficient
+/// funds": committed, but with no effect on balances.
 fn classify(r: &Result<brine_client::Called, brine_client::ClientError>) -> Seen {
-    use brine_client::ClientError;
     match r {
-        // The procedure commits "refunded" (the credit failed, the debit
-        // was undone in the same transaction) or "insufficient funds":
-        // committed, but with no effect on balances.
-        Ok(c) if c.values.first() == Some(&brine_core::Value::str("transferred")) => {
-            Seen::Committed
+        Ok(c) if c.values.first() != Some(&brine_core::Value::str("transferred")) => {
+            Seen::Aborted(format!("committed without effect: {:?}", c.values))
         }
-        Ok(c) => Seen::Aborted(format!("committed without effect: {:?}", c.values)),
-        Err(ClientError::Net { .. }) => Seen::Unknown,
-        Err(ClientError::Engine(brine_core::Error::Transport(m)))
-            if m.contains("outcome unknown") =>
-        {
-            Seen::Unknown
-        }
-        Err(e) => Seen::Aborted(e.to_string()),
+        r => seen(r),
     }
 }
 

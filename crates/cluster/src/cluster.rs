@@ -577,6 +577,7 @@ impl Cluster {
             wal,
         });
         let procedures = Arc::new(procedures);
+        shared.protocol.attach(&shared, &procedures);
         if recovering {
             // What the log says was promised but not done (Salt: accepted
             // BASE transactions; Elia: updates a replica lacks) is finished

@@ -172,6 +172,13 @@ pub trait Protocol: Send + Sync + 'static {
         })
     }
 
+    /// The cluster is built: its shared state and prepared procedures, for
+    /// a protocol with work of its own in this process (Elia across
+    /// processes: the server joins the token's ring). Runs once, before
+    /// any call.
+    fn attach(&self, _shared: &Arc<Shared>, _procedures: &Arc<HashMap<String, Arc<PreparedProc>>>) {
+    }
+
     /// Starts one partition's actor under this protocol's partition rules
     /// ([`Rules`](crate::partition::Rules)); the engine's plain rules (strict
     /// 2PL) unless the protocol has its own.

@@ -10,7 +10,7 @@ use brine_core::AbortCause;
 /// (`ClusterCounters::protocol`) and at each partition
 /// (`PartitionCounters::protocol`), reported under the names it gives
 /// them ([`Counter`], `Protocol::counters`).
-pub const PROTOCOL_SLOTS: usize = 8;
+pub const PROTOCOL_SLOTS: usize = 12;
 
 /// A protocol's own counter slots.
 #[derive(Debug, Default)]

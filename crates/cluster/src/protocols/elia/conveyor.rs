@@ -134,6 +134,7 @@ pub mod slot {
     pub const TURNS: usize = 5;
     pub const UPDATES_APPLIED: usize = 6;
     pub const APPLY_RETRIES: usize = 7;
+    pub const REGENERATIONS: usize = 8;
 }
 
 impl Conveyor {
@@ -156,6 +157,57 @@ impl Conveyor {
 
     pub fn servers(&self) -> u32 {
         self.servers
+    }
+
+    /// Lines 16-21 at `at`, the token's holder: the atomic snapshot of its
+    /// queue, every global of it run at once; their updates, in token
+    /// order, once every one of them ended.
+    pub async fn run_turn(&self, shared: &Shared, at: u32) -> Vec<Arc<Update>> {
+        let waiting = std::mem::take(&mut *self.queues[at as usize].lock());
+        if waiting.is_empty() {
+            return Vec::new();
+        }
+        let appended = Arc::new(Mutex::new(Vec::new()));
+        let (done, mut ended) = mpsc::channel::<()>(1);
+        for w in waiting {
+            let _ = w.send(Turn {
+                appended: appended.clone(),
+                sequence: self.sequence.clone(),
+                _done: done.clone(),
+            });
+        }
+        drop(done);
+        // Every turn dropped: every global of the snapshot ended.
+        while ended.recv().await.is_some() {}
+        shared.counters.protocol.add(slot::TURNS, 1);
+        let out = std::mem::take(&mut *appended.lock());
+        out
+    }
+
+    /// Whether a global waits at `server`.
+    pub fn queued(&self, server: u32) -> bool {
+        !self.queues[server as usize].lock().is_empty()
+    }
+
+    /// Waits until a global is queued somewhere (or `within` passed).
+    pub async fn queued_within(&self, within: Duration) {
+        let _ = tokio::time::timeout(within, self.wake.notified()).await;
+    }
+
+    /// The last update number given.
+    pub fn sequence(&self) -> u64 {
+        self.sequence.load(Ordering::Acquire)
+    }
+
+    /// The token's holder numbers on from `last` (the token's count).
+    pub fn number_from(&self, last: u64) {
+        self.sequence.fetch_max(last, Ordering::AcqRel);
+    }
+
+    /// The token is driven from outside (`ring.rs`: across processes), so
+    /// no task of this process carries it.
+    pub fn driven_elsewhere(&self) {
+        self.running.store(true, Ordering::Release);
     }
 
     /// Queues a global operation at `server` and waits for its turn at the
@@ -399,26 +451,13 @@ async fn token(conveyor: Arc<Conveyor>, shared: Weak<Shared>) {
         carried.extend(conveyor.outboxes[at as usize].lock().drain(..));
         conveyor.carried.store(carried.len(), Ordering::Release);
         // Lines 16-21: the atomic snapshot of the queue, run at once.
-        let waiting = std::mem::take(&mut *conveyor.queues[at as usize].lock());
-        if !waiting.is_empty() {
+        let queued = conveyor.queues[at as usize].lock().len();
+        if queued > 0 {
             // In flight while they run.
             conveyor
                 .carried
-                .store(carried.len() + waiting.len(), Ordering::Release);
-            let appended = Arc::new(Mutex::new(Vec::new()));
-            let (done, mut ended) = mpsc::channel::<()>(1);
-            for w in waiting {
-                let _ = w.send(Turn {
-                    appended: appended.clone(),
-                    sequence: conveyor.sequence.clone(),
-                    _done: done.clone(),
-                });
-            }
-            drop(done);
-            // Every turn dropped: every global of the snapshot ended.
-            while ended.recv().await.is_some() {}
-            sh.counters.protocol.add(slot::TURNS, 1);
-            carried.extend(appended.lock().drain(..));
+                .store(carried.len() + queued, Ordering::Release);
+            carried.extend(conveyor.run_turn(&sh, at).await);
             conveyor.carried.store(carried.len(), Ordering::Release);
         }
         // Nothing to carry and nobody waiting: the token rests here until
@@ -454,7 +493,7 @@ async fn token(conveyor: Arc<Conveyor>, shared: Weak<Shared>) {
 /// Updates applied in one replay transaction at most: a visit's updates
 /// go in batches, in token order, each batch atomically (a prefix of the
 /// token's order is what any server shows at any time).
-const APPLY_BATCH: usize = 128;
+pub(super) const APPLY_BATCH: usize = 128;
 
 /// Applies `updates` at `server`, in order: their statements with their
 /// bound values, a batch per transaction of the oldest age (wait-die never

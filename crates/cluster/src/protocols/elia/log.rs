@@ -42,11 +42,13 @@ CREATE TABLE elia_updates (seq INT, origin INT NOT NULL, body TEXT NOT NULL, PRI
 
 const INSERT_UPDATE: &str = "INSERT INTO elia_updates (seq, origin, body) VALUES ($q, $o, $b)";
 const UPDATES: &str = "SELECT seq, origin, body FROM elia_updates";
+const UPDATE: &str = "SELECT seq, origin, body FROM elia_updates WHERE seq = $q";
 
 /// The statements above, prepared once against the cluster's catalog.
 pub struct Statements {
     insert_update: Arc<Plan>,
     updates: Arc<Plan>,
+    update: Arc<Plan>,
 }
 
 impl Statements {
@@ -59,6 +61,7 @@ impl Statements {
         Ok(Statements {
             insert_update: p(INSERT_UPDATE)?,
             updates: p(UPDATES)?,
+            update: p(UPDATE)?,
         })
     }
 }
@@ -83,8 +86,12 @@ impl Body {
     }
 
     fn encode(&self) -> Result<Value> {
+        self.json().map(|s| Value::str(&s))
+    }
+
+    /// As its row keeps it (and the token carries it across processes).
+    pub fn json(&self) -> Result<String> {
         serde_json::to_string(self)
-            .map(|s| Value::str(&s))
             .map_err(|e| Error::Internal(format!("elia: encoding an update: {e}")))
     }
 }
@@ -127,20 +134,11 @@ pub async fn keep_update(
     .map(|_| ())
 }
 
-/// The update rows one replica holds: `(seq, origin, body)`.
-struct Replica {
-    updates: Vec<(u64, u32, String)>,
-}
+/// An update row: `(seq, origin, body)`.
+pub type Row = (u64, u32, String);
 
-async fn read_replica(shared: &Arc<Shared>, st: &Statements, server: u32) -> Result<Replica> {
-    let txn = shared.new_txn(None);
-    let state = Arc::new(Mutex::new(TxnState::new(txn)));
-    let ctx = ProcCtx::new(shared.clone(), NodeId(server), None, state.clone());
-    let p = server as usize;
-    let rows = exec(&ctx, p, &st.updates, vec![]).await?;
-    crate::coordinator::commit(shared, NodeId(server), &state).await?;
-    let updates = rows
-        .rows
+fn update_rows(rows: &brine_sql::QueryResult) -> Vec<Row> {
+    rows.rows
         .iter()
         .filter_map(|r| {
             Some((
@@ -149,8 +147,49 @@ async fn read_replica(shared: &Arc<Shared>, st: &Statements, server: u32) -> Res
                 r.get(2)?.as_str()?.to_string(),
             ))
         })
-        .collect();
-    Ok(Replica { updates })
+        .collect()
+}
+
+/// Runs `plan` once per parameter list at `server`, in one read-only
+/// transaction; every row they return.
+async fn read_at(
+    shared: &Arc<Shared>,
+    server: u32,
+    plan: &Arc<Plan>,
+    params: Vec<Vec<Value>>,
+) -> Result<Vec<Row>> {
+    let txn = shared.new_txn(None);
+    let state = Arc::new(Mutex::new(TxnState::new(txn)));
+    let ctx = ProcCtx::new(shared.clone(), NodeId(server), None, state.clone());
+    let p = server as usize;
+    let mut out = Vec::new();
+    for ps in params {
+        match exec(&ctx, p, plan, ps).await {
+            Ok(rows) => out.extend(update_rows(&rows)),
+            Err(e) => {
+                crate::coordinator::abort(shared, NodeId(server), &state).await;
+                return Err(e);
+            }
+        }
+    }
+    crate::coordinator::commit(shared, NodeId(server), &state).await?;
+    Ok(out)
+}
+
+/// Every update row `server`'s replica holds.
+pub async fn held(shared: &Arc<Shared>, st: &Statements, server: u32) -> Result<Vec<Row>> {
+    read_at(shared, server, &st.updates, vec![vec![]]).await
+}
+
+/// The rows of updates `seqs` that `server`'s replica holds.
+pub async fn rows(
+    shared: &Arc<Shared>,
+    st: &Statements,
+    server: u32,
+    seqs: &[u64],
+) -> Result<Vec<Row>> {
+    let params = seqs.iter().map(|&q| vec![Value::Int(q as i64)]).collect();
+    read_at(shared, server, &st.update, params).await
 }
 
 /// After a restart: every update any replica kept, and what each server
@@ -166,8 +205,8 @@ pub async fn recover(
     let mut replicas = Vec::with_capacity(servers as usize);
     let mut all: BTreeMap<u64, (u32, String)> = BTreeMap::new();
     for s in 0..servers {
-        let r = read_replica(shared, st, s).await?;
-        for (seq, origin, body) in &r.updates {
+        let r = held(shared, st, s).await?;
+        for (seq, origin, body) in &r {
             all.entry(*seq).or_insert_with(|| (*origin, body.clone()));
         }
         replicas.push(r);
@@ -177,7 +216,7 @@ pub async fn recover(
         decoded.insert(seq, Arc::new(decode(seq, *origin, body, procedures)?));
     }
     for (s, r) in replicas.iter().enumerate() {
-        let has: std::collections::BTreeSet<u64> = r.updates.iter().map(|u| u.0).collect();
+        let has: std::collections::BTreeSet<u64> = r.iter().map(|u| u.0).collect();
         let missing: Vec<Arc<Update>> = decoded
             .iter()
             .filter(|(seq, _)| !has.contains(seq))
@@ -196,7 +235,7 @@ pub async fn recover(
     Ok(decoded.keys().next_back().copied().unwrap_or(0))
 }
 
-fn decode(
+pub fn decode(
     seq: u64,
     origin: u32,
     body: &str,

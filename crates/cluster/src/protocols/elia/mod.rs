@@ -24,10 +24,12 @@
 //!
 //! Registered as `elia`. The topology: one server per node, one partition
 //! per node. The routes come from `ClusterConfig::elia` (see
-//! `docs/elia.md`). Not yet: durability, processes, per-pair delays.
+//! `docs/elia.md`). In one process the token is a task (`conveyor.rs`);
+//! across processes, a message between them (`ring.rs`).
 
 pub mod conveyor;
 mod log;
+mod ring;
 pub mod routes;
 mod run;
 
@@ -72,6 +74,8 @@ pub struct Elia {
     mode: Mode,
     routes: Routes,
     conveyor: Arc<Conveyor>,
+    /// Across processes: this process's part of the token's ring.
+    ring: Option<Arc<ring::Ring>>,
 }
 
 pub const ELIA: Registration = Registration {
@@ -103,6 +107,7 @@ const COUNTERS: &[Counter] = &[
     counter("token_turns", slot::TURNS),
     counter("updates_applied", slot::UPDATES_APPLIED),
     counter("apply_retries", slot::APPLY_RETRIES),
+    counter("token_regenerations", slot::REGENERATIONS),
 ];
 
 impl Elia {
@@ -114,11 +119,19 @@ impl Elia {
                 config.partitions_per_node
             )));
         }
+        if config.nodes > ring::MAX_SERVERS {
+            return Err(Error::Config(format!(
+                "elia runs at most {} servers (nodes), not {}",
+                ring::MAX_SERVERS,
+                config.nodes
+            )));
+        }
         config.elia.routes.validate()?;
         Ok(Elia {
             mode,
             routes: config.elia.routes.clone(),
             conveyor: Arc::new(Conveyor::new(config.nodes)),
+            ring: None,
         })
     }
 
@@ -149,12 +162,20 @@ impl Protocol for Elia {
 
     /// Without routes given, the analysis chooses them (every procedure
     /// weighted 1: a workload passes its mix's weights through
-    /// `ClusterConfig::elia` instead).
+    /// `ClusterConfig::elia` instead). Across processes, the process's
+    /// part of the ring.
     fn start(&self, setup: &Setup<'_>) -> Result<Option<Arc<dyn Protocol>>> {
         if self.mode != Mode::Conveyor {
             return Ok(None);
         }
-        if !self.routes.is_empty() {
+        let routes = if self.routes.is_empty() {
+            Routes::analyzed(
+                setup.app_name,
+                setup.ddl,
+                setup.procedures,
+                &Default::default(),
+            )?
+        } else {
             // Routes given: each names a procedure of the application.
             let known: Vec<&str> = setup.procedures.iter().map(|p| p.name.as_str()).collect();
             if let Some(unknown) = self.routes.names().find(|n| !known.contains(n)) {
@@ -165,38 +186,84 @@ impl Protocol for Elia {
                     known.join(", ")
                 )));
             }
-            return Ok(None);
-        }
-        let routes = Routes::analyzed(
-            setup.app_name,
-            setup.ddl,
-            setup.procedures,
-            &Default::default(),
-        )?;
+            if setup.hosting.is_none() {
+                return Ok(None);
+            }
+            self.routes.clone()
+        };
+        let servers = self.conveyor.servers();
+        let conveyor = Arc::new(Conveyor::new(servers));
+        let ring = setup.hosting.as_ref().map(|h| {
+            let me = (h.node.0 < servers).then_some(h.node.0);
+            Arc::new(ring::Ring::new(
+                me,
+                servers,
+                h.peers.clone(),
+                conveyor.clone(),
+            ))
+        });
         Ok(Some(Arc::new(Elia {
             mode: self.mode,
             routes,
-            conveyor: Arc::new(Conveyor::new(self.conveyor.servers())),
+            conveyor,
+            ring,
         })))
     }
 
     fn check_deployment(&self, multi_process: bool, _durable: bool) -> Result<()> {
-        if multi_process {
+        if multi_process && self.mode == Mode::ReadReplicas {
             return Err(Error::Config(
-                "elia runs on the embedded cluster for now: its servers as processes (the \
-                 token between them, a crashed holder's token regenerated) are not built yet"
+                "read-replicas (a baseline of the embedded cluster) runs in one process; \
+                 elia runs across processes"
                     .into(),
             ));
         }
         Ok(())
     }
 
+    fn attach(
+        &self,
+        shared: &Arc<crate::coordinator::Shared>,
+        procedures: &Arc<std::collections::HashMap<String, Arc<crate::procedure::PreparedProc>>>,
+    ) {
+        if let Some(ring) = &self.ring {
+            ring.attach(shared, procedures);
+        }
+    }
+
+    /// Elia's messages between processes: the token, fences, joins,
+    /// forwarded calls (`ring.rs`).
+    fn serve<'a>(&'a self, bytes: Vec<u8>) -> BoxFuture<'a, Result<Vec<u8>>> {
+        Box::pin(async move {
+            let ring = self
+                .ring
+                .as_ref()
+                .ok_or_else(|| Error::Config("elia: this process is not part of a ring".into()))?;
+            let msg: ring::RingMsg = postcard::from_bytes(&bytes)
+                .map_err(|e| Error::Transport(format!("elia: a malformed message: {e}")))?;
+            let answer = match msg {
+                ring::RingMsg::Call {
+                    procedure,
+                    args,
+                    how,
+                } => ring::RingAnswer::Called(
+                    run::run_forwarded(self, ring, &procedure, args, how).await,
+                ),
+                msg => ring.handle(msg).await?,
+            };
+            postcard::to_allocvec(&answer)
+                .map_err(|e| Error::Internal(format!("elia: encoding an answer: {e}")))
+        })
+    }
+
     fn extra_ddl(&self) -> &'static str {
         log::DDL
     }
 
+    /// In one process; across processes a restarted server joins the
+    /// ring instead (`ring.rs`).
     fn recovers_from_log(&self) -> bool {
-        true
+        self.ring.is_none()
     }
 
     /// After a restart from the logs: every replica applies the updates
@@ -247,7 +314,10 @@ impl Protocol for Elia {
     }
 
     fn quiesce(&self, within: std::time::Duration) -> BoxFuture<'_, Result<()>> {
-        Box::pin(self.conveyor.settled(within))
+        match &self.ring {
+            Some(ring) => Box::pin(ring.settled(within)),
+            None => Box::pin(self.conveyor.settled(within)),
+        }
     }
 
     fn counters(&self) -> &'static [Counter] {

@@ -84,8 +84,8 @@ impl Statements for ReplicaStatements {
 }
 
 /// How a call runs.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum How {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) enum How {
     Commutative,
     Local,
     /// At the token holder; its update appended to the token.
@@ -155,6 +155,16 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     if placed.server != reached {
         counters.add(slot::ROUTED_AWAY, 1);
     }
+    if let Some(ring) = &elia.ring {
+        if !ring.hosts(placed.server) {
+            // Across processes: the call runs in its server's process.
+            let outcome = ring.forward(placed.server, &proc.name, args, how).await?;
+            if let Some(tx) = on_accept {
+                let _ = tx.send(());
+            }
+            return Ok(outcome);
+        }
+    }
     let at = At {
         placed,
         how,
@@ -170,6 +180,50 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
         run_at(elia, shared, proc, args, on_accept, at).await
     };
     shared.link.client_trip(reached, placed.server, call).await
+}
+
+/// A call another process forwarded here (`Ring::forward`), placed there
+/// as `how` says: run here, if this server's routes place it here too.
+pub(super) async fn run_forwarded(
+    elia: &Elia,
+    ring: &super::ring::Ring,
+    procedure: &str,
+    args: Vec<Value>,
+    how: How,
+) -> Result<(Vec<Value>, u32)> {
+    let (shared, procedures) = ring.attached()?;
+    let proc = procedures
+        .get(procedure)
+        .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?;
+    let server = ring
+        .me()
+        .ok_or_else(|| Error::Config("elia: this process is no server".into()))?;
+    if how != How::Commutative {
+        let local_lg = shared.mutation == Some(crate::protocol::Mutation::EliaLocalLG);
+        let placed =
+            elia.routes
+                .place_as(&proc.name, &args, elia.conveyor.servers(), server, local_lg)?;
+        if placed.server != server || placed.global != (how == How::Turn) {
+            return Err(Error::Config(format!(
+                "elia: `{procedure}` was sent to server {server} as {how:?}, but its routes here \
+                 place it at server {} ({}): the processes run different routes (give every \
+                 process the cluster file's workload options)",
+                placed.server,
+                if placed.global { "global" } else { "local" }
+            )));
+        }
+    }
+    let at = At {
+        placed: Placed {
+            server,
+            global: how == How::Turn,
+        },
+        how,
+        session: None,
+    };
+    run_at(elia, &shared, proc, args, None, at)
+        .await
+        .map(|o| (o.values, o.attempts))
 }
 
 /// A global's commit point, its locks held (`log.rs`): the update
