@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use brine_core::Value;
 
 mod processes;
-use processes::{brine, path, seen, spawn_server, start_as, text, wait_up, Nodes, Seen};
+use processes::{
+    brine, client_runtime, path, seen, spawn_server, start_loaded, wait_up, Nodes, Seen,
+};
 
 /// elia-micro's layout: item k at server k mod 3, 100 global rows.
 const SERVERS: i64 = 3;
@@ -93,22 +95,9 @@ fn node_logs(cluster: &Nodes) -> String {
 #[test]
 fn acknowledged_operations_survive_servers_killed_and_the_token_regenerated() {
     use rand::{Rng, SeedableRng};
-    let mut cluster = start_as(
-        "elia",
-        3,
-        "elia-micro",
-        &["--op-ms", "0"],
-        "durability = \"wal\"\ndata_dir = \"data\"\n",
-    );
+    let mut cluster = start_loaded("elia", "elia-micro", &["--op-ms", "0"]);
     let config = cluster.config.clone();
-    let load = brine(&["load", "--cluster", path(&config)]);
-    assert!(load.status.success(), "{}", text(&load));
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = client_runtime();
     let client = brine_client::Client::from_file(&config).expect("client");
     let stop = Arc::new(AtomicBool::new(false));
     let phase = Arc::new(AtomicU32::new(RUNNING));

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 mod processes;
 use processes::{
-    brine, free_port_block, free_ports, path, seen, spawn_server, start, start_as, start_with,
-    text, wait_up, Nodes, Seen, BRINE,
+    brine, client_runtime, free_port_block, free_ports, path, seen, spawn_server, start, start_as,
+    start_loaded, text, wait_up, Nodes, Seen, BRINE,
 };
 
 #[test]
@@ -530,21 +530,9 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     const ACCOUNTS: i64 = 30;
-    let mut cluster = start_with(
-        3,
-        "bank",
-        &["--accounts", "30"],
-        "durability = \"wal\"\ndata_dir = \"data\"\n",
-    );
+    let mut cluster = start_loaded("acid", "bank", &["--accounts", "30"]);
     let config = cluster.config.clone();
-    let load = brine(&["load", "--cluster", path(&config)]);
-    assert!(load.status.success(), "{}", text(&load));
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = client_runtime();
     let client = brine_client::Client::from_file(&config).expect("client");
     let stop = Arc::new(AtomicBool::new(false));
     // (from, to, outcome, after the restart)

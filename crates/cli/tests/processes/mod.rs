@@ -145,6 +145,25 @@ pub fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
+/// Three durable server processes running `protocol` and `workload`, its
+/// data loaded.
+pub fn start_loaded(protocol: &str, workload: &str, workload_args: &[&str]) -> Nodes {
+    let durable = "durability = \"wal\"\ndata_dir = \"data\"\n";
+    let cluster = start_as(protocol, 3, workload, workload_args, durable);
+    let load = brine(&["load", "--cluster", path(&cluster.config)]);
+    assert!(load.status.success(), "{}", text(&load));
+    cluster
+}
+
+/// The runtime of a test's own clients.
+pub fn client_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// A call's outcome as its client saw it.
 pub enum Seen {
     Committed,
