@@ -44,6 +44,10 @@ pub struct ProcSource {
     /// body that runs every statement once, in `order`
     /// (`brine_cluster::Reordering`, [`crate::order`]).
     pub reorderings: Vec<(String, Vec<String>)>,
+    /// Notes the application declares with the procedure (an application
+    /// file); the built-in workloads' are kept by the analysis
+    /// (`crate::workloads::notes`).
+    pub notes: Option<ProcNotes>,
 }
 
 /// What one operation touches, read off its access descriptor.

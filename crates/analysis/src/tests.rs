@@ -46,6 +46,7 @@ fn proc(name: &str, ops: &[&str]) -> ProcSource {
             })
             .collect(),
         reorderings: Vec::new(),
+        notes: None,
     }
 }
 
@@ -167,6 +168,7 @@ macro_rules! source {
                 .iter()
                 .map(|r| (r.name.clone(), r.order.clone()))
                 .collect(),
+            notes: None,
         }
     };
 }
@@ -368,6 +370,7 @@ fn commutative_increments_need_no_rank() {
             ),
         ],
         reorderings: Vec::new(),
+        notes: None,
     };
     let sp = specs(ddl, &[p]);
     let g: Vec<&ProcSpec> = sp.iter().collect();

@@ -23,7 +23,7 @@ pub fn specs_with_notes(
     ddl: &str,
     procs: &[ProcSource],
 ) -> Result<(Catalog, Vec<ProcSpec>)> {
-    let notes: Vec<Option<ProcNotes>> = procs.iter().map(|p| notes(app, &p.name)).collect();
+    let notes: Vec<Option<ProcNotes>> = procs.iter().map(|p| notes_of(app, p)).collect();
     specs_from_sources(ddl, procs, |name| {
         procs
             .iter()
@@ -44,6 +44,12 @@ pub fn elia_plan_for(
 ) -> Result<EliaPlan> {
     let (_, specs) = specs_with_notes(app, ddl, procs)?;
     crate::elia::elia_plan(&specs, weights)
+}
+
+/// The notes of `proc`: those its application declares, else those the
+/// analysis keeps for a built-in workload's.
+pub fn notes_of(app: &str, proc: &ProcSource) -> Option<ProcNotes> {
+    proc.notes.clone().or_else(|| notes(app, &proc.name))
 }
 
 /// Notes for procedure `proc` of application `app`, if the analysis has
@@ -420,6 +426,7 @@ CREATE TABLE p5 (client INT PRIMARY KEY, val INT NOT NULL);
             name: PROC.into(),
             statements,
             reorderings: Vec::new(),
+            notes: None,
         }
     }
 

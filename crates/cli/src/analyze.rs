@@ -28,7 +28,8 @@ use clap::Args;
 #[derive(Args, Debug)]
 pub struct AnalyzeArgs {
     /// Workload: tpcc, tpcw, rubis, ticket, micro, micro2, micro3, bank,
-    /// register, list-append, or callas-rollback (seed 000 section 4.6.6).
+    /// register, list-append, callas-rollback (seed 000 section 4.6.6), or
+    /// an application file (FILE.toml, docs/apps.md).
     pub workload: String,
     /// A group of procedures, comma-separated; repeat for several groups.
     /// Default: the sources' grouping for tpcc, otherwise one group of
@@ -66,12 +67,39 @@ struct App {
     mix: Vec<(&'static str, f64)>,
 }
 
+/// An application file's application, with its [bench] mix if it has one.
+fn app_file(path: &str) -> Result<App, String> {
+    let f = brine_app::load(std::path::Path::new(path)).map_err(|e| e.to_string())?;
+    let procs = f
+        .application
+        .procedures
+        .iter()
+        .map(brine_cluster::ProcedureDef::source)
+        .collect();
+    let mix = f
+        .bench
+        .map(|b| {
+            b.mix
+                .into_iter()
+                .map(|(n, w)| (&*Box::leak(n.into_boxed_str()), w))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(App {
+        name: f.application.name,
+        ddl: f.application.ddl,
+        procs,
+        mix,
+    })
+}
+
 /// The workload's application, with its default mix.
 fn application(workload: &str, tpcc_order: Option<&str>) -> Result<App, String> {
     if tpcc_order.is_some() && workload != "tpcc" {
         return Err(format!("--tpcc-order applies to tpcc, not `{workload}`"));
     }
     let w: Box<dyn Workload> = match workload {
+        file if file.ends_with(".toml") => return app_file(file),
         "callas-rollback" => {
             return Ok(App {
                 name: rollback_micro::APP.into(),
@@ -259,7 +287,7 @@ fn run_inner(args: &AnalyzeArgs) -> Result<(), String> {
     } = application(&args.workload, args.tpcc_order.as_deref())?;
     let notes: Vec<(String, Option<brine_analysis::ProcNotes>)> = procs
         .iter()
-        .map(|p| (p.name.clone(), workloads::notes(&app, &p.name)))
+        .map(|p| (p.name.clone(), workloads::notes_of(&app, p)))
         .collect();
     let (catalog, specs) =
         workloads::specs_with_notes(&app, &ddl, &procs).map_err(|e| e.to_string())?;

@@ -257,6 +257,8 @@ enum WorkloadName {
     /// Elia's microbenchmark: --local-percent LIST local operations, the rest global, each
     /// holding its locks --op-ms (default 5); client i at server i mod nodes.
     EliaMicro,
+    /// An application file (--app FILE): its schema, procedures and [bench] (docs/apps.md).
+    App,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -457,6 +459,10 @@ struct BenchArgs {
     /// rollback: percentages of calls the check on C rolls back, comma-separated (default 0).
     #[arg(long, value_name = "LIST")]
     rollback_percent: Option<String>,
+
+    /// app: the application file (docs/apps.md).
+    #[arg(long, value_name = "FILE")]
+    app: Option<std::path::PathBuf>,
 
     /// elia-micro: percentages of local operations, comma-separated (default 70).
     #[arg(long, value_name = "LIST")]

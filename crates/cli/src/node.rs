@@ -126,12 +126,20 @@ pub struct ServerArgs {
     /// node, at the address the cluster file's `[services]` gives it.
     #[arg(long, value_name = "NAME", conflicts_with = "node")]
     pub service: Option<String>,
+    /// Run the application in FILE (docs/apps.md) instead of the cluster
+    /// file's workload; every process of the cluster must be given it.
+    #[arg(long, value_name = "FILE")]
+    pub app: Option<PathBuf>,
 }
 
 /// Runs one node, or one of the protocol's services, until Ctrl-C or
 /// SIGTERM.
 pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
-    let file = read_file(&args.config)?;
+    let mut file = read_file(&args.config)?;
+    if let Some(app) = &args.app {
+        file.workload = "app".into();
+        file.workload_args = vec!["--app".into(), app.display().to_string()];
+    }
     let me = match (args.node, &args.service) {
         (_, Some(name)) => return crate::service::serve(&file, name).await,
         (Some(n), None) => n,

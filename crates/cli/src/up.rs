@@ -26,8 +26,12 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 7400)]
     pub port: u16,
     /// The application: a `brine bench` workload name.
-    #[arg(long, default_value = "bank")]
+    #[arg(long, default_value = "bank", conflicts_with = "app")]
     pub workload: String,
+    /// The application from a file (docs/apps.md) instead of a built-in
+    /// workload: every node loads it.
+    #[arg(long, value_name = "FILE")]
+    pub app: Option<PathBuf>,
     /// Its options, as one string (e.g. "--warehouses 2").
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub workload_args: String,
@@ -41,6 +45,17 @@ pub struct UpArgs {
     /// DIR/data/node-<n>, recovered when a node restarts.
     #[arg(long, default_value = "none")]
     pub durability: String,
+}
+
+/// `path` made absolute (the nodes run in another directory), as text.
+fn absolute(path: &std::path::Path) -> Result<String, NodeError> {
+    let abs = std::path::absolute(path).map_err(|source| NodeError::Io {
+        context: format!("resolving {}", path.display()),
+        source,
+    })?;
+    abs.to_str()
+        .map(String::from)
+        .ok_or_else(|| NodeError::Config(format!("{} is not UTF-8", abs.display())))
 }
 
 /// Writes the cluster file, starts the nodes, stops them on Ctrl-C/SIGTERM.
@@ -77,12 +92,18 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         .collect();
     let file = ClusterFile {
         services: services.clone(),
-        workload: args.workload.clone(),
-        workload_args: args
-            .workload_args
-            .split_whitespace()
-            .map(String::from)
-            .collect(),
+        workload: match &args.app {
+            Some(_) => "app".into(),
+            None => args.workload.clone(),
+        },
+        workload_args: match &args.app {
+            Some(app) => vec!["--app".into(), absolute(app)?],
+            None => args
+                .workload_args
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+        },
         protocol: args.protocol.clone(),
         isolation: args.isolation.clone(),
         partitions_per_node: args.partitions_per_node,

@@ -88,6 +88,9 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
             "rollback",
         )?;
     }
+    if args.workload != WorkloadName::App {
+        only(args.app.is_some(), "--app", "app")?;
+    }
     if args.workload != WorkloadName::EliaMicro {
         only(
             args.local_percent.is_some(),
@@ -283,6 +286,14 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
                 .into_iter()
                 .map(|p| Ok(Arc::new(EliaMicro::new(p, ms)?) as Arc<dyn Workload>))
                 .collect()
+        }
+        WorkloadName::App => {
+            let path = args.app.as_ref().ok_or_else(|| {
+                BenchError::Config("the app workload needs --app FILE (docs/apps.md)".into())
+            })?;
+            Ok(vec![
+                Arc::new(brine_app::AppWorkload::open(path)?) as Arc<dyn Workload>
+            ])
         }
         WorkloadName::Rollback => {
             let percents = match &args.rollback_percent {

@@ -53,6 +53,11 @@ pub struct ProcedureDef {
     /// The isolation the procedure needs, if less than the cluster's: it
     /// runs at the weaker of the two (see [`ProcedureDef::isolation`]).
     pub isolation: Option<Isolation>,
+    /// What the static analyses need to know of the body beyond its
+    /// statements (loops, rollbacks, partitioning arguments), when the
+    /// application declares it (an application file; the built-in
+    /// workloads' notes are kept by `brine_analysis::workloads`).
+    pub notes: Option<brine_analysis::ProcNotes>,
 }
 
 /// A body equivalent to a procedure's own (same arguments, results and
@@ -91,6 +96,7 @@ impl ProcedureDef {
             native: false,
             reorderings: Vec::new(),
             isolation: None,
+            notes: None,
             body: Arc::new(move |_, _| {
                 let missing = missing.clone();
                 Box::pin(async move {
@@ -167,6 +173,7 @@ impl ProcedureDef {
                 .iter()
                 .map(|r| (r.name.clone(), r.order.clone()))
                 .collect(),
+            notes: self.notes.clone(),
         }
     }
 

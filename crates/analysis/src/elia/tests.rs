@@ -22,6 +22,7 @@ fn proc(name: &str, statements: &[(&str, &str)]) -> ProcSource {
             .map(|(n, s)| (n.to_string(), s.to_string()))
             .collect(),
         reorderings: Vec::new(),
+        notes: None,
     }
 }
 
@@ -503,6 +504,7 @@ fn workload(w: &dyn Workload) -> (Vec<ProcSpec>, HashMap<String, f64>) {
             name: p.name.clone(),
             statements: p.statements.clone(),
             reorderings: Vec::new(),
+            notes: None,
         })
         .collect();
     let specs = workloads::specs_with_notes(&app.name, &app.ddl, &procs)

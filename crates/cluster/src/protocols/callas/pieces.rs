@@ -394,7 +394,7 @@ pub fn plan_pieces(
             candidates.push(if g.as_written {
                 vec![own.clone()]
             } else {
-                let notes = brine_analysis::workloads::notes(app, &src.name).unwrap_or_default();
+                let notes = brine_analysis::workloads::notes_of(app, src).unwrap_or_default();
                 own.clone()
                     .with_reorderings(&catalog, src, &notes)
                     .map_err(fail)?

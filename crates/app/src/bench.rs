@@ -1,0 +1,436 @@
+//! `brine bench app --app FILE`: an application file's `[bench]` as a
+//! workload. Its Lua loads the data (`setup`), makes each call's
+//! arguments (`args`), judges each call's result (`expect`) and checks
+//! the data after the run (`check`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use brine_bench::error::{BenchError, Result};
+use brine_bench::workload::{BoxFuture, ClientGen, TxnRequest, Workload};
+use brine_cluster::{Application, CallOutcome, Cluster, Txn};
+use brine_core::{Row, Value};
+use mlua::{Function, Lua, MultiValue};
+use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Map, Value as Json};
+
+use crate::file::{AppFile, BenchSpec, Chunk};
+use crate::lua::{self, from_lua, install, result_table, row_table, values_of};
+
+/// `return function(<params>) <text> end`, the text at its line.
+fn function_chunk(params: &str, c: &Chunk) -> String {
+    format!(
+        "{}return function({params}) {}\nend",
+        "\n".repeat(c.line.saturating_sub(1)),
+        c.text
+    )
+}
+
+/// Rows `setup` inserted, by table, in the order tables were first used.
+#[derive(Default)]
+struct Inserted(Vec<(String, Vec<Row>)>);
+
+/// A client's random numbers, for `random(lo, hi)`.
+struct Dice(SmallRng);
+
+fn bench_globals(lua: &Lua) -> mlua::Result<()> {
+    install(lua, false)?;
+    lua.globals().set(
+        "random",
+        lua.create_function(|lua, (lo, hi): (i64, i64)| {
+            if lo > hi {
+                return Err(mlua::Error::runtime(format!("random({lo}, {hi}): lo > hi")));
+            }
+            let mut dice = lua
+                .app_data_mut::<Dice>()
+                .ok_or_else(|| mlua::Error::runtime("random outside a client"))?;
+            Ok(dice.0.gen_range(lo..=hi))
+        })?,
+    )?;
+    lua.globals().set(
+        "insert",
+        lua.create_function(|lua, (table, row): (String, mlua::Table)| {
+            let n = row.raw_len();
+            let values = (1..=n)
+                .map(|i| from_lua(&row.raw_get(i)?))
+                .collect::<mlua::Result<Row>>()?;
+            let mut ins = lua
+                .app_data_mut::<Inserted>()
+                .ok_or_else(|| mlua::Error::runtime("insert outside setup"))?;
+            match ins.0.iter_mut().find(|(t, _)| *t == table) {
+                Some((_, rows)) => rows.push(values),
+                None => ins.0.push((table, vec![values])),
+            }
+            Ok(())
+        })?,
+    )?;
+    Ok(())
+}
+
+/// Compiles every chunk of `spec` (errors name the file and line).
+pub fn compile_all(file: &str, spec: &BenchSpec) -> std::result::Result<(), String> {
+    let lua = Lua::new();
+    bench_globals(&lua).map_err(|e| e.to_string())?;
+    let chunks = spec
+        .setup
+        .iter()
+        .chain(spec.check.iter())
+        .map(|c| ("", c))
+        .chain(spec.args.iter().map(|(_, c)| ("", c)))
+        .chain(spec.expect.iter().map(|(_, c)| ("result", c)));
+    for (params, c) in chunks {
+        lua::compile(&lua, file, &function_chunk(params, c))?;
+    }
+    Ok(())
+}
+
+/// What the clients' `expect` found wrong.
+#[derive(Default)]
+struct Violations {
+    count: AtomicU64,
+    first: Mutex<Vec<String>>,
+}
+
+/// An application file's benchmark.
+pub struct AppWorkload {
+    app: Application,
+    file: String,
+    spec: BenchSpec,
+    /// Names given `'static` once: procedures, then the application.
+    names: HashMap<String, &'static str>,
+    app_name: &'static str,
+    violations: Arc<Violations>,
+}
+
+fn leak(s: &str) -> &'static str {
+    Box::leak(s.to_string().into_boxed_str())
+}
+
+impl AppWorkload {
+    /// The workload of `app`, which must have a `[bench]` table.
+    pub fn new(app: AppFile) -> Result<AppWorkload> {
+        let spec = app.bench.ok_or_else(|| {
+            BenchError::Config(format!(
+                "{}: no [bench] table: say what `brine bench` runs (docs/apps.md)",
+                app.file
+            ))
+        })?;
+        let names = app
+            .application
+            .procedures
+            .iter()
+            .map(|p| (p.name.clone(), leak(&p.name)))
+            .collect();
+        Ok(AppWorkload {
+            app_name: leak(&app.application.name),
+            app: app.application,
+            file: app.file,
+            spec,
+            names,
+            violations: Arc::default(),
+        })
+    }
+
+    /// Loads `path` and makes its workload.
+    pub fn open(path: &std::path::Path) -> Result<AppWorkload> {
+        let app = crate::load(path).map_err(|e| BenchError::Config(e.to_string()))?;
+        AppWorkload::new(app)
+    }
+
+    fn name_of(&self, procedure: &str) -> &'static str {
+        self.names.get(procedure).copied().unwrap_or("?")
+    }
+}
+
+fn lua_failed(what: &str, e: &mlua::Error) -> BenchError {
+    match lua::engine_error(e) {
+        Ok(engine) => BenchError::Invariant(format!("{what}: {engine}")),
+        Err(message) => BenchError::Invariant(format!("{what}: {message}")),
+    }
+}
+
+impl Workload for AppWorkload {
+    fn name(&self) -> &'static str {
+        self.app_name
+    }
+
+    fn params(&self) -> Map<String, Json> {
+        let mut m = Map::new();
+        m.insert("app".into(), json!(self.file));
+        m
+    }
+
+    fn mix(&self) -> Vec<(&'static str, f64)> {
+        let total: f64 = self.spec.mix.iter().map(|(_, w)| w).sum();
+        self.spec
+            .mix
+            .iter()
+            .map(|(n, w)| (self.name_of(n), w / total))
+            .collect()
+    }
+
+    fn application(&self) -> Application {
+        self.app.clone()
+    }
+
+    fn load<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.violations.count.store(0, Ordering::Relaxed);
+            self.violations.first.lock().clear();
+            let Some(setup) = &self.spec.setup else {
+                return Ok(());
+            };
+            let lua = Lua::new();
+            bench_globals(&lua).map_err(|e| lua_failed("setup", &e))?;
+            lua.set_app_data(Inserted::default());
+            lua.set_app_data(Dice(SmallRng::seed_from_u64(0)));
+            let f = lua::compile(&lua, &self.file, &function_chunk("", setup))
+                .map_err(BenchError::Config)?;
+            f.call::<()>(()).map_err(|e| lua_failed("setup", &e))?;
+            let inserted = lua.remove_app_data::<Inserted>().unwrap_or_default();
+            for (table, rows) in inserted.0 {
+                for chunk in rows.chunks(10_000) {
+                    cluster.load(&table, chunk.to_vec()).await.map_err(|e| {
+                        BenchError::Config(format!("{}: setup: table `{table}`: {e}", self.file))
+                    })?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn client(&self, index: u32, rng: SmallRng) -> Box<dyn ClientGen> {
+        Box::new(AppClient::new(self, index, rng))
+    }
+
+    fn check<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let wrong = self.violations.count.load(Ordering::Relaxed);
+            if wrong > 0 {
+                return Err(BenchError::Invariant(format!(
+                    "{wrong} calls' results failed [bench.expect] (first: {})",
+                    self.violations.first.lock().join("; ")
+                )));
+            }
+            let Some(check) = &self.spec.check else {
+                return Ok(());
+            };
+            run_check(&self.file, check, cluster).await
+        })
+    }
+
+    fn metrics(&self) -> Map<String, Json> {
+        let mut m = Map::new();
+        m.insert(
+            "expect_failures".into(),
+            json!(self.violations.count.load(Ordering::Relaxed)),
+        );
+        m
+    }
+
+    fn elia_routes(&self) -> Option<brine_cluster::protocols::elia::Routes> {
+        let weights = self.spec.mix.iter().map(|(n, w)| (n.clone(), *w)).collect();
+        brine_cluster::protocols::elia::Routes::analyzed(
+            &self.app.name,
+            &self.app.ddl,
+            &self.app.procedures,
+            &weights,
+        )
+        .ok()
+    }
+}
+
+/// One client: its own Lua state with the argument makers and the
+/// result judges compiled.
+struct AppClient {
+    lua: Lua,
+    rng: SmallRng,
+    /// `(procedure, cumulative share)`.
+    mix: Vec<(&'static str, f64)>,
+    args: HashMap<&'static str, Function>,
+    expect: HashMap<&'static str, Function>,
+    violations: Arc<Violations>,
+}
+
+/// How many violations a run quotes.
+const QUOTED: usize = 3;
+
+impl AppClient {
+    fn new(w: &AppWorkload, index: u32, mut rng: SmallRng) -> AppClient {
+        let lua = Lua::new();
+        let compiled = |params: &str, c: &Chunk| -> Option<Function> {
+            match lua::compile(&lua, &w.file, &function_chunk(params, c)) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    tracing::error!("{e}");
+                    None
+                }
+            }
+        };
+        if let Err(e) = bench_globals(&lua) {
+            tracing::error!("{}: {e}", w.file);
+        }
+        let _ = lua.globals().set("client", index);
+        lua.set_app_data(Dice(SmallRng::seed_from_u64(rng.gen())));
+        let mut acc = 0.0;
+        let mix = w
+            .mix()
+            .into_iter()
+            .map(|(n, s)| {
+                acc += s;
+                (n, acc)
+            })
+            .collect();
+        let args = w
+            .spec
+            .args
+            .iter()
+            .filter_map(|(n, c)| Some((w.name_of(n), compiled("", c)?)))
+            .collect();
+        let expect = w
+            .spec
+            .expect
+            .iter()
+            .filter_map(|(n, c)| Some((w.name_of(n), compiled("result", c)?)))
+            .collect();
+        AppClient {
+            lua,
+            rng,
+            mix,
+            args,
+            expect,
+            violations: w.violations.clone(),
+        }
+    }
+}
+
+impl ClientGen for AppClient {
+    fn next(&mut self) -> TxnRequest {
+        let x: f64 = self.rng.gen();
+        let procedure = self
+            .mix
+            .iter()
+            .find(|(_, upto)| x < *upto)
+            .or(self.mix.last())
+            .map_or("?", |(n, _)| *n);
+        let args = match self.args.get(procedure) {
+            None => Vec::new(),
+            Some(f) => match f.call::<MultiValue>(()).and_then(values_of) {
+                Ok(v) => v,
+                Err(e) => {
+                    // The call then fails on its arity, naming the procedure.
+                    tracing::error!(procedure, "[bench.args]: {e}");
+                    vec![Value::Null; 64]
+                }
+            },
+        };
+        TxnRequest { procedure, args }
+    }
+
+    fn observe(&mut self, procedure: &'static str, outcome: &brine_core::Result<CallOutcome>) {
+        let (Some(f), Ok(o)) = (self.expect.get(procedure), outcome) else {
+            return;
+        };
+        let verdict = row_table(&self.lua, &o.values)
+            .and_then(|t| f.call::<Option<String>>(t))
+            .unwrap_or_else(|e| Some(format!("[bench.expect] failed: {e}")));
+        if let Some(wrong) = verdict {
+            self.violations.count.fetch_add(1, Ordering::Relaxed);
+            let mut first = self.violations.first.lock();
+            if first.len() < QUOTED {
+                first.push(format!("{procedure}: {wrong}"));
+            }
+        }
+    }
+}
+
+/// The interactive transaction a check's queries run in.
+struct CheckTxn(Arc<tokio::sync::Mutex<Option<Txn>>>);
+struct CheckCluster(Cluster);
+
+async fn run_check(file: &str, check: &Chunk, cluster: &Cluster) -> Result<()> {
+    let lua = Lua::new();
+    let setup = || -> mlua::Result<()> {
+        install(&lua, false)?;
+        let g = lua.globals();
+        g.set(
+            "query",
+            lua.create_async_function(|lua, (sql, args): (String, MultiValue)| async move {
+                let txn = lua
+                    .app_data_ref::<CheckTxn>()
+                    .map(|t| t.0.clone())
+                    .ok_or_else(|| mlua::Error::runtime("query outside the check"))?;
+                let args = args
+                    .iter()
+                    .map(from_lua)
+                    .collect::<mlua::Result<Vec<_>>>()?;
+                let mut guard = txn.lock().await;
+                let t = guard
+                    .as_mut()
+                    .ok_or_else(|| mlua::Error::runtime("the check's transaction ended"))?;
+                let r = t.execute(&sql, args).await.map_err(mlua::Error::external)?;
+                result_table(&lua, &r)
+            })?,
+        )?;
+        g.set(
+            "call",
+            lua.create_async_function(|lua, (name, args): (String, MultiValue)| async move {
+                let cluster = lua
+                    .app_data_ref::<CheckCluster>()
+                    .map(|c| c.0.clone())
+                    .ok_or_else(|| mlua::Error::runtime("call outside the check"))?;
+                let args = args
+                    .iter()
+                    .map(from_lua)
+                    .collect::<mlua::Result<Vec<_>>>()?;
+                let o = cluster
+                    .client()
+                    .call(&name, args)
+                    .await
+                    .map_err(mlua::Error::external)?;
+                row_table(&lua, &o.values)
+            })?,
+        )?;
+        g.set(
+            "fail",
+            lua.create_function(|_, message: String| -> mlua::Result<()> {
+                Err(mlua::Error::external(brine_core::Error::Constraint(
+                    message,
+                )))
+            })?,
+        )?;
+        Ok(())
+    };
+    setup().map_err(|e| lua_failed("check", &e))?;
+    let txn = Arc::new(tokio::sync::Mutex::new(Some(cluster.client().begin())));
+    lua.set_app_data(CheckTxn(txn.clone()));
+    lua.set_app_data(CheckCluster(cluster.clone()));
+    let f = lua::compile(&lua, file, &function_chunk("", check)).map_err(BenchError::Config)?;
+    let outcome = f.call_async::<()>(()).await;
+    let txn = txn.lock().await.take();
+    match outcome {
+        Ok(()) => {
+            if let Some(t) = txn {
+                t.commit()
+                    .await
+                    .map_err(|e| BenchError::Invariant(format!("check: commit: {e}")))?;
+            }
+            Ok(())
+        }
+        Err(e) => {
+            if let Some(t) = txn {
+                t.abort().await;
+            }
+            Err(match lua::engine_error(&e) {
+                Ok(brine_core::Error::Constraint(m)) => {
+                    BenchError::Invariant(format!("{file}: check: {m}"))
+                }
+                Ok(engine) => BenchError::Invariant(format!("{file}: check: {engine}")),
+                Err(message) => BenchError::Invariant(format!("check: {message}")),
+            })
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! The Lua side: values across the boundary, the functions a body may
+//! call, and a pool of Lua states that run the bodies.
+//!
+//! ```text
+//!  a call of procedure p ──► take a state from the pool (or build one)
+//!     its context set as the state's app data
+//!     body_p(args...) as a coroutine: exec("stmt", ...) awaits
+//!       ProcCtx::exec; abort("why") ends it as a user abort
+//!     its return values ──► Vec<Value>; the state back to the pool
+//! ```
+//!
+//! A body sees: its parameters as locals; `exec(name, ...)` (a result
+//! table `{rows = {{...}, ...}, affected = n, columns = {...}}`),
+//! `one(name, ...)` (the first row, or nil), `abort(reason)`,
+//! `begin_sub()` / `end_sub()` (Salt's alkaline subtransactions),
+//! `decimal("12.50")` and `NULL`. An engine error (a concurrency-control
+//! abort above all) passes through the body unchanged, so the engine
+//! retries the call as it would a compiled one's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use brine_cluster::ProcCtx;
+use brine_cluster::QueryResult;
+use brine_core::{Decimal, Error, Result, Value};
+use mlua::{Function, Lua, MultiValue, UserData, UserDataMethods};
+use parking_lot::Mutex;
+
+/// A DECIMAL in Lua: exact arithmetic and comparisons with decimals and
+/// integers, `tostring` as SQL prints it.
+#[derive(Clone, Copy, Debug)]
+pub struct Dec(pub Decimal);
+
+fn dec_of(v: &mlua::Value) -> mlua::Result<Decimal> {
+    match v {
+        mlua::Value::Integer(i) => Ok(Decimal::new(*i, 0)),
+        mlua::Value::UserData(u) => Ok(u.borrow::<Dec>()?.0),
+        mlua::Value::String(s) => Decimal::parse(&s.to_str()?)
+            .ok_or_else(|| mlua::Error::runtime(format!("not a decimal: {:?}", s.to_str()))),
+        other => Err(mlua::Error::runtime(format!(
+            "a decimal operation on a {}",
+            other.type_name()
+        ))),
+    }
+}
+
+fn dec_cmp(a: Decimal, b: Decimal) -> mlua::Result<std::cmp::Ordering> {
+    let scale = a.scale.max(b.scale);
+    match (a.units_at(scale), b.units_at(scale)) {
+        (Some(x), Some(y)) => Ok(x.cmp(&y)),
+        _ => Err(mlua::Error::runtime("decimal comparison out of range")),
+    }
+}
+
+fn overflow() -> mlua::Error {
+    mlua::Error::runtime("decimal arithmetic out of range")
+}
+
+impl UserData for Dec {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        use mlua::MetaMethod as MM;
+        m.add_meta_function(MM::Add, |_, (a, b): (mlua::Value, mlua::Value)| {
+            dec_of(&a)?
+                .checked_add(dec_of(&b)?)
+                .map(Dec)
+                .ok_or_else(overflow)
+        });
+        m.add_meta_function(MM::Sub, |_, (a, b): (mlua::Value, mlua::Value)| {
+            dec_of(&a)?
+                .checked_sub(dec_of(&b)?)
+                .map(Dec)
+                .ok_or_else(overflow)
+        });
+        m.add_meta_function(MM::Mul, |_, (a, b): (mlua::Value, mlua::Value)| {
+            dec_of(&a)?
+                .checked_mul(dec_of(&b)?)
+                .map(Dec)
+                .ok_or_else(overflow)
+        });
+        m.add_meta_method(MM::Unm, |_, d, ()| {
+            Ok(Dec(Decimal::new(-d.0.units, d.0.scale)))
+        });
+        m.add_meta_function(MM::Eq, |_, (a, b): (mlua::Value, mlua::Value)| {
+            Ok(dec_cmp(dec_of(&a)?, dec_of(&b)?)? == std::cmp::Ordering::Equal)
+        });
+        m.add_meta_function(MM::Lt, |_, (a, b): (mlua::Value, mlua::Value)| {
+            Ok(dec_cmp(dec_of(&a)?, dec_of(&b)?)? == std::cmp::Ordering::Less)
+        });
+        m.add_meta_function(MM::Le, |_, (a, b): (mlua::Value, mlua::Value)| {
+            Ok(dec_cmp(dec_of(&a)?, dec_of(&b)?)? != std::cmp::Ordering::Greater)
+        });
+        m.add_meta_method(MM::ToString, |_, d, ()| Ok(d.0.to_string()));
+    }
+}
+
+/// A brine value as Lua sees it.
+pub fn to_lua(lua: &Lua, v: &Value) -> mlua::Result<mlua::Value> {
+    Ok(match v {
+        Value::Null | Value::Max => mlua::Value::NULL,
+        Value::Int(i) | Value::Timestamp(i) => mlua::Value::Integer(*i),
+        Value::Decimal(d) => mlua::Value::UserData(lua.create_userdata(Dec(*d))?),
+        Value::Str(s) => mlua::Value::String(lua.create_string(s.as_bytes())?),
+    })
+}
+
+/// A Lua value as brine sees it: integers, strings, decimals, booleans
+/// (as 0 and 1), nil and `NULL`. A float is refused unless it is whole:
+/// SQL has no floating-point type here.
+pub fn from_lua(v: &mlua::Value) -> mlua::Result<Value> {
+    Ok(match v {
+        mlua::Value::Nil => Value::Null,
+        mlua::Value::LightUserData(p) if p.0.is_null() => Value::Null,
+        mlua::Value::Integer(i) => Value::Int(*i),
+        mlua::Value::Number(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::Int(*f as i64),
+        mlua::Value::Boolean(b) => Value::Int(i64::from(*b)),
+        mlua::Value::String(s) => Value::str(&s.to_str()?),
+        mlua::Value::UserData(u) => Value::Decimal(u.borrow::<Dec>()?.0),
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "a {} ({other:?}) is not a SQL value: use an integer, a string, decimal(\"1.50\") or NULL",
+                other.type_name()
+            )))
+        }
+    })
+}
+
+/// A statement's result as a Lua table.
+pub fn result_table(lua: &Lua, r: &QueryResult) -> mlua::Result<mlua::Table> {
+    let t = lua.create_table()?;
+    let rows = lua.create_table_with_capacity(r.rows.len(), 0)?;
+    for (i, row) in r.rows.iter().enumerate() {
+        rows.raw_set(i + 1, row_table(lua, row)?)?;
+    }
+    t.raw_set("rows", rows)?;
+    t.raw_set("affected", r.affected)?;
+    let columns = lua.create_sequence_from(r.columns.iter().map(|c| c.as_str()))?;
+    t.raw_set("columns", columns)?;
+    Ok(t)
+}
+
+pub fn row_table(lua: &Lua, row: &[Value]) -> mlua::Result<mlua::Table> {
+    let t = lua.create_table_with_capacity(row.len(), 0)?;
+    for (j, v) in row.iter().enumerate() {
+        t.raw_set(j + 1, to_lua(lua, v)?)?;
+    }
+    Ok(t)
+}
+
+/// Values from a Lua call's results: one table is a list of values; else
+/// each result is one.
+pub fn values_of(results: MultiValue) -> mlua::Result<Vec<Value>> {
+    let results: Vec<mlua::Value> = results.into_iter().collect();
+    match results.as_slice() {
+        [mlua::Value::Table(t)] => {
+            let n = t.raw_len();
+            (1..=n).map(|i| from_lua(&t.raw_get(i)?)).collect()
+        }
+        _ => results.iter().map(from_lua).collect(),
+    }
+}
+
+/// The brine error inside a Lua error, if a callback raised one
+/// (`exec`'s engine errors, `abort`), else the Lua error as a message.
+pub fn engine_error(e: &mlua::Error) -> std::result::Result<Error, String> {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => engine_error(cause),
+        mlua::Error::WithContext { cause, .. } => engine_error(cause),
+        mlua::Error::ExternalError(x) => match x.downcast_ref::<Error>() {
+            Some(e) => Ok(e.clone()),
+            None => Err(x.to_string()),
+        },
+        other => Err(other.to_string()),
+    }
+}
+
+/// The context of the call a state runs, as its app data.
+struct Current(Arc<tokio::sync::Mutex<ProcCtx>>);
+
+fn current(lua: &Lua) -> mlua::Result<Arc<tokio::sync::Mutex<ProcCtx>>> {
+    lua.app_data_ref::<Current>()
+        .map(|c| c.0.clone())
+        .ok_or_else(|| mlua::Error::runtime("exec outside a procedure's call"))
+}
+
+/// Values of a Lua argument list.
+fn args_of(args: &MultiValue) -> mlua::Result<Vec<Value>> {
+    args.iter().map(from_lua).collect()
+}
+
+/// The globals every state has: `decimal`, `NULL`; with `engine`, the
+/// functions a body calls (`exec`, `one`, `abort`, `begin_sub`, `end_sub`).
+pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
+    let g = lua.globals();
+    g.set(
+        "decimal",
+        lua.create_function(|_, v: mlua::Value| Ok(Dec(dec_of(&v)?)))?,
+    )?;
+    g.set("NULL", mlua::Value::NULL)?;
+    if !engine {
+        return Ok(());
+    }
+    g.set(
+        "exec",
+        lua.create_async_function(|lua, (name, args): (String, MultiValue)| async move {
+            let ctx = current(&lua)?;
+            let args = args_of(&args)?;
+            let r = ctx
+                .lock()
+                .await
+                .exec(&name, args)
+                .await
+                .map_err(mlua::Error::external)?;
+            result_table(&lua, &r)
+        })?,
+    )?;
+    g.set(
+        "one",
+        lua.create_async_function(|lua, (name, args): (String, MultiValue)| async move {
+            let ctx = current(&lua)?;
+            let args = args_of(&args)?;
+            let r = ctx
+                .lock()
+                .await
+                .exec(&name, args)
+                .await
+                .map_err(mlua::Error::external)?;
+            match r.rows.first() {
+                Some(row) => Ok(mlua::Value::Table(row_table(&lua, row)?)),
+                None => Ok(mlua::Value::Nil),
+            }
+        })?,
+    )?;
+    g.set(
+        "abort",
+        lua.create_function(|_, reason: String| -> mlua::Result<()> {
+            Err(mlua::Error::external(Error::UserAbort(reason)))
+        })?,
+    )?;
+    g.set(
+        "begin_sub",
+        lua.create_async_function(|lua, ()| async move {
+            current(&lua)?
+                .lock()
+                .await
+                .begin_alkaline()
+                .map_err(mlua::Error::external)
+        })?,
+    )?;
+    g.set(
+        "end_sub",
+        lua.create_async_function(|lua, ()| async move {
+            current(&lua)?
+                .lock()
+                .await
+                .end_alkaline()
+                .await
+                .map_err(mlua::Error::external)
+        })?,
+    )?;
+    Ok(())
+}
+
+/// A body's source: its chunk (padded so Lua's line numbers are the
+/// file's) and its parameters' names.
+#[derive(Clone, Debug)]
+pub struct BodySource {
+    pub procedure: String,
+    pub params: Vec<String>,
+    /// The body's first line in the file.
+    pub line: usize,
+    pub text: String,
+}
+
+impl BodySource {
+    /// `return function(<params>) <body> end`, its body at its line.
+    fn chunk(&self) -> String {
+        let mut s = "\n".repeat(self.line.saturating_sub(1));
+        s.push_str("return function(");
+        s.push_str(&self.params.join(", "));
+        s.push_str(") ");
+        s.push_str(&self.text);
+        s.push_str("\nend");
+        s
+    }
+}
+
+/// Compiles `chunk` (a `return function ... end`) in `lua`: the function.
+pub fn compile(lua: &Lua, file: &str, chunk: &str) -> std::result::Result<Function, String> {
+    lua.load(chunk)
+        .set_name(format!("={file}"))
+        .eval::<Function>()
+        .map_err(|e| e.to_string())
+}
+
+/// One Lua state with every body compiled.
+struct Vm {
+    lua: Lua,
+    bodies: HashMap<String, Function>,
+}
+
+impl Vm {
+    fn new(file: &str, sources: &[BodySource]) -> std::result::Result<Vm, String> {
+        let lua = Lua::new();
+        install(&lua, true).map_err(|e| e.to_string())?;
+        let mut bodies = HashMap::new();
+        for s in sources {
+            bodies.insert(s.procedure.clone(), compile(&lua, file, &s.chunk())?);
+        }
+        Ok(Vm { lua, bodies })
+    }
+}
+
+/// The most idle states kept.
+const POOL_MAX: usize = 256;
+
+/// Runs the bodies of one application.
+pub struct Bodies {
+    file: String,
+    sources: Vec<BodySource>,
+    pool: Mutex<Vec<Vm>>,
+}
+
+impl Bodies {
+    /// Compiles every body once: an error is the file's and line's.
+    pub fn new(file: &str, sources: Vec<BodySource>) -> std::result::Result<Arc<Bodies>, String> {
+        let vm = Vm::new(file, &sources)?;
+        Ok(Arc::new(Bodies {
+            file: file.to_string(),
+            sources,
+            pool: Mutex::new(vec![vm]),
+        }))
+    }
+
+    fn take(&self) -> Result<Vm> {
+        if let Some(vm) = self.pool.lock().pop() {
+            return Ok(vm);
+        }
+        Vm::new(&self.file, &self.sources).map_err(Error::Internal)
+    }
+
+    /// Runs `procedure`'s body for one call.
+    pub async fn run(&self, procedure: &str, ctx: ProcCtx, args: Vec<Value>) -> Result<Vec<Value>> {
+        let vm = self.take()?;
+        let body = vm
+            .bodies
+            .get(procedure)
+            .cloned()
+            .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?;
+        let lua_args = args
+            .iter()
+            .map(|v| to_lua(&vm.lua, v))
+            .collect::<mlua::Result<MultiValue>>()
+            .map_err(|e| Error::Internal(format!("procedure `{procedure}`: {e}")))?;
+        vm.lua
+            .set_app_data(Current(Arc::new(tokio::sync::Mutex::new(ctx))));
+        let results = body.call_async::<MultiValue>(lua_args).await;
+        vm.lua.remove_app_data::<Current>();
+        let out = match results.and_then(values_of) {
+            Ok(values) => Ok(values),
+            Err(e) => Err(match engine_error(&e) {
+                Ok(engine) => engine,
+                Err(message) => Error::Internal(format!("procedure `{procedure}`: {message}")),
+            }),
+        };
+        let mut pool = self.pool.lock();
+        if pool.len() < POOL_MAX {
+            pool.push(vm);
+        }
+        out
+    }
+}
