@@ -78,6 +78,7 @@ pub fn compile_all(file: &str, spec: &BenchSpec) -> std::result::Result<(), Stri
         .setup
         .iter()
         .chain(spec.check.iter())
+        .chain(spec.client.iter())
         .map(|c| ("", c))
         .chain(spec.args.iter().map(|(_, c)| ("", c)))
         .chain(spec.expect.iter().map(|(_, c)| ("result", c)));
@@ -87,11 +88,21 @@ pub fn compile_all(file: &str, spec: &BenchSpec) -> std::result::Result<(), Stri
     Ok(())
 }
 
-/// What the clients' `expect` found wrong.
+/// What the clients' `expect` (or their `violation(...)`) found wrong.
 #[derive(Default)]
 struct Violations {
     count: AtomicU64,
     first: Mutex<Vec<String>>,
+}
+
+impl Violations {
+    fn record(&self, what: String) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first.lock();
+        if first.len() < QUOTED {
+            first.push(what);
+        }
+    }
 }
 
 /// An application file's benchmark.
@@ -211,7 +222,7 @@ impl Workload for AppWorkload {
             let wrong = self.violations.count.load(Ordering::Relaxed);
             if wrong > 0 {
                 return Err(BenchError::Invariant(format!(
-                    "{wrong} calls' results failed [bench.expect] (first: {})",
+                    "{wrong} calls' results were wrong ([bench] expect or violation(); first: {})",
                     self.violations.first.lock().join("; ")
                 )));
             }
@@ -244,9 +255,12 @@ impl Workload for AppWorkload {
 }
 
 /// One client: its own Lua state with the argument makers and the
-/// result judges compiled.
+/// result judges compiled (or the client's own `next` and `observe`).
 struct AppClient {
     lua: Lua,
+    /// `[bench] client`'s functions: the session drives the calls.
+    session: Option<(Function, Option<Function>)>,
+    names: HashMap<String, &'static str>,
     rng: SmallRng,
     /// `(procedure, cumulative share)`.
     mix: Vec<(&'static str, f64)>,
@@ -273,6 +287,16 @@ impl AppClient {
         if let Err(e) = bench_globals(&lua) {
             tracing::error!("{}: {e}", w.file);
         }
+        lua.set_app_data(w.violations.clone());
+        let violation = lua.create_function(|lua, what: String| {
+            if let Some(v) = lua.app_data_ref::<Arc<Violations>>() {
+                v.record(what);
+            }
+            Ok(())
+        });
+        if let Ok(f) = violation {
+            let _ = lua.globals().set("violation", f);
+        }
         let _ = lua.globals().set("client", index);
         lua.set_app_data(Dice(SmallRng::seed_from_u64(rng.gen())));
         let mut acc = 0.0;
@@ -296,8 +320,28 @@ impl AppClient {
             .iter()
             .filter_map(|(n, c)| Some((w.name_of(n), compiled("result", c)?)))
             .collect();
+        let session = w.spec.client.as_ref().and_then(|c| {
+            let run = lua
+                .load(format!(
+                    "{}{}",
+                    "\n".repeat(c.line.saturating_sub(1)),
+                    c.text
+                ))
+                .set_name(format!("={}", w.file))
+                .exec()
+                .and_then(|()| {
+                    let g = lua.globals();
+                    Ok((
+                        g.get::<Function>("next_call")?,
+                        g.get::<Option<Function>>("observe")?,
+                    ))
+                });
+            run.map_err(|e| tracing::error!("[bench] client: {e}")).ok()
+        });
         AppClient {
             lua,
+            session,
+            names: w.names.clone(),
             rng,
             mix,
             args,
@@ -309,6 +353,30 @@ impl AppClient {
 
 impl ClientGen for AppClient {
     fn next(&mut self) -> TxnRequest {
+        if let Some((next, _)) = &self.session {
+            return match next
+                .call::<(String, Option<mlua::Table>)>(())
+                .and_then(|(p, args)| {
+                    let args = match args {
+                        Some(t) => values_of(MultiValue::from_vec(vec![mlua::Value::Table(t)]))?,
+                        None => Vec::new(),
+                    };
+                    Ok((p, args))
+                }) {
+                Ok((p, args)) => TxnRequest {
+                    procedure: self.names.get(&p).copied().unwrap_or_else(|| leak(&p)),
+                    args,
+                },
+                Err(e) => {
+                    // The call then fails, naming the error.
+                    tracing::error!("[bench] client: next_call(): {e}");
+                    TxnRequest {
+                        procedure: "?",
+                        args: Vec::new(),
+                    }
+                }
+            };
+        }
         let x: f64 = self.rng.gen();
         let procedure = self
             .mix
@@ -331,6 +399,15 @@ impl ClientGen for AppClient {
     }
 
     fn observe(&mut self, procedure: &'static str, outcome: &brine_core::Result<CallOutcome>) {
+        if let Some((_, Some(observe))) = &self.session {
+            let seen = match outcome {
+                Ok(o) => row_table(&self.lua, &o.values).map(|t| (Some(t), None)),
+                Err(e) => Ok((None, Some(e.to_string()))),
+            };
+            if let Err(e) = seen.and_then(|(r, e)| observe.call::<()>((procedure, r, e))) {
+                tracing::error!("[bench] client: observe(): {e}");
+            }
+        }
         let (Some(f), Ok(o)) = (self.expect.get(procedure), outcome) else {
             return;
         };
@@ -338,11 +415,7 @@ impl ClientGen for AppClient {
             .and_then(|t| f.call::<Option<String>>(t))
             .unwrap_or_else(|e| Some(format!("[bench.expect] failed: {e}")));
         if let Some(wrong) = verdict {
-            self.violations.count.fetch_add(1, Ordering::Relaxed);
-            let mut first = self.violations.first.lock();
-            if first.len() < QUOTED {
-                first.push(format!("{procedure}: {wrong}"));
-            }
+            self.violations.record(format!("{procedure}: {wrong}"));
         }
     }
 }

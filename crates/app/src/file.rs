@@ -46,7 +46,8 @@ struct RawApp {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawProc {
-    /// `"name TYPE"`, in call order.
+    /// `"name TYPE"`, in call order; the last may be `"name... TYPE"`:
+    /// any number of arguments, a list in the body.
     #[serde(default)]
     params: Vec<Spanned<String>>,
     statements: IndexMap<String, Spanned<String>>,
@@ -96,6 +97,12 @@ struct RawBench {
     /// `fail(message)`.
     #[serde(default)]
     check: Option<Spanned<String>>,
+    /// Lua run once per client, defining `next()` (the next call: its
+    /// procedure and arguments) and optionally `observe(procedure,
+    /// result, err)`: a client with a state of its own (a session),
+    /// instead of the mix and `args`.
+    #[serde(default)]
+    client: Option<Spanned<String>>,
 }
 
 /// A Lua chunk of the file and where it starts.
@@ -114,6 +121,7 @@ pub struct BenchSpec {
     pub args: Vec<(String, Chunk)>,
     pub expect: Vec<(String, Chunk)>,
     pub check: Option<Chunk>,
+    pub client: Option<Chunk>,
 }
 
 /// A loaded application.
@@ -121,7 +129,8 @@ pub struct AppFile {
     /// The file's path, as errors name it.
     pub file: String,
     pub application: Application,
-    /// Each procedure's parameter names, in call order.
+    /// Each procedure's parameter names, in call order (a variadic last
+    /// one as `name...`).
     pub params: Vec<(String, Vec<String>)>,
     pub bench: Option<BenchSpec>,
 }
@@ -211,6 +220,7 @@ impl AppFile {
         let mut sources = Vec::new();
         let mut defs = Vec::new();
         let mut params_of = Vec::new();
+        let mut arities = Vec::new();
         for (pname, spanned) in &raw.procedure {
             let p = spanned.get_ref();
             let here =
@@ -219,30 +229,41 @@ impl AppFile {
                 return Err(here("its name must be a Lua identifier".into()));
             }
             let mut params = Vec::new();
-            for param in &p.params {
+            let mut variadic = None;
+            for (i, param) in p.params.iter().enumerate() {
                 let words: Vec<&str> = param.get_ref().split_whitespace().collect();
+                let name = |n: &str| match n.strip_suffix("...") {
+                    Some(v) if i + 1 == p.params.len() => lua_name(v),
+                    Some(_) => false,
+                    None => lua_name(n),
+                };
                 let ok = match words.as_slice() {
-                    [n, t] => lua_name(n) && TYPES.contains(&t.to_ascii_uppercase().as_str()),
-                    [n] => lua_name(n),
+                    [n, t] => name(n) && TYPES.contains(&t.to_ascii_uppercase().as_str()),
+                    [n] => name(n),
                     _ => false,
                 };
                 if !ok {
                     return Err(at(
                         param.span(),
                         format!(
-                            "procedure `{pname}`: parameter {:?}: write \"name TYPE\" with TYPE one of {}",
+                            "procedure `{pname}`: parameter {:?}: write \"name TYPE\" (the last may be \"name... TYPE\") with TYPE one of {}",
                             param.get_ref(),
                             TYPES.join(", ")
                         ),
                     ));
                 }
-                if params.contains(&words[0].to_string()) {
+                let n = words[0].trim_end_matches("...");
+                if params.iter().any(|p| p == n) {
                     return Err(at(
                         param.span(),
-                        format!("procedure `{pname}`: parameter `{}` twice", words[0]),
+                        format!("procedure `{pname}`: parameter `{n}` twice"),
                     ));
                 }
-                params.push(words[0].to_string());
+                if words[0].ends_with("...") {
+                    variadic = Some(n.to_string());
+                } else {
+                    params.push(n.to_string());
+                }
             }
             let mut def = ProcedureDef::new(pname.clone());
             for (sname, sql) in &p.statements {
@@ -292,9 +313,12 @@ impl AppFile {
             sources.push(BodySource {
                 procedure: pname.clone(),
                 params: params.clone(),
+                variadic: variadic.clone(),
                 line: content_line(text, p.body.span()),
                 text: p.body.get_ref().clone(),
             });
+            arities.push((params.len(), variadic.is_some()));
+            params.extend(variadic.map(|v| format!("{v}...")));
             params_of.push((pname.clone(), params));
             defs.push(def);
         }
@@ -304,8 +328,8 @@ impl AppFile {
         })?;
         let procedures = defs
             .into_iter()
-            .zip(&params_of)
-            .map(|(def, (pname, params))| with_body(def, pname, params.len(), &bodies))
+            .zip(&arities)
+            .map(|(def, &(fixed, variadic))| with_body(def, fixed, variadic, &bodies))
             .collect();
         let bench = match &raw.bench {
             None => None,
@@ -346,15 +370,21 @@ fn notes(p: &RawProc, params: &[String]) -> ProcNotes {
 }
 
 /// `def` with its Lua body, run from `bodies`, checking the arity first.
-fn with_body(def: ProcedureDef, name: &str, arity: usize, bodies: &Arc<Bodies>) -> ProcedureDef {
-    let (bodies, name) = (bodies.clone(), name.to_string());
+/// `fixed` arguments, or at least that many if the last is `variadic`.
+fn with_body(
+    def: ProcedureDef,
+    fixed: usize,
+    variadic: bool,
+    bodies: &Arc<Bodies>,
+) -> ProcedureDef {
+    let (bodies, name) = (bodies.clone(), def.name.clone());
     def.body(move |ctx, args| {
         let (bodies, name) = (bodies.clone(), name.clone());
         async move {
-            if args.len() != arity {
+            if args.len() < fixed || (!variadic && args.len() > fixed) {
                 return Err(Error::Arity {
                     what: format!("procedure `{name}`"),
-                    expected: arity,
+                    expected: fixed,
                     got: args.len(),
                 });
             }
@@ -414,6 +444,7 @@ fn bench_spec(
         args: named(&raw.args, "args")?,
         expect: named(&raw.expect, "expect")?,
         check: raw.check.as_ref().map(chunk),
+        client: raw.client.as_ref().map(chunk),
     };
     // Every chunk compiles now, not at the first call.
     crate::bench::compile_all(file, &spec).map_err(|message| AppError::File {
@@ -421,7 +452,8 @@ fn bench_spec(
         message,
     })?;
     for (n, _) in &spec.mix {
-        if !spec.args.iter().any(|(a, _)| a == n)
+        if spec.client.is_none()
+            && !spec.args.iter().any(|(a, _)| a == n)
             && params.iter().any(|(p, ps)| p == n && !ps.is_empty())
         {
             return Err(at(

@@ -93,11 +93,22 @@ impl UserData for Dec {
     }
 }
 
+/// A TIMESTAMP in Lua (`timestamp(microseconds since the epoch)`).
+#[derive(Clone, Copy, Debug)]
+pub struct Ts(pub i64);
+
+impl UserData for Ts {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_meta_method(mlua::MetaMethod::ToString, |_, t, ()| Ok(t.0.to_string()));
+    }
+}
+
 /// A brine value as Lua sees it.
 pub fn to_lua(lua: &Lua, v: &Value) -> mlua::Result<mlua::Value> {
     Ok(match v {
         Value::Null | Value::Max => mlua::Value::NULL,
-        Value::Int(i) | Value::Timestamp(i) => mlua::Value::Integer(*i),
+        Value::Int(i) => mlua::Value::Integer(*i),
+        Value::Timestamp(t) => mlua::Value::UserData(lua.create_userdata(Ts(*t))?),
         Value::Decimal(d) => mlua::Value::UserData(lua.create_userdata(Dec(*d))?),
         Value::Str(s) => mlua::Value::String(lua.create_string(s.as_bytes())?),
     })
@@ -114,7 +125,10 @@ pub fn from_lua(v: &mlua::Value) -> mlua::Result<Value> {
         mlua::Value::Number(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::Int(*f as i64),
         mlua::Value::Boolean(b) => Value::Int(i64::from(*b)),
         mlua::Value::String(s) => Value::str(&s.to_str()?),
-        mlua::Value::UserData(u) => Value::Decimal(u.borrow::<Dec>()?.0),
+        mlua::Value::UserData(u) => match u.borrow::<Ts>() {
+            Ok(t) => Value::Timestamp(t.0),
+            Err(_) => Value::Decimal(u.borrow::<Dec>()?.0),
+        },
         other => {
             return Err(mlua::Error::runtime(format!(
                 "a {} ({other:?}) is not a SQL value: use an integer, a string, decimal(\"1.50\") or NULL",
@@ -196,6 +210,10 @@ pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
         lua.create_function(|_, v: mlua::Value| Ok(Dec(dec_of(&v)?)))?,
     )?;
     g.set("NULL", mlua::Value::NULL)?;
+    g.set(
+        "timestamp",
+        lua.create_function(|_, micros: i64| Ok(Ts(micros)))?,
+    )?;
     if !engine {
         return Ok(());
     }
@@ -266,6 +284,8 @@ pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
 pub struct BodySource {
     pub procedure: String,
     pub params: Vec<String>,
+    /// A last parameter taking the remaining arguments, as a list.
+    pub variadic: Option<String>,
     /// The body's first line in the file.
     pub line: usize,
     pub text: String,
@@ -276,8 +296,15 @@ impl BodySource {
     fn chunk(&self) -> String {
         let mut s = "\n".repeat(self.line.saturating_sub(1));
         s.push_str("return function(");
-        s.push_str(&self.params.join(", "));
+        let mut params = self.params.clone();
+        if self.variadic.is_some() {
+            params.push("...".into());
+        }
+        s.push_str(&params.join(", "));
         s.push_str(") ");
+        if let Some(v) = &self.variadic {
+            s.push_str(&format!("local {v} = {{...}} "));
+        }
         s.push_str(&self.text);
         s.push_str("\nend");
         s
