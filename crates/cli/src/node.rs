@@ -626,16 +626,69 @@ pub struct SqlArgs {
     pub statements: Vec<String>,
 }
 
+/// The placeholders of `sql` (`$1`, `$x`), each once, in order of first
+/// appearance (the order the engine binds them in), outside quoted text.
+fn placeholders(sql: &str) -> Vec<&str> {
+    let bytes = sql.as_bytes();
+    let mut out: Vec<&str> = Vec::new();
+    let (mut i, mut quoted) = (0, false);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\'' => quoted = !quoted,
+            b'$' if !quoted => {
+                let start = i + 1;
+                let mut end = start;
+                while end < bytes.len()
+                    && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_')
+                {
+                    end += 1;
+                }
+                let name = &sql[start..end];
+                if !name.is_empty() && !out.contains(&name) {
+                    out.push(name);
+                }
+                i = end;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The arguments of `sql` from `--param`s: `$N` is the N-th, wherever and
+/// however often it appears.
+fn bind_numbered(sql: &str, params: &[Value]) -> Result<Vec<Value>, String> {
+    placeholders(sql)
+        .into_iter()
+        .map(|name| {
+            let n: usize = name.parse().map_err(|_| {
+                format!("`${name}`: brine sql binds numbered parameters ($1, $2, ...)")
+            })?;
+            n.checked_sub(1)
+                .and_then(|i| params.get(i))
+                .cloned()
+                .ok_or_else(|| format!("`${n}` but {} --param given", params.len()))
+        })
+        .collect()
+}
+
 pub async fn sql(args: &SqlArgs) -> Result<(), NodeError> {
     let client = node_client(&args.cluster, args.node)?;
     let params: Vec<Value> = args.params.iter().map(|a| parse_arg(a)).collect();
     let mut txn = client.begin().await?;
     for stmt in &args.statements {
-        // Bind only as many parameters as the statement uses.
-        let used = (1..=params.len())
-            .take_while(|i| stmt.contains(&format!("${i}")))
-            .count();
-        match txn.execute(stmt, params[..used].to_vec()).await {
+        let bound = match bind_numbered(stmt, &params) {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = txn.abort().await;
+                return Err(NodeError::Config(format!(
+                    "{stmt}: {e} (transaction aborted)"
+                )));
+            }
+        };
+        match txn.execute(stmt, bound).await {
             Ok(r) => {
                 if r.columns.is_empty() {
                     println!("{stmt}\n  {} row(s) affected", r.affected);
@@ -824,4 +877,31 @@ pub fn use_cluster_file(
         addresses: file.nodes.iter().map(|n| n.address.clone()).collect(),
     });
     spec.validate()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_parameters_bind_by_their_number() {
+        let p = [Value::Int(10), Value::Int(20), Value::str("x")];
+        // `$2` alone gets the second; `$1` is not `$10`'s prefix.
+        assert_eq!(
+            bind_numbered("SELECT a FROM t WHERE id = $2", &p),
+            Ok(vec![Value::Int(20)])
+        );
+        assert_eq!(
+            bind_numbered("UPDATE t SET a = $3 WHERE id = $1 OR id = $1", &p),
+            Ok(vec![Value::str("x"), Value::Int(10)])
+        );
+        assert!(bind_numbered("SELECT a FROM t WHERE id = $10", &p)
+            .is_err_and(|e| e.contains("$10") && e.contains("3 --param")));
+        // Inside quotes a `$` is text.
+        assert_eq!(
+            bind_numbered("SELECT a FROM t WHERE s = '$1'", &p),
+            Ok(vec![])
+        );
+        assert!(bind_numbered("SELECT a FROM t WHERE id = $id", &p).is_err());
+    }
 }
