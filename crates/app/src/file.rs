@@ -41,6 +41,10 @@ struct RawApp {
     procedure: IndexMap<String, Spanned<RawProc>>,
     #[serde(default)]
     bench: Option<Spanned<RawBench>>,
+    /// Label -> a Callas grouping (`name:mechanism=proc,proc;...`), run
+    /// as `callas@LABEL`.
+    #[serde(default)]
+    groupings: IndexMap<String, Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -133,6 +137,8 @@ pub struct AppFile {
     /// one as `name...`).
     pub params: Vec<(String, Vec<String>)>,
     pub bench: Option<BenchSpec>,
+    /// Callas groupings by label (`callas@LABEL`).
+    pub groupings: Vec<(String, brine_cluster::Grouping)>,
 }
 
 /// 1-based line of byte `offset` in `text`.
@@ -335,6 +341,24 @@ impl AppFile {
             None => None,
             Some(b) => Some(bench_spec(file, text, b, &params_of)?),
         };
+        let mut groupings = Vec::new();
+        for (label, spec) in &raw.groupings {
+            let g = brine_cluster::Grouping::parse(spec.get_ref())
+                .map_err(|e| at(spec.span(), format!("grouping `{label}`: {e}")))?;
+            let known = |n: &str| params_of.iter().any(|(p, _)| p == n);
+            if let Some(n) = g
+                .groups
+                .iter()
+                .flat_map(|g| g.procedures.iter())
+                .find(|n| !known(n))
+            {
+                return Err(at(
+                    spec.span(),
+                    format!("grouping `{label}`: no procedure `{n}`"),
+                ));
+            }
+            groupings.push((label.clone(), g));
+        }
         Ok(AppFile {
             file: file.to_string(),
             application: Application {
@@ -344,6 +368,7 @@ impl AppFile {
             },
             params: params_of,
             bench,
+            groupings,
         })
     }
 }

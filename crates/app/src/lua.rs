@@ -10,7 +10,7 @@
 //! ```
 //!
 //! A body sees: its parameters as locals; `exec(name, ...)` (a result
-//! table `{rows = {{...}, ...}, affected = n, columns = {...}}`),
+//! table `{rows = {{...}, ...}, affected = n}`),
 //! `one(name, ...)` (the first row, or nil), `abort(reason)`,
 //! `begin_sub()` / `end_sub()` (Salt's alkaline subtransactions),
 //! `decimal("12.50")` and `NULL`. An engine error (a concurrency-control
@@ -147,8 +147,6 @@ pub fn result_table(lua: &Lua, r: &QueryResult) -> mlua::Result<mlua::Table> {
     }
     t.raw_set("rows", rows)?;
     t.raw_set("affected", r.affected)?;
-    let columns = lua.create_sequence_from(r.columns.iter().map(|c| c.as_str()))?;
-    t.raw_set("columns", columns)?;
     Ok(t)
 }
 
