@@ -52,7 +52,7 @@ use pgwire::messages::extendedquery::{
     Close, CloseComplete, Parse, ParseComplete, Sync as PgSync, TARGET_TYPE_BYTE_PORTAL,
     TARGET_TYPE_BYTE_STATEMENT,
 };
-use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery};
+use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionStatus};
 use pgwire::messages::startup::Startup;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 
@@ -175,12 +175,19 @@ impl Conn {
                 ),
             ));
         }
+        let inferred = cmd.param_types();
         portal
             .parameters
             .iter()
             .enumerate()
             .map(|(i, bytes)| {
-                let sent = stmt.parameter_types.get(i).cloned().flatten();
+                // The type the client declared, else the one it was told.
+                let sent = stmt
+                    .parameter_types
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .or_else(|| inferred.get(i).cloned());
                 let binary = is_binary(&portal.parameter_format, i);
                 decode_param(bytes.as_deref(), binary, sent.as_ref(), target(cmd, i)).map_err(|e| {
                     SqlError {
@@ -201,6 +208,9 @@ impl Conn {
                 session
                     .run(&portal.statement.statement.command, params)
                     .await
+            }
+            Err(_) if session.status() == TransactionStatus::Error => {
+                Err(SqlError::in_failed_transaction())
             }
             Err(e) => Err(session.fail(e).await),
         }
