@@ -247,6 +247,26 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
             }
         })
     };
+    let pg = match file
+        .nodes
+        .get(me as usize)
+        .and_then(|n| n.pg_address.clone())
+    {
+        Some(pg) => {
+            let paddr: SocketAddr = pg
+                .parse()
+                .map_err(|e| NodeError::Config(format!("pg_address of node {me}: {e}")))?;
+            let listener = brine_pgwire::PgServer::bind(paddr, cluster.clone(), Default::default())
+                .await
+                .map_err(|source| NodeError::Io {
+                    context: format!("node {me} PostgreSQL protocol on {paddr}"),
+                    source,
+                })?;
+            eprintln!("brine node {me} PostgreSQL protocol on {paddr}");
+            Some(listener)
+        }
+        None => None,
+    };
     let server = Arc::new(parking_lot::Mutex::new(Some(server)));
     let metrics_task = match file.nodes.get(me as usize).and_then(|n| n.metrics.clone()) {
         Some(maddr) => {
@@ -279,6 +299,11 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         t.abort();
     }
     reaper.abort();
+    if let Some(pg) = pg {
+        // Its sessions' open transactions are aborted before the node's
+        // own server stops.
+        pg.stop().await;
+    }
     let server = server.lock().take();
     if let Some(server) = server {
         let outcome = server.shutdown().await;

@@ -11,6 +11,8 @@ use crate::node::{application, wait_for_stop, ClusterFile, NodeEntry, NodeError}
 
 /// Node n of `brine cluster up` serves metrics on port + 100 + n.
 const METRICS_PORT_OFFSET: u32 = 100;
+/// ... and PostgreSQL's protocol on port + 200 + n.
+const PG_PORT_OFFSET: u32 = 200;
 
 /// `brine cluster up`.
 #[derive(Args, Debug)]
@@ -21,8 +23,9 @@ pub struct UpArgs {
     /// Directory for the generated cluster file and the nodes' logs.
     #[arg(long, value_name = "DIR")]
     pub dir: PathBuf,
-    /// First port; node n listens on 127.0.0.1:(port + n) and serves
-    /// metrics on 127.0.0.1:(port + 100 + n).
+    /// First port; node n listens on 127.0.0.1:(port + n), serves
+    /// metrics on 127.0.0.1:(port + 100 + n) and PostgreSQL's protocol on
+    /// 127.0.0.1:(port + 200 + n).
     #[arg(long, default_value_t = 7400)]
     pub port: u16,
     /// The application: a `brine bench` workload name.
@@ -117,6 +120,10 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
                     "127.0.0.1:{}",
                     u32::from(args.port) + METRICS_PORT_OFFSET + id
                 )),
+                pg_address: Some(format!(
+                    "127.0.0.1:{}",
+                    u32::from(args.port) + PG_PORT_OFFSET + id
+                )),
             })
             .collect(),
     };
@@ -175,6 +182,15 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         path.display(),
         args.dir.display()
     );
+    for n in &file.nodes {
+        if let Some(pg) = &n.pg_address {
+            let (host, port) = pg.rsplit_once(':').unwrap_or((pg.as_str(), "5432"));
+            println!(
+                "node {}: PostgreSQL protocol on {pg} (psql -h {host} -p {port})",
+                n.id
+            );
+        }
+    }
     // Stop on a signal, or as soon as any node exits on its own.
     let mut exited = None;
     tokio::select! {

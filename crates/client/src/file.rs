@@ -49,6 +49,10 @@ pub struct NodeEntry {
     /// Where it serves Prometheus metrics (`GET /metrics`); none if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,
+    /// Where it serves PostgreSQL's wire protocol (psql, drivers; see
+    /// docs/pgwire.md); none if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pg_address: Option<String>,
 }
 
 fn default_protocol() -> String {

@@ -94,11 +94,37 @@ pub fn answer(text: &str, cx: &Context<'_>) -> Result<Rows, SqlError> {
     let Some(ast::Statement::Query(q)) = stmts.pop() else {
         return Err(unsupported("not a query"));
     };
-    let SetExpr::Select(sel) = q.body.as_ref() else {
-        return Err(unsupported("not a plain SELECT"));
+    let mut selects = Vec::new();
+    leaves(q.body.as_ref(), &mut selects);
+    let Some((first, rest)) = selects.split_first() else {
+        return Err(unsupported("not a SELECT"));
     };
+    // A UNION's branches are answered one by one, their rows put together.
+    let mut out = select(first, cx);
+    for sel in rest {
+        out.rows.extend(select(sel, cx).rows);
+    }
+    Ok(out)
+}
+
+/// The SELECTs of a query body, through UNIONs and parentheses.
+fn leaves<'a>(body: &'a SetExpr, out: &mut Vec<&'a ast::Select>) {
+    match body {
+        SetExpr::Select(s) => out.push(s),
+        SetExpr::SetOperation { left, right, .. } => {
+            leaves(left, out);
+            leaves(right, out);
+        }
+        SetExpr::Query(q) => leaves(q.body.as_ref(), out),
+        _ => {}
+    }
+}
+
+/// One SELECT of a catalog query.
+fn select(sel: &ast::Select, cx: &Context<'_>) -> Rows {
     let Some(first) = sel.from.first() else {
-        return Err(unsupported("no FROM"));
+        // A catalog function without FROM (`SELECT pg_catalog.x()`).
+        return project(&sel.projection, &[Row::new()], cx);
     };
     let mut rows = match relation(&first.relation).as_deref() {
         Some("pg_class") | Some("tables") => tables(cx),
@@ -132,9 +158,9 @@ pub fn answer(text: &str, cx: &Context<'_>) -> Result<Rows, SqlError> {
         }
     }
     if let Some(w) = &sel.selection {
-        rows.retain(|row| matches_where(row, w, text));
+        rows.retain(|row| matches_where(row, w));
     }
-    Ok(project(&sel.projection, &rows, cx))
+    project(&sel.projection, &rows, cx)
 }
 
 /// The last part of a FROM item's name, lowercased.
@@ -279,14 +305,14 @@ fn column_ref(e: &Expr) -> Option<String> {
 /// understands: `column = literal` (where the row has that column), a
 /// relation-name pattern (psql's `relname OPERATOR(pg_catalog.~)
 /// '^(name)$'`) and `relkind IN (...)`. Other conditions do not filter.
-fn matches_where(row: &Row, w: &Expr, text: &str) -> bool {
+fn matches_where(row: &Row, w: &Expr) -> bool {
     match w {
         Expr::BinaryOp {
             left,
             op: BinaryOperator::And,
             right,
-        } => matches_where(row, left, text) && matches_where(row, right, text),
-        Expr::Nested(inner) => matches_where(row, inner, text),
+        } => matches_where(row, left) && matches_where(row, right),
+        Expr::Nested(inner) => matches_where(row, inner),
         Expr::BinaryOp {
             left,
             op: BinaryOperator::Eq,
@@ -559,6 +585,20 @@ ORDER BY a.attnum;");
         let r =
             ask("SELECT pg_catalog.count(*) FROM pg_catalog.pg_inherits WHERE inhparent = '16384'");
         assert_eq!(r.rows, vec![vec![Value::str("0")]]);
+    }
+
+    #[test]
+    fn unions_answer_each_branch() {
+        let r = ask("SELECT pubname, NULL, NULL FROM pg_catalog.pg_publication p
+             WHERE p.puballtables AND pg_catalog.pg_relation_is_publishable('16384')
+             UNION
+             SELECT c.relname, NULL, NULL FROM pg_catalog.pg_class c WHERE c.oid = '16385'
+             ORDER BY 1");
+        assert_eq!(r.fields.len(), 3);
+        assert_eq!(
+            r.rows,
+            vec![vec![Value::str("item"), Value::Null, Value::Null]]
+        );
     }
 
     #[test]

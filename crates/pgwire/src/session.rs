@@ -392,13 +392,13 @@ impl Session {
         let a = Answer::done(Tag::new("SET"));
         let lower = value.to_ascii_lowercase();
         match name {
-            "client_encoding" | "names" => {
-                if !matches!(lower.as_str(), "utf8" | "utf-8" | "unicode" | "default") {
-                    return Err(SqlError::new(
-                        "0A000",
-                        format!("brine speaks UTF8 only, not {value}"),
-                    ));
-                }
+            "client_encoding" | "names"
+                if !matches!(lower.as_str(), "utf8" | "utf-8" | "unicode" | "default") =>
+            {
+                return Err(SqlError::new(
+                    "0A000",
+                    format!("brine speaks UTF8 only, not {value}"),
+                ));
             }
             "transaction_isolation" | "default_transaction_isolation" => {
                 let asked = match lower.as_str() {

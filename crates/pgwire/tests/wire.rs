@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use brine_cluster::{Application, Cluster, ClusterConfig, DeadlockPolicy, LinkConfig, ProcedureDef};
+use brine_cluster::{
+    Application, Cluster, ClusterConfig, DeadlockPolicy, LinkConfig, ProcedureDef,
+};
 use brine_core::{Decimal, Value};
 use brine_pgwire::{PgServer, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -83,7 +85,8 @@ async fn start() -> (Cluster, PgServer) {
         .collect();
     cluster.load("account", rows).await.expect("load");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let server = PgServer::start(listener, cluster.clone(), ServerConfig::default()).expect("listen");
+    let server =
+        PgServer::start(listener, cluster.clone(), ServerConfig::default()).expect("listen");
     (cluster, server)
 }
 
@@ -117,18 +120,20 @@ async fn text_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
         .expect(sql)
         .into_iter()
         .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).map(str::to_string))
-                    .collect(),
-            ),
+            SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
             _ => None,
         })
         .collect()
 }
 
 async fn balance(client: &Client, id: i64) -> String {
-    let rows = text_rows(client, &format!("SELECT balance FROM account WHERE id = {id}")).await;
+    let rows = text_rows(
+        client,
+        &format!("SELECT balance FROM account WHERE id = {id}"),
+    )
+    .await;
     rows[0][0].clone().expect("a balance")
 }
 
@@ -137,10 +142,7 @@ async fn balance(client: &Client, id: i64) -> String {
 struct Numeric(String);
 
 impl<'a> FromSql<'a> for Numeric {
-    fn from_sql(
-        _: &Type,
-        raw: &'a [u8],
-    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
         let word = |i: usize| i16::from_be_bytes([raw[2 * i], raw[2 * i + 1]]);
         let (n, weight, sign, dscale) = (word(0) as usize, word(1) as i32, word(2), word(3) as i32);
         // Value = sum of digit * 10000^(weight - i), printed with dscale.
@@ -177,11 +179,17 @@ async fn simple_queries_read_and_write() {
         .expect("insert");
     assert_eq!(
         text_rows(&c, "SELECT id, owner, balance FROM account WHERE id = 10").await,
-        vec![vec![Some("10".into()), Some("ten".into()), Some("5.25".into())]]
+        vec![vec![
+            Some("10".into()),
+            Some("ten".into()),
+            Some("5.25".into())
+        ]]
     );
     // Several statements in one query run in order.
     let msgs = c
-        .simple_query("UPDATE account SET balance = balance + 1 WHERE id = 10; SELECT COUNT(*) FROM account")
+        .simple_query(
+            "UPDATE account SET balance = balance + 1 WHERE id = 10; SELECT COUNT(*) FROM account",
+        )
         .await
         .expect("two statements");
     let completions: Vec<u64> = msgs
@@ -200,12 +208,17 @@ async fn simple_queries_read_and_write() {
         text_rows(&c, "SHOW transaction_isolation").await,
         vec![vec![Some("serializable".into())]]
     );
-    c.batch_execute("SET application_name = 'wire-test'").await.expect("set");
+    c.batch_execute("SET application_name = 'wire-test'")
+        .await
+        .expect("set");
     assert_eq!(
         text_rows(&c, "SHOW application_name").await,
         vec![vec![Some("wire-test".into())]]
     );
-    assert_eq!(text_rows(&c, "SELECT 1").await, vec![vec![Some("1".into())]]);
+    assert_eq!(
+        text_rows(&c, "SELECT 1").await,
+        vec![vec![Some("1".into())]]
+    );
     server.stop().await;
 }
 
@@ -234,7 +247,10 @@ async fn prepared_statements_bind_parameters() {
         )
         .await
         .expect("prepare update");
-    let n = c.execute(&update, &[&3i64, &"42.50"]).await.expect("update");
+    let n = c
+        .execute(&update, &[&3i64, &"42.50"])
+        .await
+        .expect("update");
     assert_eq!(n, 1);
     assert_eq!(balance(&c, 3).await, "42.50");
 
@@ -242,7 +258,12 @@ async fn prepared_statements_bind_parameters() {
         .prepare("INSERT INTO account (id, owner, balance) VALUES ($1, $2, 0)")
         .await
         .expect("prepare insert");
-    assert_eq!(c.execute(&insert, &[&20i64, &"twenty"]).await.expect("insert"), 1);
+    assert_eq!(
+        c.execute(&insert, &[&20i64, &"twenty"])
+            .await
+            .expect("insert"),
+        1
+    );
     let dup = c.execute(&insert, &[&20i64, &"again"]).await.unwrap_err();
     assert_eq!(code(&dup), "23505", "{dup}");
 
@@ -254,11 +275,31 @@ async fn prepared_statements_bind_parameters() {
     let e = c.query(&bad, &[&"abc"]).await.unwrap_err();
     assert_eq!(code(&e), "22P02", "{e}");
     // Errors at Parse: unknown table, unknown column, bad syntax.
-    assert_eq!(code(&c.prepare("SELECT * FROM nope WHERE id = 1").await.unwrap_err()), "42P01");
-    assert_eq!(code(&c.prepare("SELECT nope FROM account WHERE id = 1").await.unwrap_err()), "42703");
+    assert_eq!(
+        code(
+            &c.prepare("SELECT * FROM nope WHERE id = 1")
+                .await
+                .unwrap_err()
+        ),
+        "42P01"
+    );
+    assert_eq!(
+        code(
+            &c.prepare("SELECT nope FROM account WHERE id = 1")
+                .await
+                .unwrap_err()
+        ),
+        "42703"
+    );
     assert_eq!(code(&c.prepare("SELEKT 1").await.unwrap_err()), "42601");
     // The connection still serves.
-    assert_eq!(c.query_one(&select, &[&1i64]).await.expect("row 1").get::<_, i64>(0), 1);
+    assert_eq!(
+        c.query_one(&select, &[&1i64])
+            .await
+            .expect("row 1")
+            .get::<_, i64>(0),
+        1
+    );
     server.stop().await;
 }
 
@@ -272,9 +313,12 @@ async fn transactions_commit_or_roll_back() {
     tx.execute("UPDATE account SET balance = 1 WHERE id = 1", &[])
         .await
         .expect("update 1");
-    tx.execute("INSERT INTO account (id, owner, balance) VALUES (30, 'thirty', 3)", &[])
-        .await
-        .expect("insert 30");
+    tx.execute(
+        "INSERT INTO account (id, owner, balance) VALUES (30, 'thirty', 3)",
+        &[],
+    )
+    .await
+    .expect("insert 30");
     tx.commit().await.expect("commit");
     assert_eq!(balance(&b, 1).await, "1.00");
     assert_eq!(balance(&b, 30).await, "3.00");
@@ -283,12 +327,17 @@ async fn transactions_commit_or_roll_back() {
     tx.execute("UPDATE account SET balance = 2 WHERE id = 1", &[])
         .await
         .expect("update 1");
-    tx.execute("INSERT INTO account (id, owner, balance) VALUES (31, 'x', 3)", &[])
-        .await
-        .expect("insert 31");
+    tx.execute(
+        "INSERT INTO account (id, owner, balance) VALUES (31, 'x', 3)",
+        &[],
+    )
+    .await
+    .expect("insert 31");
     tx.rollback().await.expect("rollback");
     assert_eq!(balance(&b, 1).await, "1.00");
-    assert!(text_rows(&b, "SELECT id FROM account WHERE id = 31").await.is_empty());
+    assert!(text_rows(&b, "SELECT id FROM account WHERE id = 31")
+        .await
+        .is_empty());
     server.stop().await;
 }
 
@@ -306,7 +355,9 @@ async fn call_runs_a_procedure() {
         .expect("prepare call");
     c.execute(&deposit, &[&5i64, &2i64]).await.expect("deposit");
     assert_eq!(balance(&c, 2).await, "105.00");
-    c.batch_execute("CALL deposit(1.50, 2)").await.expect("literal args");
+    c.batch_execute("CALL deposit(1.50, 2)")
+        .await
+        .expect("literal args");
     assert_eq!(balance(&c, 2).await, "106.50");
     // The procedure's own abort, and an unknown procedure.
     let e = c.batch_execute("CALL deposit(1, 99)").await.unwrap_err();
@@ -327,7 +378,10 @@ async fn conflicting_transactions_get_serialization_failure() {
     let (older, _co) = connect(&server).await;
     let (younger, _cy) = connect(&server).await;
     older.batch_execute("BEGIN").await.expect("older begins");
-    younger.batch_execute("BEGIN").await.expect("younger begins");
+    younger
+        .batch_execute("BEGIN")
+        .await
+        .expect("younger begins");
     older
         .batch_execute("UPDATE account SET balance = 7 WHERE id = 1")
         .await
@@ -355,7 +409,10 @@ async fn an_error_fails_the_transaction_until_rollback() {
     c.batch_execute("BEGIN; UPDATE account SET balance = 0 WHERE id = 4")
         .await
         .expect("begin and update");
-    let e = c.batch_execute("SELECT * FROM nope WHERE id = 1").await.unwrap_err();
+    let e = c
+        .batch_execute("SELECT * FROM nope WHERE id = 1")
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), "42P01", "{e}");
     let e = c
         .query("SELECT balance FROM account WHERE id = $1", &[&4i64])
@@ -364,7 +421,10 @@ async fn an_error_fails_the_transaction_until_rollback() {
     assert_eq!(code(&e), "25P02", "{e}");
     // COMMIT of a failed transaction rolls it back, as in PostgreSQL.
     let msgs = c.simple_query("COMMIT").await.expect("commit ends it");
-    assert!(matches!(msgs.last(), Some(SimpleQueryMessage::CommandComplete(_))));
+    assert!(matches!(
+        msgs.last(),
+        Some(SimpleQueryMessage::CommandComplete(_))
+    ));
     assert_eq!(balance(&c, 4).await, "100.00");
     server.stop().await;
 }
@@ -399,14 +459,23 @@ async fn a_vanished_client_frees_its_locks() {
         if parked > 0 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the waiter never parked");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter never parked"
+        );
         tokio::task::yield_now().await;
     }
     // The holder's client vanishes mid-transaction.
     holder_conn.abort();
     drop(holder);
-    let waiter = waiting.await.expect("task").expect("the waiter gets the lock");
-    waiter.batch_execute("COMMIT").await.expect("waiter commits");
+    let waiter = waiting
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock");
+    waiter
+        .batch_execute("COMMIT")
+        .await
+        .expect("waiter commits");
     assert_eq!(balance(&waiter, 2).await, "2.00");
     server.stop().await;
     cluster
@@ -450,13 +519,17 @@ async fn malformed_input_hurts_only_its_connection() {
 
     // Garbage instead of a startup message.
     let mut raw = TcpStream::connect(addr).await.expect("connect");
-    raw.write_all(b"GET / HTTP/1.1\r\nHost: brine\r\n\r\n").await.expect("write");
+    raw.write_all(b"GET / HTTP/1.1\r\nHost: brine\r\n\r\n")
+        .await
+        .expect("write");
     read_to_close(&mut raw).await;
 
     // A proper startup, then a message type that does not exist.
     let mut raw = TcpStream::connect(addr).await.expect("connect");
     raw.write_all(&startup()).await.expect("startup");
-    raw.write_all(&[b'!', 0, 0, 0, 8, 1, 2, 3, 4]).await.expect("write");
+    raw.write_all(&[b'!', 0, 0, 0, 8, 1, 2, 3, 4])
+        .await
+        .expect("write");
     let answer = read_to_close(&mut raw).await;
     let text = String::from_utf8_lossy(&answer);
     assert!(text.contains("08P01"), "an error for the client: {text:?}");
