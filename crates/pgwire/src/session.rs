@@ -347,6 +347,10 @@ impl Session {
             });
         }
         let outcome = self.client.call(procedure, values).await?;
+        if outcome.values.is_empty() {
+            // Like a PostgreSQL procedure without OUT parameters: no row.
+            return Ok(Answer::done(Tag::new("CALL")));
+        }
         let fields = outcome
             .values
             .iter()

@@ -354,6 +354,8 @@ async fn call_runs_a_procedure() {
         .await
         .expect("prepare call");
     c.execute(&deposit, &[&5i64, &2i64]).await.expect("deposit");
+    // A procedure that returns nothing answers no row.
+    assert!(text_rows(&c, "CALL deposit(0, 2)").await.is_empty());
     assert_eq!(balance(&c, 2).await, "105.00");
     c.batch_execute("CALL deposit(1.50, 2)")
         .await
@@ -544,5 +546,41 @@ async fn malformed_input_hurts_only_its_connection() {
     c.batch_execute("COMMIT").await.expect("commit");
     let (d, _cd) = connect(&server).await;
     assert_eq!(balance(&d, 3).await, "9.00");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_ends_only_its_connection() {
+    let (cluster, server) = start().await;
+    // A second listener on the same cluster, with a small message bound.
+    let small = PgServer::start(
+        TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+        cluster.clone(),
+        ServerConfig {
+            message_bytes_max: 64 << 10,
+            ..ServerConfig::default()
+        },
+    )
+    .expect("listen");
+    let mut raw = TcpStream::connect(small.local_addr())
+        .await
+        .expect("connect");
+    raw.write_all(&startup()).await.expect("startup");
+    // A query claiming 1 MiB, of which 256 KiB arrive: past the bound the
+    // server answers 54000 and closes (the client may see only the reset).
+    let (mut rd, mut wr) = raw.into_split();
+    let writer = tokio::spawn(async move {
+        let _ = wr.write_all(&[b'Q', 0, 0x10, 0, 4]).await;
+        let _ = wr.write_all(&vec![b'x'; 256 << 10]).await;
+        wr
+    });
+    let mut seen = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(20), rd.read_to_end(&mut seen)).await;
+    assert!(ended.is_ok(), "the server ends the connection");
+    drop(writer.await);
+    // Other connections, on either listener, carry on.
+    let (c, _conn) = connect(&small).await;
+    assert_eq!(balance(&c, 1).await, "100.00");
+    small.stop().await;
     server.stop().await;
 }
