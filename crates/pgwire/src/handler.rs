@@ -276,6 +276,19 @@ fn response(answer: Answer, format: &Format) -> PgWireResult<Response> {
             let info = Arc::new(fields(&cols, format));
             let mut encoded = Vec::with_capacity(rows.len());
             for row in rows {
+                // A row must match its description, or the client would
+                // misread every field after the first mismatch.
+                if row.len() != cols.len() {
+                    return Err(SqlError::new(
+                        "XX000",
+                        format!(
+                            "a result row of {} values for {} columns",
+                            row.len(),
+                            cols.len()
+                        ),
+                    )
+                    .into());
+                }
                 let mut buf = BytesMut::with_capacity(16 * row.len());
                 for (i, v) in row.iter().enumerate() {
                     let ty = cols.get(i).map_or(&Type::TEXT, |c| &c.1);
