@@ -90,6 +90,11 @@ pub enum Command {
         procedure: String,
         args: Vec<CallArg>,
     },
+    /// DEALLOCATE [PREPARE] name | ALL (`None`): the connection's prepared
+    /// statements, forgotten (the handler holds them).
+    Deallocate {
+        name: Option<String>,
+    },
     /// Answered without the cluster.
     Rows(Arc<Rows>),
     /// A statement of brine's SQL subset. `order[i]` is the PostgreSQL
@@ -286,6 +291,12 @@ pub fn classify(sql: &str, cx: &Context<'_>) -> Result<Command, SqlError> {
             name: name.trim_matches('"').to_string(),
         }),
         ["call", ..] => call(text),
+        ["deallocate", "all"] | ["deallocate", "prepare", "all"] => {
+            Ok(Command::Deallocate { name: None })
+        }
+        ["deallocate", name] | ["deallocate", "prepare", name] => Ok(Command::Deallocate {
+            name: Some(name.trim_matches('"').to_string()),
+        }),
         _ if catalog::is_catalog_query(&lower) => {
             Ok(Command::Rows(Arc::new(catalog::answer(text, cx)?)))
         }

@@ -133,6 +133,9 @@ pub struct Conn {
     session: tokio::sync::Mutex<Session>,
     /// Names of this connection's named prepared statements (bounded).
     named: parking_lot::Mutex<HashSet<String>>,
+    /// Statements DEALLOCATE named (a simple query, which cannot reach the
+    /// statement store): removed from it at the next Parse or Close.
+    deallocated: parking_lot::Mutex<Vec<String>>,
     stash: parking_lot::Mutex<Option<Stashed>>,
 }
 
@@ -145,6 +148,7 @@ impl Conn {
             }),
             cluster,
             named: Default::default(),
+            deallocated: Default::default(),
             stash: Default::default(),
         }
     }
@@ -393,6 +397,14 @@ impl SimpleQueryHandler for Conn {
                     Ok(c) => c,
                     Err(e) => return Err(session.fail(e).await.into()),
                 };
+                if let Command::Deallocate { name } = &cmd {
+                    let mut named = self.named.lock();
+                    let names: Vec<String> = match name {
+                        Some(n) => named.take(n).into_iter().collect(),
+                        None => named.drain().collect(),
+                    };
+                    self.deallocated.lock().extend(names);
+                }
                 let answer = session.run(&cmd, Vec::new()).await?;
                 send_notices(client, &answer.notices).await?;
                 match response(answer, &Format::UnifiedText)? {
@@ -448,6 +460,9 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        for gone in std::mem::take(&mut *self.deallocated.lock()) {
+            client.portal_store().rm_statement(&gone);
+        }
         let name = message
             .name
             .clone()
@@ -490,6 +505,9 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        for gone in std::mem::take(&mut *self.deallocated.lock()) {
+            client.portal_store().rm_statement(&gone);
+        }
         let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
         match message.target_type {
             TARGET_TYPE_BYTE_STATEMENT => {

@@ -80,6 +80,19 @@ pub struct Session {
     /// Values given with SET (and the client's startup parameters), by
     /// lowercased name; SHOW reads them before the defaults.
     settings: BTreeMap<String, String>,
+    /// The open block has run a statement (a CALL may no longer run in
+    /// it), or has run a CALL, which committed on its own (a statement may
+    /// no longer run in it).
+    block: Block,
+}
+
+/// What the open transaction block has run (see `Session::block`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Block {
+    #[default]
+    Empty,
+    Statements,
+    Calls,
 }
 
 impl Session {
@@ -95,6 +108,7 @@ impl Session {
             client,
             state: State::Idle,
             settings,
+            block: Block::Empty,
         }
     }
 
@@ -190,6 +204,10 @@ impl Session {
                 notices: Vec::new(),
             }),
             Command::Call { procedure, args } => self.call(procedure, args, params).await,
+            Command::Deallocate { name } => Ok(Answer::done(Tag::new(match name {
+                Some(_) => "DEALLOCATE",
+                None => "DEALLOCATE ALL",
+            }))),
             Command::Statement { plan, order } => {
                 let mut args = Vec::with_capacity(order.len());
                 for &at in order {
@@ -201,8 +219,18 @@ impl Session {
                         Err(e) => return Err(self.fail(e).await),
                     }
                 }
+                if matches!(self.state, State::Open(_)) && self.block == Block::Calls {
+                    let e = SqlError::new(
+                        "25001",
+                        "this transaction block ran a CALL, which committed on its own: end the block (COMMIT) before running statements",
+                    );
+                    return Err(self.fail(e).await);
+                }
                 let result = match &mut self.state {
-                    State::Open(txn) => txn.execute(plan.sql(), args).await,
+                    State::Open(txn) => {
+                        self.block = Block::Statements;
+                        txn.execute(plan.sql(), args).await
+                    }
                     _ => self.autocommit(plan.sql(), args).await,
                 };
                 match result {
@@ -247,6 +275,7 @@ impl Session {
             )));
         }
         self.state = State::Open(self.client.begin());
+        self.block = Block::Empty;
         Ok(a)
     }
 
@@ -267,7 +296,15 @@ impl Session {
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Open(txn) => {
                 txn.abort().await;
-                Answer::done(Tag::new("ROLLBACK"))
+                let a = Answer::done(Tag::new("ROLLBACK"));
+                if self.block == Block::Calls {
+                    return a.notice(SqlError::notice(
+                        "WARNING",
+                        "01000",
+                        "the CALLs of this block had committed on their own: ROLLBACK did not undo them",
+                    ));
+                }
+                a
             }
             State::Failed => Answer::done(Tag::new("ROLLBACK")),
             State::Idle => Answer::done(Tag::new("ROLLBACK")).notice(no_transaction()),
@@ -329,13 +366,20 @@ impl Session {
         args: &[CallArg],
         params: Vec<Value>,
     ) -> Result<Answer, SqlError> {
+        // A call is a transaction of its own. Drivers that open a block
+        // before every command (psycopg, JDBC without autocommit) may CALL
+        // in a block that has run nothing else; the call commits at once,
+        // and the block may then only end.
         if matches!(self.state, State::Open(_)) {
-            let e = SqlError::new(
-                "0A000",
-                format!("CALL {procedure} runs as a transaction of its own and cannot run inside BEGIN ... COMMIT"),
-            )
-            .with_hint("end the transaction first, then CALL");
-            return Err(self.fail(e).await);
+            if self.block == Block::Statements {
+                let e = SqlError::new(
+                    "0A000",
+                    format!("CALL {procedure} runs as a transaction of its own and cannot run inside BEGIN ... COMMIT after other statements"),
+                )
+                .with_hint("end the transaction first, then CALL");
+                return Err(self.fail(e).await);
+            }
+            self.block = Block::Calls;
         }
         let mut values = Vec::with_capacity(args.len());
         for a in args {

@@ -366,11 +366,38 @@ async fn call_runs_a_procedure() {
     assert_eq!(code(&e), "P0001", "{e}");
     let e = c.batch_execute("CALL nope()").await.unwrap_err();
     assert_eq!(code(&e), "42883", "{e}");
-    // A CALL is a transaction of its own.
+    // A CALL is a transaction of its own. In a block that has run nothing
+    // (drivers open one before every command) it commits at once, and
+    // the block may then only end; after a statement it is refused.
     c.batch_execute("BEGIN").await.expect("begin");
+    c.batch_execute("CALL deposit(1, 2)")
+        .await
+        .expect("a call opening the block");
+    let e = c
+        .batch_execute("SELECT balance FROM account WHERE id = 2")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "25001", "{e}");
+    c.batch_execute("ROLLBACK").await.expect("rollback");
+    assert_eq!(balance(&c, 2).await, "107.50", "the call had committed");
+    c.batch_execute("BEGIN").await.expect("begin");
+    text_rows(&c, "SELECT balance FROM account WHERE id = 2").await;
     let e = c.batch_execute("CALL total()").await.unwrap_err();
     assert_eq!(code(&e), "0A000", "{e}");
     c.batch_execute("ROLLBACK").await.expect("rollback");
+    // DEALLOCATE, as drivers send it after a failed transaction.
+    let stmt = c
+        .prepare("SELECT balance FROM account WHERE id = $1")
+        .await
+        .expect("prepare");
+    c.batch_execute("DEALLOCATE ALL")
+        .await
+        .expect("deallocate all");
+    c.batch_execute("DEALLOCATE PREPARE some_name")
+        .await
+        .expect("deallocate one");
+    drop(stmt);
+    assert_eq!(balance(&c, 2).await, "107.50");
     server.stop().await;
 }
 
