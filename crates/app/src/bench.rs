@@ -72,7 +72,7 @@ fn bench_globals(lua: &Lua) -> mlua::Result<()> {
 
 /// Compiles every chunk of `spec` (errors name the file and line).
 pub fn compile_all(file: &str, spec: &BenchSpec) -> std::result::Result<(), String> {
-    let lua = Lua::new();
+    let lua = lua::new_state();
     bench_globals(&lua).map_err(|e| e.to_string())?;
     let chunks = spec
         .setup
@@ -194,7 +194,7 @@ impl Workload for AppWorkload {
             let Some(setup) = &self.spec.setup else {
                 return Ok(());
             };
-            let lua = Lua::new();
+            let lua = lua::new_state();
             bench_globals(&lua).map_err(|e| lua_failed("setup", &e))?;
             lua.set_app_data(Inserted::default());
             lua.set_app_data(Dice(SmallRng::seed_from_u64(0)));
@@ -274,7 +274,7 @@ const QUOTED: usize = 3;
 
 impl AppClient {
     fn new(w: &AppWorkload, index: u32, mut rng: SmallRng) -> AppClient {
-        let lua = Lua::new();
+        let lua = lua::new_state();
         let compiled = |params: &str, c: &Chunk| -> Option<Function> {
             match lua::compile(&lua, &w.file, &function_chunk(params, c)) {
                 Ok(f) => Some(f),
@@ -425,7 +425,7 @@ struct CheckTxn(Arc<tokio::sync::Mutex<Option<Txn>>>);
 struct CheckCluster(Cluster);
 
 async fn run_check(file: &str, check: &Chunk, cluster: &Cluster) -> Result<()> {
-    let lua = Lua::new();
+    let lua = lua::new_state();
     let setup = || -> mlua::Result<()> {
         install(&lua, false)?;
         let g = lua.globals();

@@ -185,13 +185,45 @@ pub fn engine_error(e: &mlua::Error) -> std::result::Result<Error, String> {
     }
 }
 
-/// The context of the call a state runs, as its app data.
-struct Current(Arc<tokio::sync::Mutex<ProcCtx>>);
+/// The context of the call a state runs, as its app data, and the
+/// engine error that ended it, if one did.
+struct Current {
+    ctx: Arc<tokio::sync::Mutex<ProcCtx>>,
+    failed: Mutex<Option<Error>>,
+    /// Told when `failed` is set: the call is dropped there and then.
+    stop: Arc<tokio::sync::Notify>,
+}
 
 fn current(lua: &Lua) -> mlua::Result<Arc<tokio::sync::Mutex<ProcCtx>>> {
     lua.app_data_ref::<Current>()
-        .map(|c| c.0.clone())
+        .map(|c| c.ctx.clone())
         .ok_or_else(|| mlua::Error::runtime("exec outside a procedure's call"))
+}
+
+/// Keeps `e` as the call's outcome and ends the call: `Bodies::run`
+/// drops the body's coroutine, which unwinds nothing. (A Lua error would
+/// cost a traceback, and every concurrency-control abort comes here.)
+/// The nil it returns is seen only where nothing stops the call (the
+/// Lua side then raises `ENGINE`).
+fn stash(lua: &Lua, e: Error) -> mlua::Result<mlua::Value> {
+    match lua.app_data_ref::<Current>() {
+        Some(c) => {
+            *c.failed.lock() = Some(e);
+            c.stop.notify_one();
+            Ok(mlua::Value::Nil)
+        }
+        None => Err(mlua::Error::external(e)),
+    }
+}
+
+/// Stashes `e` and never resumes the body: `Bodies::run` drops it. (Out
+/// of a call, `e` is raised as a Lua error.)
+async fn halt(lua: &Lua, e: Error) -> mlua::Result<mlua::Value> {
+    let v = stash(lua, e)?;
+    if lua.app_data_ref::<Current>().is_some() {
+        std::future::pending::<()>().await;
+    }
+    Ok(v)
 }
 
 /// Values of a Lua argument list.
@@ -199,8 +231,37 @@ fn args_of(args: &MultiValue) -> mlua::Result<Vec<Value>> {
     args.iter().map(from_lua).collect()
 }
 
-/// The globals every state has: `decimal`, `NULL`; with `engine`, the
-/// functions a body calls (`exec`, `one`, `abort`, `begin_sub`, `end_sub`).
+/// The body's functions, over the raw callbacks: a nil from one means
+/// the engine ended the call (its error stashed), raised as `ENGINE`.
+const PRELUDE: &str = r#"
+local raw_exec, raw_one, raw_abort, raw_begin, raw_end, ENGINE =
+  __exec, __one, __abort, __begin_sub, __end_sub, __ENGINE
+__exec, __one, __abort, __begin_sub, __end_sub = nil, nil, nil, nil, nil
+function exec(name, ...)
+  local r = raw_exec(name, ...)
+  if r == nil then error(ENGINE, 0) end
+  return r
+end
+function one(name, ...)
+  local found, row = raw_one(name, ...)
+  if found == nil then error(ENGINE, 0) end
+  return row
+end
+function abort(reason)
+  raw_abort(tostring(reason))
+  error(ENGINE, 0)
+end
+function begin_sub()
+  if raw_begin() == nil then error(ENGINE, 0) end
+end
+function end_sub()
+  if raw_end() == nil then error(ENGINE, 0) end
+end
+"#;
+
+/// The globals every state has: `decimal`, `NULL`, `timestamp`; with
+/// `engine`, the functions a body calls (`exec`, `one`, `abort`,
+/// `begin_sub`, `end_sub`).
 pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
     let g = lua.globals();
     g.set(
@@ -216,64 +277,75 @@ pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
         return Ok(());
     }
     g.set(
-        "exec",
+        "__exec",
         lua.create_async_function(|lua, (name, args): (String, MultiValue)| async move {
             let ctx = current(&lua)?;
             let args = args_of(&args)?;
-            let r = ctx
-                .lock()
-                .await
-                .exec(&name, args)
-                .await
-                .map_err(mlua::Error::external)?;
-            result_table(&lua, &r)
-        })?,
-    )?;
-    g.set(
-        "one",
-        lua.create_async_function(|lua, (name, args): (String, MultiValue)| async move {
-            let ctx = current(&lua)?;
-            let args = args_of(&args)?;
-            let r = ctx
-                .lock()
-                .await
-                .exec(&name, args)
-                .await
-                .map_err(mlua::Error::external)?;
-            match r.rows.first() {
-                Some(row) => Ok(mlua::Value::Table(row_table(&lua, row)?)),
-                None => Ok(mlua::Value::Nil),
+            let r = ctx.lock().await.exec(&name, args).await;
+            match r {
+                Ok(r) => Ok(mlua::Value::Table(result_table(&lua, &r)?)),
+                Err(e) => halt(&lua, e).await,
             }
         })?,
     )?;
     g.set(
-        "abort",
-        lua.create_function(|_, reason: String| -> mlua::Result<()> {
-            Err(mlua::Error::external(Error::UserAbort(reason)))
+        "__one",
+        lua.create_async_function(|lua, (name, args): (String, MultiValue)| async move {
+            let ctx = current(&lua)?;
+            let args = args_of(&args)?;
+            let r = ctx.lock().await.exec(&name, args).await;
+            match r {
+                Ok(r) => match r.rows.first() {
+                    Some(row) => Ok((
+                        mlua::Value::Boolean(true),
+                        mlua::Value::Table(row_table(&lua, row)?),
+                    )),
+                    None => Ok((mlua::Value::Boolean(true), mlua::Value::Nil)),
+                },
+                Err(e) => Ok((halt(&lua, e).await?, mlua::Value::Nil)),
+            }
         })?,
     )?;
     g.set(
-        "begin_sub",
-        lua.create_async_function(|lua, ()| async move {
-            current(&lua)?
-                .lock()
-                .await
-                .begin_alkaline()
-                .map_err(mlua::Error::external)
+        "__abort",
+        lua.create_async_function(|lua, reason: String| async move {
+            halt(&lua, Error::UserAbort(reason)).await
         })?,
     )?;
     g.set(
-        "end_sub",
+        "__begin_sub",
         lua.create_async_function(|lua, ()| async move {
-            current(&lua)?
-                .lock()
-                .await
-                .end_alkaline()
-                .await
-                .map_err(mlua::Error::external)
+            let r = current(&lua)?.lock().await.begin_alkaline();
+            match r {
+                Ok(()) => Ok(mlua::Value::Boolean(true)),
+                Err(e) => halt(&lua, e).await,
+            }
         })?,
     )?;
+    g.set(
+        "__end_sub",
+        lua.create_async_function(|lua, ()| async move {
+            let r = current(&lua)?.lock().await.end_alkaline().await;
+            match r {
+                Ok(()) => Ok(mlua::Value::Boolean(true)),
+                Err(e) => halt(&lua, e).await,
+            }
+        })?,
+    )?;
+    g.set("__ENGINE", lua.create_table()?)?;
+    lua.load(PRELUDE).set_name("=brine").exec()?;
     Ok(())
+}
+
+/// A Lua state with the libraries bodies and benchmarks use (no io, os
+/// or debug: a body touches the database only through its statements)
+/// and the generational collector, which suits their short-lived tables.
+pub fn new_state() -> Lua {
+    use mlua::StdLib;
+    let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8 | StdLib::COROUTINE;
+    let lua = Lua::new_with(libs, mlua::LuaOptions::default()).unwrap_or_else(|_| Lua::new());
+    lua.gc_gen(0, 0);
+    lua
 }
 
 /// A body's source: its chunk (padded so Lua's line numbers are the
@@ -325,7 +397,7 @@ struct Vm {
 
 impl Vm {
     fn new(file: &str, sources: &[BodySource]) -> std::result::Result<Vm, String> {
-        let lua = Lua::new();
+        let lua = new_state();
         install(&lua, true).map_err(|e| e.to_string())?;
         let mut bodies = HashMap::new();
         for s in sources {
@@ -376,13 +448,33 @@ impl Bodies {
             .map(|v| to_lua(&vm.lua, v))
             .collect::<mlua::Result<MultiValue>>()
             .map_err(|e| Error::Internal(format!("procedure `{procedure}`: {e}")))?;
-        vm.lua
-            .set_app_data(Current(Arc::new(tokio::sync::Mutex::new(ctx))));
-        let results = body.call_async::<MultiValue>(lua_args).await;
-        vm.lua.remove_app_data::<Current>();
-        let out = match results.and_then(values_of) {
-            Ok(values) => Ok(values),
-            Err(e) => Err(match engine_error(&e) {
+        let stop = Arc::new(tokio::sync::Notify::new());
+        vm.lua.set_app_data(Current {
+            ctx: Arc::new(tokio::sync::Mutex::new(ctx)),
+            failed: Mutex::new(None),
+            stop: stop.clone(),
+        });
+        let results = {
+            let call = body.call_async::<MultiValue>(lua_args);
+            tokio::pin!(call);
+            tokio::select! {
+                biased;
+                // The engine ended the call: the coroutine is dropped
+                // where it stands (its state is reset, the VM reusable).
+                () = stop.notified() => Ok(MultiValue::new()),
+                r = &mut call => r,
+            }
+        };
+        let failed = vm
+            .lua
+            .remove_app_data::<Current>()
+            .and_then(|c| c.failed.into_inner());
+        let out = match (failed, results.and_then(values_of)) {
+            // The engine's error ended the body (or the body went on after
+            // one, which it cannot see: the call failed all the same).
+            (Some(engine), _) => Err(engine),
+            (None, Ok(values)) => Ok(values),
+            (None, Err(e)) => Err(match engine_error(&e) {
                 Ok(engine) => engine,
                 Err(message) => Error::Internal(format!("procedure `{procedure}`: {message}")),
             }),

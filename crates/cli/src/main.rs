@@ -704,7 +704,12 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         (args.workload, &args.app, args.grouping.is_empty())
     {
         let file = brine_app::load(path).map_err(|e| BenchError::Config(e.to_string()))?;
-        groupings.extend(file.groupings);
+        // Those the protocols run (callas@LABEL).
+        groupings.extend(
+            file.groupings
+                .into_iter()
+                .filter(|(label, _)| protocols.iter().any(|p| *p == format!("callas@{label}"))),
+        );
     }
     if cluster.grouping.is_some() && !protocols.iter().any(|p| p == "callas") {
         return Err(BenchError::Config(

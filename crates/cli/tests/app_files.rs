@@ -50,11 +50,16 @@ fn broken(file: &Path, from: &str, to: &str, dir: &Path) -> PathBuf {
 }
 
 #[test]
-fn ticketing_as_a_file_passes_its_check_under_acid_and_salt() {
-    let o = bench(&app("ticket.toml"), &["--compare", "acid,salt"]);
+fn ticketing_as_a_file_passes_its_check_under_acid_salt_and_its_callas_grouping() {
+    let o = bench(
+        &app("ticket.toml"),
+        &["--compare", "acid,salt,callas@checkout"],
+    );
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    assert_eq!(out.matches("check: passed").count(), 3, "{out}");
+    // acid at wait-die and detection, salt, and the file's grouping.
+    assert_eq!(out.matches("check: passed").count(), 4, "{out}");
+    assert!(out.contains("callas@checkout"), "{out}");
 }
 
 #[test]
