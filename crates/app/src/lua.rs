@@ -185,78 +185,26 @@ pub fn engine_error(e: &mlua::Error) -> std::result::Result<Error, String> {
     }
 }
 
-/// The context of the call a state runs, as its app data, and the
-/// engine error that ended it, if one did.
-struct Current {
-    ctx: Arc<tokio::sync::Mutex<ProcCtx>>,
-    failed: Mutex<Option<Error>>,
-    /// Told when `failed` is set: the call is dropped there and then.
-    stop: Arc<tokio::sync::Notify>,
+/// What a body asks of the engine: it yields `(request, ...)` and is
+/// resumed with the answer by `Bodies::run`, which owns the call's
+/// context. An engine error ends the call there and then: the coroutine
+/// is dropped, never resumed, so nothing unwinds through Lua.
+mod request {
+    pub const EXEC: i64 = 1;
+    pub const ONE: i64 = 2;
+    pub const ABORT: i64 = 3;
+    pub const BEGIN_SUB: i64 = 4;
+    pub const END_SUB: i64 = 5;
 }
 
-fn current(lua: &Lua) -> mlua::Result<Arc<tokio::sync::Mutex<ProcCtx>>> {
-    lua.app_data_ref::<Current>()
-        .map(|c| c.ctx.clone())
-        .ok_or_else(|| mlua::Error::runtime("exec outside a procedure's call"))
-}
-
-/// Keeps `e` as the call's outcome and ends the call: `Bodies::run`
-/// drops the body's coroutine, which unwinds nothing. (A Lua error would
-/// cost a traceback, and every concurrency-control abort comes here.)
-/// The nil it returns is seen only where nothing stops the call (the
-/// Lua side then raises `ENGINE`).
-fn stash(lua: &Lua, e: Error) -> mlua::Result<mlua::Value> {
-    match lua.app_data_ref::<Current>() {
-        Some(c) => {
-            *c.failed.lock() = Some(e);
-            c.stop.notify_one();
-            Ok(mlua::Value::Nil)
-        }
-        None => Err(mlua::Error::external(e)),
-    }
-}
-
-/// Stashes `e` and never resumes the body: `Bodies::run` drops it. (Out
-/// of a call, `e` is raised as a Lua error.)
-async fn halt(lua: &Lua, e: Error) -> mlua::Result<mlua::Value> {
-    let v = stash(lua, e)?;
-    if lua.app_data_ref::<Current>().is_some() {
-        std::future::pending::<()>().await;
-    }
-    Ok(v)
-}
-
-/// Values of a Lua argument list.
-fn args_of(args: &MultiValue) -> mlua::Result<Vec<Value>> {
-    args.iter().map(from_lua).collect()
-}
-
-/// The body's functions, over the raw callbacks: a nil from one means
-/// the engine ended the call (its error stashed), raised as `ENGINE`.
+/// The body's functions, as requests to the engine (`request`).
 const PRELUDE: &str = r#"
-local raw_exec, raw_one, raw_abort, raw_begin, raw_end, ENGINE =
-  __exec, __one, __abort, __begin_sub, __end_sub, __ENGINE
-__exec, __one, __abort, __begin_sub, __end_sub = nil, nil, nil, nil, nil
-function exec(name, ...)
-  local r = raw_exec(name, ...)
-  if r == nil then error(ENGINE, 0) end
-  return r
-end
-function one(name, ...)
-  local found, row = raw_one(name, ...)
-  if found == nil then error(ENGINE, 0) end
-  return row
-end
-function abort(reason)
-  raw_abort(tostring(reason))
-  error(ENGINE, 0)
-end
-function begin_sub()
-  if raw_begin() == nil then error(ENGINE, 0) end
-end
-function end_sub()
-  if raw_end() == nil then error(ENGINE, 0) end
-end
+local yield = coroutine.yield
+function exec(name, ...) return yield(1, name, ...) end
+function one(name, ...) return yield(2, name, ...) end
+function abort(reason) yield(3, tostring(reason)) end
+function begin_sub() yield(4) end
+function end_sub() yield(5) end
 "#;
 
 /// The globals every state has: `decimal`, `NULL`, `timestamp`; with
@@ -273,68 +221,54 @@ pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
         "timestamp",
         lua.create_function(|_, micros: i64| Ok(Ts(micros)))?,
     )?;
-    if !engine {
-        return Ok(());
+    if engine {
+        lua.load(PRELUDE).set_name("=brine").exec()?;
     }
-    g.set(
-        "__exec",
-        lua.create_async_function(|lua, (name, args): (String, MultiValue)| async move {
-            let ctx = current(&lua)?;
-            let args = args_of(&args)?;
-            let r = ctx.lock().await.exec(&name, args).await;
-            match r {
-                Ok(r) => Ok(mlua::Value::Table(result_table(&lua, &r)?)),
-                Err(e) => halt(&lua, e).await,
-            }
-        })?,
-    )?;
-    g.set(
-        "__one",
-        lua.create_async_function(|lua, (name, args): (String, MultiValue)| async move {
-            let ctx = current(&lua)?;
-            let args = args_of(&args)?;
-            let r = ctx.lock().await.exec(&name, args).await;
-            match r {
-                Ok(r) => match r.rows.first() {
-                    Some(row) => Ok((
-                        mlua::Value::Boolean(true),
-                        mlua::Value::Table(row_table(&lua, row)?),
-                    )),
-                    None => Ok((mlua::Value::Boolean(true), mlua::Value::Nil)),
-                },
-                Err(e) => Ok((halt(&lua, e).await?, mlua::Value::Nil)),
-            }
-        })?,
-    )?;
-    g.set(
-        "__abort",
-        lua.create_async_function(|lua, reason: String| async move {
-            halt(&lua, Error::UserAbort(reason)).await
-        })?,
-    )?;
-    g.set(
-        "__begin_sub",
-        lua.create_async_function(|lua, ()| async move {
-            let r = current(&lua)?.lock().await.begin_alkaline();
-            match r {
-                Ok(()) => Ok(mlua::Value::Boolean(true)),
-                Err(e) => halt(&lua, e).await,
-            }
-        })?,
-    )?;
-    g.set(
-        "__end_sub",
-        lua.create_async_function(|lua, ()| async move {
-            let r = current(&lua)?.lock().await.end_alkaline().await;
-            match r {
-                Ok(()) => Ok(mlua::Value::Boolean(true)),
-                Err(e) => halt(&lua, e).await,
-            }
-        })?,
-    )?;
-    g.set("__ENGINE", lua.create_table()?)?;
-    lua.load(PRELUDE).set_name("=brine").exec()?;
     Ok(())
+}
+
+/// One request a body yielded, answered: the values to resume it with,
+/// or the error that ends the call.
+async fn answer(lua: &Lua, ctx: &mut ProcCtx, yielded: MultiValue) -> Result<MultiValue> {
+    let bad = |what: &str| {
+        Error::Internal(format!("a body yielded {what}, not a request to the engine (exec inside a coroutine of its own?)"))
+    };
+    let mut it = yielded.into_iter();
+    let op = match it.next() {
+        Some(mlua::Value::Integer(op)) => op,
+        _ => return Err(bad("a value")),
+    };
+    let lua_err = |e: mlua::Error| Error::Internal(e.to_string());
+    match op {
+        request::EXEC | request::ONE => {
+            let name = match it.next() {
+                Some(mlua::Value::String(s)) => s.to_str().map_err(lua_err)?.to_string(),
+                _ => return Err(bad("a statement without its name")),
+            };
+            let args = it.map(|v| from_lua(&v)).collect::<mlua::Result<Vec<_>>>();
+            let args = args.map_err(|e| Error::Internal(format!("statement `{name}`: {e}")))?;
+            let r = ctx.exec(&name, args).await?;
+            let v = if op == request::EXEC {
+                mlua::Value::Table(result_table(lua, &r).map_err(lua_err)?)
+            } else {
+                match r.rows.first() {
+                    Some(row) => mlua::Value::Table(row_table(lua, row).map_err(lua_err)?),
+                    None => mlua::Value::Nil,
+                }
+            };
+            Ok(MultiValue::from_vec(vec![v]))
+        }
+        request::ABORT => {
+            let reason = match it.next() {
+                Some(mlua::Value::String(s)) => s.to_string_lossy(),
+                _ => String::new(),
+            };
+            Err(Error::UserAbort(reason))
+        }
+        request::BEGIN_SUB => ctx.begin_alkaline().map(|()| MultiValue::new()),
+        request::END_SUB => ctx.end_alkaline().await.map(|()| MultiValue::new()),
+        _ => Err(bad("an unknown request")),
+    }
 }
 
 /// A Lua state with the libraries bodies and benchmarks use (no io, os
@@ -435,50 +369,47 @@ impl Bodies {
         Vm::new(&self.file, &self.sources).map_err(Error::Internal)
     }
 
-    /// Runs `procedure`'s body for one call.
-    pub async fn run(&self, procedure: &str, ctx: ProcCtx, args: Vec<Value>) -> Result<Vec<Value>> {
+    /// Runs `procedure`'s body for one call: its coroutine resumed with
+    /// each request's answer until it returns (or the engine ends it).
+    pub async fn run(
+        &self,
+        procedure: &str,
+        mut ctx: ProcCtx,
+        args: Vec<Value>,
+    ) -> Result<Vec<Value>> {
         let vm = self.take()?;
+        let internal = |e: mlua::Error| Error::Internal(format!("procedure `{procedure}`: {e}"));
         let body = vm
             .bodies
             .get(procedure)
             .cloned()
             .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?;
-        let lua_args = args
-            .iter()
-            .map(|v| to_lua(&vm.lua, v))
-            .collect::<mlua::Result<MultiValue>>()
-            .map_err(|e| Error::Internal(format!("procedure `{procedure}`: {e}")))?;
-        let stop = Arc::new(tokio::sync::Notify::new());
-        vm.lua.set_app_data(Current {
-            ctx: Arc::new(tokio::sync::Mutex::new(ctx)),
-            failed: Mutex::new(None),
-            stop: stop.clone(),
-        });
-        let results = {
-            let call = body.call_async::<MultiValue>(lua_args);
-            tokio::pin!(call);
-            tokio::select! {
-                biased;
-                // The engine ended the call: the coroutine is dropped
-                // where it stands (its state is reset, the VM reusable).
-                () = stop.notified() => Ok(MultiValue::new()),
-                r = &mut call => r,
+        let out = async {
+            let thread = vm.lua.create_thread(body).map_err(internal)?;
+            let mut input = args
+                .iter()
+                .map(|v| to_lua(&vm.lua, v))
+                .collect::<mlua::Result<MultiValue>>()
+                .map_err(internal)?;
+            loop {
+                let yielded = match thread.resume::<MultiValue>(input) {
+                    Ok(y) => y,
+                    Err(e) => {
+                        return Err(match engine_error(&e) {
+                            Ok(engine) => engine,
+                            Err(message) => {
+                                Error::Internal(format!("procedure `{procedure}`: {message}"))
+                            }
+                        })
+                    }
+                };
+                if thread.status() != mlua::ThreadStatus::Resumable {
+                    return values_of(yielded).map_err(internal);
+                }
+                input = answer(&vm.lua, &mut ctx, yielded).await?;
             }
-        };
-        let failed = vm
-            .lua
-            .remove_app_data::<Current>()
-            .and_then(|c| c.failed.into_inner());
-        let out = match (failed, results.and_then(values_of)) {
-            // The engine's error ended the body (or the body went on after
-            // one, which it cannot see: the call failed all the same).
-            (Some(engine), _) => Err(engine),
-            (None, Ok(values)) => Ok(values),
-            (None, Err(e)) => Err(match engine_error(&e) {
-                Ok(engine) => engine,
-                Err(message) => Error::Internal(format!("procedure `{procedure}`: {message}")),
-            }),
-        };
+        }
+        .await;
         let mut pool = self.pool.lock();
         if pool.len() < POOL_MAX {
             pool.push(vm);
