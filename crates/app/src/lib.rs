@@ -9,15 +9,16 @@
 //!     │  an error names the file and line, and nothing is half-loaded
 //!     ▼
 //!  Application (brine_cluster) ── bodies run by lua.rs: a pool of Lua
-//!     │                             states; exec() awaits the engine
+//!     │                             states; exec() yields a request that
+//!     │                             the engine answers
 //!     ▼
 //!  AppWorkload (bench.rs): `brine bench app --app FILE`, `brine server`
 //!                          and `brine cluster up` with the same file
 //! ```
 //!
 //! Why Lua (through `mlua`): its bodies run as coroutines, so a statement
-//! the body executes is an `await` of the engine's own future, with no
-//! thread per call; Lua 5.4 is small, fast to start and well known; and
+//! the body executes is a yield while the engine's own future is awaited,
+//! with no thread per call; Lua 5.4 is small, fast to start and well known; and
 //! `mlua` is maintained and builds Lua from source (`vendored`), needing
 //! only the C compiler every Rust toolchain on Linux links with. Rhai, the
 //! pure-Rust alternative, cannot suspend a script on an `await`, so each

@@ -3,9 +3,10 @@
 //!
 //! ```text
 //!  a call of procedure p ──► take a state from the pool (or build one)
-//!     its context set as the state's app data
-//!     body_p(args...) as a coroutine: exec("stmt", ...) awaits
-//!       ProcCtx::exec; abort("why") ends it as a user abort
+//!     body_p(args...) as a coroutine, resumed by Bodies::run:
+//!       exec("stmt", ...) yields (EXEC, "stmt", ...) ──► ProcCtx::exec
+//!       ◄── resumed with the result table
+//!       an engine error (an abort above all): the coroutine is dropped
 //!     its return values ──► Vec<Value>; the state back to the pool
 //! ```
 //!
@@ -13,9 +14,12 @@
 //! table `{rows = {{...}, ...}, affected = n}`),
 //! `one(name, ...)` (the first row, or nil), `abort(reason)`,
 //! `begin_sub()` / `end_sub()` (Salt's alkaline subtransactions),
-//! `decimal("12.50")` and `NULL`. An engine error (a concurrency-control
-//! abort above all) passes through the body unchanged, so the engine
-//! retries the call as it would a compiled one's.
+//! `decimal("12.50")`, `timestamp(micros)` and `NULL`. The engine's error
+//! is the call's, unchanged, so the engine retries the call as it would
+//! a compiled one's.
+//!
+//! Hot path: one resume per statement, a table per result row; no
+//! callback into Rust, no lock.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -323,10 +327,12 @@ pub fn compile(lua: &Lua, file: &str, chunk: &str) -> std::result::Result<Functi
         .map_err(|e| e.to_string())
 }
 
-/// One Lua state with every body compiled.
+/// One Lua state with every body compiled, and the coroutine its calls
+/// run in (reset for each call, not made anew).
 struct Vm {
     lua: Lua,
     bodies: HashMap<String, Function>,
+    thread: Option<mlua::Thread>,
 }
 
 impl Vm {
@@ -337,7 +343,11 @@ impl Vm {
         for s in sources {
             bodies.insert(s.procedure.clone(), compile(&lua, file, &s.chunk())?);
         }
-        Ok(Vm { lua, bodies })
+        Ok(Vm {
+            lua,
+            bodies,
+            thread: None,
+        })
     }
 }
 
@@ -377,15 +387,19 @@ impl Bodies {
         mut ctx: ProcCtx,
         args: Vec<Value>,
     ) -> Result<Vec<Value>> {
-        let vm = self.take()?;
+        let mut vm = self.take()?;
         let internal = |e: mlua::Error| Error::Internal(format!("procedure `{procedure}`: {e}"));
         let body = vm
             .bodies
             .get(procedure)
             .cloned()
             .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?;
+        let thread = match vm.thread.take() {
+            Some(t) if t.reset(body.clone()).is_ok() => Ok(t),
+            _ => vm.lua.create_thread(body),
+        };
         let out = async {
-            let thread = vm.lua.create_thread(body).map_err(internal)?;
+            let thread = thread.as_ref().map_err(|e| internal(e.clone()))?;
             let mut input = args
                 .iter()
                 .map(|v| to_lua(&vm.lua, v))
@@ -410,6 +424,7 @@ impl Bodies {
             }
         }
         .await;
+        vm.thread = thread.ok();
         let mut pool = self.pool.lock();
         if pool.len() < POOL_MAX {
             pool.push(vm);
