@@ -140,6 +140,14 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Removes the statements DEALLOCATE named from `store` (see
+    /// `Conn::deallocated`).
+    fn forget_deallocated<S: PortalStore>(&self, store: &S) {
+        for gone in std::mem::take(&mut *self.deallocated.lock()) {
+            store.rm_statement(&gone);
+        }
+    }
+
     pub fn new(cluster: Cluster) -> Conn {
         Conn {
             session: tokio::sync::Mutex::new(Session::new(cluster.clone(), &BTreeMap::new())),
@@ -460,9 +468,7 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        for gone in std::mem::take(&mut *self.deallocated.lock()) {
-            client.portal_store().rm_statement(&gone);
-        }
+        self.forget_deallocated(client.portal_store());
         let name = message
             .name
             .clone()
@@ -505,9 +511,7 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        for gone in std::mem::take(&mut *self.deallocated.lock()) {
-            client.portal_store().rm_statement(&gone);
-        }
+        self.forget_deallocated(client.portal_store());
         let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
         match message.target_type {
             TARGET_TYPE_BYTE_STATEMENT => {
