@@ -168,3 +168,75 @@ fn psycopg_transfers_retry_on_40001_and_keep_the_total() {
         "{out}"
     );
 }
+
+/// Bad input over the wire while psycopg clients transfer money: garbage
+/// on raw sockets, and a psql client killed in the middle of a
+/// transaction that added 1.00 to an account. The others are served
+/// throughout; the killed client's transaction is rolled back (the total
+/// is kept to the cent).
+#[test]
+fn bad_clients_hurt_no_one_during_a_bank_run() {
+    use std::io::{BufRead, BufReader, Write};
+    if !have("psql", Command::new("psql").arg("--version"))
+        || !have(
+            "python3 with psycopg",
+            Command::new("python3").args(["-c", "import psycopg"]),
+        )
+    {
+        return;
+    }
+    let node = bank_node();
+    let port = node.pg_port.to_string();
+    let mut bank = Command::new("python3")
+        .arg(here("tests/pg/bank.py"))
+        .args(["127.0.0.1", &port, "4", "300"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    // Garbage: bytes that are no startup message, and a startup message
+    // of a protocol version that does not exist.
+    for junk in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[0, 0, 0, 8, 0x7f, 0x7f, 0, 0][..],
+    ] {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", node.pg_port)).expect("connect");
+        let _ = s.write_all(junk);
+    }
+    // A client that dies holding an uncommitted +1.00.
+    let mut psql = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "test",
+            "-d",
+            "brine",
+            "-X",
+            "-p",
+            &port,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("psql");
+    let mut stdin = psql.stdin.take().expect("stdin");
+    writeln!(
+        stdin,
+        "BEGIN;\nUPDATE account SET balance = balance + 1 WHERE id = 5000;"
+    )
+    .expect("writing to psql");
+    let mut lines = BufReader::new(psql.stdout.take().expect("stdout")).lines();
+    let updated = lines.any(|l| l.is_ok_and(|l| l.starts_with("UPDATE 1")));
+    assert!(updated, "psql's UPDATE ran");
+    psql.kill().expect("killing psql");
+    psql.wait().expect("reaped");
+    drop(stdin);
+    let out = bank.wait_with_output().expect("python3");
+    let out = text(&out);
+    assert!(
+        out.contains("transfers=1200 ") && out.contains("total=10000000.00"),
+        "{out}"
+    );
+}
