@@ -187,7 +187,7 @@ fn bad_clients_hurt_no_one_during_a_bank_run() {
     }
     let node = bank_node();
     let port = node.pg_port.to_string();
-    let mut bank = Command::new("python3")
+    let bank = Command::new("python3")
         .arg(here("tests/pg/bank.py"))
         .args(["127.0.0.1", &port, "4", "300"])
         .stdout(Stdio::piped())
