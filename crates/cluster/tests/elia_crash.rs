@@ -7,7 +7,6 @@
 //! applied twice. BRINE_ELIA_CRASH_TRIALS=N runs N trials (default 40);
 //! BRINE_ELIA_CRASH_SEED=N reruns one.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,14 +16,14 @@ use brine_cluster::{
     Cluster, ClusterConfig, DurabilityConfig, DurabilityMode, LinkConfig, Placement,
 };
 use brine_core::Value;
-use brine_storage::wal::{CrashSwitch, StepKind};
+use brine_storage::wal::CrashSwitch;
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 mod crash_common;
 mod elia_common;
-use crash_common::{fast_root, runtime, seeds};
+use crash_common::{fast_root, runtime, seeds, Hits};
 use elia_common::{app, int, routes, ITEMS, SERVERS, STOCK};
 
 fn config(dir: &Path, crash: Option<Arc<CrashSwitch>>) -> ClusterConfig {
@@ -118,7 +117,7 @@ fn taken_by(carts: &[i64]) -> Vec<i64> {
 
 /// Returns how many updates the restart applied to replicas that lacked
 /// them.
-fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>) -> u64 {
+fn trial(root: &Path, seed: u64, hits: &mut Hits) -> u64 {
     let dir = root.join(format!("trial-{seed}"));
     let mut rng = SmallRng::seed_from_u64(seed);
     let k = rng.gen_range(1..=150);
@@ -138,10 +137,7 @@ fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>) -> u64 {
         out
     });
     drop(rt);
-    let hit = switch
-        .hit()
-        .map_or("after the run".to_string(), |h: StepKind| format!("{h:?}"));
-    *hits.entry(hit).or_default() += 1;
+    hits.record(switch.hit());
 
     let rt = runtime(true);
     let caught_up = rt.block_on(async {
@@ -204,7 +200,7 @@ fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>) -> u64 {
 #[test]
 fn every_replica_converges_and_no_acknowledged_order_is_lost() {
     let root = fast_root();
-    let mut hits = BTreeMap::new();
+    let mut hits = Hits::default();
     let seeds = seeds("BRINE_ELIA_CRASH_TRIALS", 40, "BRINE_ELIA_CRASH_SEED");
     let n = seeds.clone().count();
     let mut caught_up = 0;
@@ -212,11 +208,7 @@ fn every_replica_converges_and_no_acknowledged_order_is_lost() {
         caught_up += trial(root.path(), seed, &mut hits);
     }
     eprintln!("elia crash trials: {hits:?}; updates applied by restarts: {caught_up}");
-    let mid_run: usize = hits
-        .iter()
-        .filter(|(k, _)| k.as_str() != "after the run")
-        .map(|(_, n)| n)
-        .sum();
+    let mid_run = hits.mid_run();
     assert!(mid_run > 0, "no trial crashed inside the run: {hits:?}");
     if n >= 20 {
         // Else the trials never cut the power with updates in flight.

@@ -12,7 +12,6 @@
 //! statement and the durable commits after it. Each deposit adds exactly
 //! `DEPOSIT_STEPS` to the total, once.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +21,7 @@ use brine_cluster::{
     Isolation, LinkConfig, ProcedureDef,
 };
 use brine_core::{Error, Value};
-use brine_storage::wal::{CrashSwitch, StepKind};
+use brine_storage::wal::CrashSwitch;
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -31,7 +30,7 @@ mod salt_common;
 use salt_common::{fig_3_1_transfer, int};
 
 mod crash_common;
-use crash_common::{fast_root, runtime, seeds};
+use crash_common::{fast_root, runtime, seeds, Hits};
 
 const ACCOUNTS: i64 = 6;
 const START: i64 = 1000;
@@ -184,7 +183,7 @@ async fn read_all(c: &Cluster, sql: &str) -> Vec<Vec<Value>> {
     panic!("read: still a victim after 1000 attempts")
 }
 
-fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>, rolled: &mut usize) {
+fn trial(root: &Path, seed: u64, hits: &mut Hits, rolled: &mut usize) {
     let dir = root.join(format!("trial-{seed}"));
     let mut rng = SmallRng::seed_from_u64(seed);
     let k = rng.gen_range(1..=120);
@@ -206,10 +205,7 @@ fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>, rolled: &mu
         accepted
     });
     drop(rt);
-    let hit = switch
-        .hit()
-        .map_or("after the run".to_string(), |h: StepKind| format!("{h:?}"));
-    *hits.entry(hit).or_default() += 1;
+    hits.record(switch.hit());
 
     let rt = runtime(true);
     rt.block_on(async {
@@ -252,7 +248,7 @@ fn trial(root: &Path, seed: u64, hits: &mut BTreeMap<String, usize>, rolled: &mu
 #[test]
 fn accepted_base_transactions_complete_exactly_once_after_a_crash() {
     let root = fast_root();
-    let mut hits = BTreeMap::new();
+    let mut hits = Hits::default();
     let mut rolled = 0;
     // BRINE_SALT_CRASH_SEED=N reruns one trial (the seed a failure names).
     let seeds = seeds("BRINE_SALT_CRASH_TRIALS", 200, "BRINE_SALT_CRASH_SEED");
@@ -261,11 +257,7 @@ fn accepted_base_transactions_complete_exactly_once_after_a_crash() {
         trial(root.path(), seed, &mut hits, &mut rolled);
     }
     eprintln!("salt crash trials: {hits:?}, BASE transactions rolled forward: {rolled}");
-    let mid_run: usize = hits
-        .iter()
-        .filter(|(k, _)| k.as_str() != "after the run")
-        .map(|(_, n)| n)
-        .sum();
+    let mid_run = hits.mid_run();
     if n >= 50 {
         // The crash points must mostly land inside the run, some inside
         // BASE transactions (else the test would prove nothing).

@@ -1,6 +1,6 @@
 //! Shared by the crash trials (`durability.rs`, `salt_crash.rs`,
-//! `mediator_crash.rs`): where trials keep their data and the runtimes
-//! they run on.
+//! `mediator_crash.rs`, `elia_crash.rs`): where trials keep their data,
+//! the runtimes they run on, and where their power cuts fell.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -49,5 +49,26 @@ pub fn seeds(trials_var: &str, default: u64, seed_var: &str) -> std::ops::RangeI
             n..=n
         }
         Err(_) => 1..=trials(trials_var, default),
+    }
+}
+
+/// Where the trials' power cuts fell: the step of the log each hit, or
+/// "after the run" when none did.
+#[derive(Debug, Default)]
+pub struct Hits(pub std::collections::BTreeMap<String, usize>);
+
+impl Hits {
+    pub fn record(&mut self, hit: Option<brine_storage::wal::StepKind>) {
+        let k = hit.map_or("after the run".to_string(), |h| format!("{h:?}"));
+        *self.0.entry(k).or_default() += 1;
+    }
+
+    /// Trials whose power was cut inside the run.
+    pub fn mid_run(&self) -> usize {
+        self.0
+            .iter()
+            .filter(|(k, _)| k.as_str() != "after the run")
+            .map(|(_, n)| n)
+            .sum()
     }
 }
