@@ -22,14 +22,17 @@ pub struct Client {
 }
 
 impl Client {
+    fn procedure(&self, name: &str) -> Result<Arc<crate::procedure::PreparedProc>> {
+        self.cluster
+            .procedures
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownProcedure(name.to_string()))
+    }
+
     /// Calls a procedure; concurrency-control victims are retried (bounded).
     pub async fn call(&self, procedure: &str, args: Vec<Value>) -> Result<CallOutcome> {
-        let proc = self
-            .cluster
-            .procedures
-            .get(procedure)
-            .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?
-            .clone();
+        let proc = self.procedure(procedure)?;
         coordinator::run_procedure(
             &self.cluster.shared,
             self.node,
@@ -47,12 +50,7 @@ impl Client {
     /// *completed* when its body has run; any other call is accepted when
     /// it commits. Needs a tokio runtime.
     pub fn submit(&self, procedure: &str, args: Vec<Value>) -> Result<Submitted> {
-        let proc = self
-            .cluster
-            .procedures
-            .get(procedure)
-            .ok_or_else(|| Error::UnknownProcedure(procedure.to_string()))?
-            .clone();
+        let proc = self.procedure(procedure)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let shared = self.cluster.shared.clone();
         let (node, session) = (self.node, Some(self.session));
