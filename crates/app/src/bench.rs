@@ -20,13 +20,9 @@ use serde_json::{json, Map, Value as Json};
 use crate::file::{AppFile, BenchSpec, Chunk};
 use crate::lua::{self, from_lua, install, result_table, row_table, values_of};
 
-/// `return function(<params>) <text> end`, the text at its line.
+/// `c` as the body of `function(<params>)`, at its line.
 fn function_chunk(params: &str, c: &Chunk) -> String {
-    format!(
-        "{}return function({params}) {}\nend",
-        "\n".repeat(c.line.saturating_sub(1)),
-        c.text
-    )
+    lua::function_chunk(c.line, params, &c.text)
 }
 
 /// Rows `setup` inserted, by table, in the order tables were first used.
@@ -322,11 +318,7 @@ impl AppClient {
             .collect();
         let session = w.spec.client.as_ref().and_then(|c| {
             let run = lua
-                .load(format!(
-                    "{}{}",
-                    "\n".repeat(c.line.saturating_sub(1)),
-                    c.text
-                ))
+                .load(lua::at_line(c.line, &c.text))
                 .set_name(format!("={}", w.file))
                 .exec()
                 .and_then(|()| {

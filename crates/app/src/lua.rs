@@ -202,14 +202,18 @@ mod request {
 }
 
 /// The body's functions, as requests to the engine (`request`).
-const PRELUDE: &str = r#"
-local yield = coroutine.yield
-function exec(name, ...) return yield(1, name, ...) end
-function one(name, ...) return yield(2, name, ...) end
-function abort(reason) yield(3, tostring(reason)) end
-function begin_sub() yield(4) end
-function end_sub() yield(5) end
-"#;
+fn prelude() -> String {
+    use request::*;
+    format!(
+        "local yield = coroutine.yield
+function exec(name, ...) return yield({EXEC}, name, ...) end
+function one(name, ...) return yield({ONE}, name, ...) end
+function abort(reason) yield({ABORT}, tostring(reason)) end
+function begin_sub() yield({BEGIN_SUB}) end
+function end_sub() yield({END_SUB}) end
+"
+    )
+}
 
 /// The globals every state has: `decimal`, `NULL`, `timestamp`; with
 /// `engine`, the functions a body calls (`exec`, `one`, `abort`,
@@ -226,7 +230,7 @@ pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
         lua.create_function(|_, micros: i64| Ok(Ts(micros)))?,
     )?;
     if engine {
-        lua.load(PRELUDE).set_name("=brine").exec()?;
+        lua.load(prelude()).set_name("=brine").exec()?;
     }
     Ok(())
 }
@@ -302,21 +306,25 @@ pub struct BodySource {
 impl BodySource {
     /// `return function(<params>) <body> end`, its body at its line.
     fn chunk(&self) -> String {
-        let mut s = "\n".repeat(self.line.saturating_sub(1));
-        s.push_str("return function(");
-        let mut params = self.params.clone();
-        if self.variadic.is_some() {
-            params.push("...".into());
-        }
-        s.push_str(&params.join(", "));
-        s.push_str(") ");
+        let mut params = self.params.join(", ");
+        let mut text = self.text.clone();
         if let Some(v) = &self.variadic {
-            s.push_str(&format!("local {v} = {{...}} "));
+            params.push_str(if params.is_empty() { "..." } else { ", ..." });
+            text = format!("local {v} = {{...}} {text}");
         }
-        s.push_str(&self.text);
-        s.push_str("\nend");
-        s
+        function_chunk(self.line, &params, &text)
     }
+}
+
+/// `text` placed at line `line` of its file, so Lua's line numbers are
+/// the file's.
+pub fn at_line(line: usize, text: &str) -> String {
+    format!("{}{text}", "\n".repeat(line.saturating_sub(1)))
+}
+
+/// `return function(<params>) <text> end`, `text` at line `line`.
+pub fn function_chunk(line: usize, params: &str, text: &str) -> String {
+    at_line(line, &format!("return function({params}) {text}\nend"))
 }
 
 /// Compiles `chunk` (a `return function ... end`) in `lua`: the function.
@@ -406,17 +414,9 @@ impl Bodies {
                 .collect::<mlua::Result<MultiValue>>()
                 .map_err(internal)?;
             loop {
-                let yielded = match thread.resume::<MultiValue>(input) {
-                    Ok(y) => y,
-                    Err(e) => {
-                        return Err(match engine_error(&e) {
-                            Ok(engine) => engine,
-                            Err(message) => {
-                                Error::Internal(format!("procedure `{procedure}`: {message}"))
-                            }
-                        })
-                    }
-                };
+                // The engine's errors never cross into Lua (`answer`): an
+                // error here is the body's own (a bug, `error(...)`).
+                let yielded = thread.resume::<MultiValue>(input).map_err(internal)?;
                 if thread.status() != mlua::ThreadStatus::Resumable {
                     return values_of(yielded).map_err(internal);
                 }
