@@ -699,18 +699,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
             None => cluster.grouping = Some(parsed),
         }
     }
-    // An application file's own groupings, unless the command line gives some.
-    if let (WorkloadName::App, Some(path), true) =
-        (args.workload, &args.app, args.grouping.is_empty())
-    {
-        let file = brine_app::load(path).map_err(|e| BenchError::Config(e.to_string()))?;
-        // Those the protocols run (callas@LABEL).
-        groupings.extend(
-            file.groupings
-                .into_iter()
-                .filter(|(label, _)| protocols.iter().any(|p| *p == format!("callas@{label}"))),
-        );
-    }
+    groupings.extend(workloads::app_groupings(args, &protocols)?);
     if cluster.grouping.is_some() && !protocols.iter().any(|p| p == "callas") {
         return Err(BenchError::Config(
             "--grouping applies to the callas protocol: add it to --compare or --protocol".into(),

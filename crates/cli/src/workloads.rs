@@ -382,3 +382,22 @@ pub(crate) fn workloads_from(args: &BenchArgs) -> Result<Vec<Arc<dyn Workload>>,
         }
     }
 }
+
+/// An application file's own groupings that the protocols run
+/// (`callas@LABEL`), unless the command line gives groupings.
+pub(crate) fn app_groupings(
+    args: &BenchArgs,
+    protocols: &[String],
+) -> Result<Vec<(String, brine_cluster::Grouping)>, BenchError> {
+    let (WorkloadName::App, Some(path), true) =
+        (args.workload, &args.app, args.grouping.is_empty())
+    else {
+        return Ok(Vec::new());
+    };
+    let file = brine_app::load(path).map_err(|e| BenchError::Config(e.to_string()))?;
+    Ok(file
+        .groupings
+        .into_iter()
+        .filter(|(label, _)| protocols.iter().any(|p| *p == format!("callas@{label}")))
+        .collect())
+}
