@@ -109,18 +109,7 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     let servers = conveyor.servers();
     let reached = crate::topology::client_site(node, session, servers);
     let (placed, how) = match elia.mode {
-        Mode::Conveyor => {
-            let local_lg = shared.mutation == Some(crate::protocol::Mutation::EliaLocalLG);
-            let placed = elia
-                .routes
-                .place_as(&proc.name, &args, servers, reached, local_lg)?;
-            let how = match (placed.global, elia.routes.get(&proc.name).map(|r| r.class)) {
-                (true, _) => How::Turn,
-                (false, Some(Class::Commutative)) => How::Commutative,
-                (false, _) => How::Local,
-            };
-            (placed, how)
-        }
+        Mode::Conveyor => conveyor_place(elia, shared, &proc.name, &args, reached)?,
         // Read-only calls at the replica the client reached; every other
         // at the primary, at once, its update shipped in commit order.
         Mode::ReadReplicas => {
@@ -182,6 +171,27 @@ pub(super) async fn run(elia: &Elia, call: Call<'_>) -> Result<CallOutcome> {
     shared.link.client_trip(reached, placed.server, call).await
 }
 
+/// Where and how a call runs under the Conveyor Belt, for a client that
+/// reached server `reached`: its route's server, at the token if global.
+fn conveyor_place(
+    elia: &Elia,
+    shared: &crate::coordinator::Shared,
+    procedure: &str,
+    args: &[Value],
+    reached: u32,
+) -> Result<(Placed, How)> {
+    let local_lg = shared.mutation == Some(crate::protocol::Mutation::EliaLocalLG);
+    let placed =
+        elia.routes
+            .place_as(procedure, args, elia.conveyor.servers(), reached, local_lg)?;
+    let how = match (placed.global, elia.routes.get(procedure).map(|r| r.class)) {
+        (true, _) => How::Turn,
+        (false, Some(Class::Commutative)) => How::Commutative,
+        (false, _) => How::Local,
+    };
+    Ok((placed, how))
+}
+
 /// A call another process forwarded here (`Ring::forward`), placed there
 /// as `how` says: run here, if this server's routes place it here too.
 pub(super) async fn run_forwarded(
@@ -198,20 +208,15 @@ pub(super) async fn run_forwarded(
     let server = ring
         .me()
         .ok_or_else(|| Error::Config("elia: this process is no server".into()))?;
-    if how != How::Commutative {
-        let local_lg = shared.mutation == Some(crate::protocol::Mutation::EliaLocalLG);
-        let placed =
-            elia.routes
-                .place_as(&proc.name, &args, elia.conveyor.servers(), server, local_lg)?;
-        if placed.server != server || placed.global != (how == How::Turn) {
-            return Err(Error::Config(format!(
-                "elia: `{procedure}` was sent to server {server} as {how:?}, but its routes here \
-                 place it at server {} ({}): the processes run different routes (give every \
-                 process the cluster file's workload options)",
-                placed.server,
-                if placed.global { "global" } else { "local" }
-            )));
-        }
+    // Placed here as if a client had reached this server.
+    let (placed, here) = conveyor_place(elia, &shared, &proc.name, &args, server)?;
+    if placed.server != server || here != how {
+        return Err(Error::Config(format!(
+            "elia: `{procedure}` was sent to server {server} as {how:?}, but its routes here \
+             place it at server {} as {here:?}: the processes run different routes (give every \
+             process the cluster file's workload options)",
+            placed.server
+        )));
     }
     let at = At {
         placed: Placed {
