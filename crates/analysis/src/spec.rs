@@ -160,11 +160,7 @@ impl Selection {
             Operand::Literal(v) => Bound::Literal(v.clone()),
             Operand::Param(i) => match arg_of_param.get(*i).copied().flatten() {
                 Some(a) => Bound::Arg(a),
-                None => Bound::Computed(
-                    plan.params()
-                        .get(*i)
-                        .map_or_else(|| format!("${i}"), |p| format!("${}", p.name)),
-                ),
+                None => Bound::Computed(plan.param_name(*i)),
             },
         };
         let mut eq: Vec<(usize, Bound)> = plan

@@ -68,7 +68,12 @@ pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
     };
     config.link.delay_us = 0;
     config.link.jitter_us = 0;
-    config.lock.policy = brine_cluster::protocols::default_deadlock_policy(&file.protocol);
+    config.lock.policy = match file.deadlock.as_deref() {
+        None => brine_cluster::protocols::default_deadlock_policy(&file.protocol),
+        Some("detect") => brine_cluster::DeadlockPolicy::Detect,
+        Some("timeout") => brine_cluster::DeadlockPolicy::TimeoutOnly,
+        Some(_) => brine_cluster::DeadlockPolicy::WaitDie,
+    };
     config.services = file.services.clone();
     if file.protocol == "elia" {
         // Every process routes calls alike: by the workload's routes, as
@@ -82,6 +87,15 @@ pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
 
 /// The application named by the file's `workload` and `workload_args`.
 pub fn application(file: &ClusterFile) -> Result<Application, NodeError> {
+    // A server needs an application file's schema and procedures, not the
+    // `[bench]` table that only `brine bench` and `brine load` run.
+    if let [flag, path] = file.workload_args.as_slice() {
+        if file.workload == "app" && flag == "--app" {
+            return brine_app::load(Path::new(path))
+                .map(|app| app.application)
+                .map_err(|e| NodeError::Config(e.to_string()));
+        }
+    }
     Ok(workload_of(file)?.application())
 }
 
@@ -145,6 +159,9 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         (Some(n), None) => n,
         (None, None) => return Err(NodeError::Config("--node N or --service NAME".into())),
     };
+    // Keys `unique_rowid()` makes in this process differ from every other
+    // node's.
+    brine_core::rowid::set_node(me as u16);
     let addr: SocketAddr = file
         .address(me)?
         .parse()

@@ -44,6 +44,10 @@ pub struct UpArgs {
     pub isolation: String,
     #[arg(long, default_value_t = 1)]
     pub partitions_per_node: u32,
+    /// How lock waits that could deadlock end: wait-die, detect or
+    /// timeout (the cluster file's `deadlock`; default: the protocol's).
+    #[arg(long)]
+    pub deadlock: Option<String>,
     /// `none` (in memory) or `wal`: write-ahead logs and checkpoints under
     /// DIR/data/node-<n>, recovered when a node restarts.
     #[arg(long, default_value = "none")]
@@ -110,6 +114,7 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         protocol: args.protocol.clone(),
         isolation: args.isolation.clone(),
         partitions_per_node: args.partitions_per_node,
+        deadlock: args.deadlock.clone(),
         durability: args.durability.clone(),
         data_dir: (args.durability == "wal").then(|| "data".to_string()),
         nodes: (0..args.nodes)

@@ -1,11 +1,13 @@
 //! PostgreSQL's own clients against a live `brine server`: psql runs a
 //! script (catalog, transactions committed and rolled back, CALL), and a
 //! psycopg program runs bank transfers from several threads with prepared
-//! statements and a retry loop on SQLSTATE 40001, keeping the total.
+//! statements and a retry loop on SQLSTATE 40001, keeping the total; and
+//! pgbench runs its built-in TPC-B-like script, unchanged, in each query
+//! mode, after which every balance table sums to the history's deltas.
 //!
-//! psql and psycopg are not part of the Rust toolchain: without them these
+//! psql, psycopg and pgbench are not part of the Rust toolchain: without them these
 //! tests say so and pass, unless `BRINE_REQUIRE_PG_CLIENTS` is set, as
-//! `.ci/run` sets it after installing both.
+//! `.ci/run` sets it after installing them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -65,18 +67,18 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// One node serving apps/bank.toml, its data loaded, PostgreSQL's
-/// protocol on a port of its own.
-fn bank_node() -> Node {
+/// One node serving application file `app` (relative to the repository)
+/// with `extra` cluster-file lines, once its PostgreSQL listener is open.
+fn app_node(app: &str, extra: &str) -> Node {
     let dir = tempfile::tempdir().expect("temp dir");
     let (port, pg_port) = (free_port(), free_port());
-    let app = here("../../apps/bank.toml");
+    let app = here(&format!("../../{app}"));
     let config = dir.path().join("cluster.toml");
     std::fs::write(
         &config,
         format!(
             "workload = \"app\"\nworkload_args = [\"--app\", {:?}]\nprotocol = \"acid\"\n\
-             isolation = \"serializable\"\npartitions_per_node = 2\n\n[[nodes]]\nid = 0\n\
+             isolation = \"serializable\"\n{extra}\n\n[[nodes]]\nid = 0\n\
              address = \"127.0.0.1:{port}\"\npg_address = \"127.0.0.1:{pg_port}\"\n",
             app.to_str().expect("utf-8 path")
         ),
@@ -97,25 +99,46 @@ fn bank_node() -> Node {
         config,
         pg_port,
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let o = Command::new(BRINE)
-            .args(["load", "--cluster"])
-            .arg(&node.config)
-            .output()
-            .expect("brine load");
-        if o.status.success() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{}", text(&o));
-        std::thread::sleep(Duration::from_millis(200));
-    }
     // The PostgreSQL listener opens once the node is ready.
+    let deadline = Instant::now() + Duration::from_secs(60);
     while std::net::TcpStream::connect(("127.0.0.1", node.pg_port)).is_err() {
         assert!(Instant::now() < deadline, "no PostgreSQL listener");
         std::thread::sleep(Duration::from_millis(50));
     }
     node
+}
+
+/// One node serving apps/bank.toml, its data loaded.
+fn bank_node() -> Node {
+    let node = app_node("apps/bank.toml", "partitions_per_node = 2");
+    let o = Command::new(BRINE)
+        .args(["load", "--cluster"])
+        .arg(&node.config)
+        .output()
+        .expect("brine load");
+    assert!(o.status.success(), "{}", text(&o));
+    node
+}
+
+/// psql's one-value answer to `sql`.
+fn psql_value(port: u16, sql: &str) -> String {
+    let o = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "test",
+            "-d",
+            "brine",
+            "-X",
+            "-q",
+            "-tA",
+        ])
+        .args(["-p", &port.to_string(), "-c", sql])
+        .output()
+        .expect("psql");
+    assert!(o.status.success(), "{sql}: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
 #[test]
@@ -239,4 +262,68 @@ fn bad_clients_hurt_no_one_during_a_bank_run() {
         out.contains("transfers=1200 ") && out.contains("total=10000000.00"),
         "{out}"
     );
+}
+
+/// pgbench's TPC-B-like transaction, as pgbench sends it in its three
+/// query modes and as one CALL, from four clients on the one branch of
+/// scale 1 over two partitions (so two-phase commit): afterwards the
+/// accounts, tellers and branches each sum to the deltas in the history
+/// (pgbench's own consistency condition), one history row per
+/// transaction pgbench counted.
+#[test]
+fn pgbench_runs_its_builtin_script_unchanged_and_the_balances_agree() {
+    if !have("psql", Command::new("psql").arg("--version"))
+        || !have("pgbench", Command::new("pgbench").arg("--version"))
+    {
+        return;
+    }
+    let node = app_node(
+        "apps/pgbench.toml",
+        "partitions_per_node = 2\ndeadlock = \"detect\"",
+    );
+    let port = node.pg_port.to_string();
+    let o = Command::new(here("../../apps/pgbench-load.sh"))
+        .args(["127.0.0.1", &port, "1"])
+        .output()
+        .expect("apps/pgbench-load.sh");
+    assert!(o.status.success(), "{}", text(&o));
+    let mut done = 0u64;
+    let runs: [&[&str]; 4] = [
+        &["-M", "simple"],
+        &["-M", "extended"],
+        &["-M", "prepared"],
+        &["-M", "prepared", "-f"],
+    ];
+    for mode in runs {
+        let mut cmd = Command::new("pgbench");
+        cmd.args(["-n", "-h", "127.0.0.1", "-U", "test", "-p", &port])
+            .args(["-c", "4", "-j", "2", "-t", "25", "--max-tries", "100"])
+            .args(mode);
+        if mode.contains(&"-f") {
+            cmd.arg(here("../../apps/pgbench-call.sql"));
+        }
+        let o = cmd.arg("brine").output().expect("pgbench");
+        let out = text(&o);
+        assert!(o.status.success(), "{mode:?}: {out}");
+        assert!(out.contains("scaling factor: 1"), "{out}");
+        let processed = out
+            .lines()
+            .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+            .and_then(|l| l.split('/').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no transaction count: {out}"));
+        assert_eq!(processed, 100, "{mode:?}: {out}");
+        done += processed;
+    }
+    let history = psql_value(node.pg_port, "SELECT SUM(delta) FROM pgbench_history");
+    for (table, column) in [
+        ("pgbench_accounts", "abalance"),
+        ("pgbench_tellers", "tbalance"),
+        ("pgbench_branches", "bbalance"),
+    ] {
+        let sum = psql_value(node.pg_port, &format!("SELECT SUM({column}) FROM {table}"));
+        assert_eq!(sum, history, "{table} against the history");
+    }
+    let rows = psql_value(node.pg_port, "SELECT COUNT(*) FROM pgbench_history");
+    assert_eq!(rows, done.to_string());
 }

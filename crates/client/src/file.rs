@@ -23,6 +23,14 @@ pub struct ClusterFile {
     pub isolation: String,
     #[serde(default = "default_partitions_per_node")]
     pub partitions_per_node: u32,
+    /// How lock waits that could deadlock end: `wait-die` (a younger
+    /// transaction that would wait for an older one aborts), `detect`
+    /// (waits; a cycle of waits within one node's partitions aborts its
+    /// youngest, a cycle through several nodes ends by the lock wait
+    /// timeout) or `timeout` (waits end by the timeout only). Unset: the
+    /// protocol's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadlock: Option<String>,
     /// `none` (in memory) or `wal` (write-ahead log, checkpoints,
     /// recovery at start).
     #[serde(default = "default_durability")]
@@ -120,6 +128,13 @@ impl ClusterFile {
         }
         if self.partitions_per_node == 0 {
             return Err("partitions_per_node must be at least 1".into());
+        }
+        if let Some(d) = &self.deadlock {
+            if !matches!(d.as_str(), "wait-die" | "detect" | "timeout") {
+                return Err(format!(
+                    "deadlock `{d}` (expected wait-die, detect or timeout)"
+                ));
+            }
         }
         if !matches!(self.isolation.as_str(), "serializable" | "read-committed") {
             return Err(format!(

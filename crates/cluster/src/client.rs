@@ -123,8 +123,19 @@ impl Txn {
 
     /// Executes one SQL statement of the supported subset.
     pub async fn execute(&mut self, sql: &str, args: Vec<Value>) -> Result<QueryResult> {
-        self.cluster.shared.wait_ready().await;
         let plan = self.cluster.adhoc_plan(sql)?;
+        self.execute_plan(plan, args).await
+    }
+
+    /// Executes a statement prepared against this cluster's catalog (by
+    /// `brine_sql::prepare`), without preparing its text again.
+    pub async fn execute_plan(
+        &mut self,
+        plan: Arc<brine_sql::Plan>,
+        args: Vec<Value>,
+    ) -> Result<QueryResult> {
+        self.cluster.shared.wait_ready().await;
+        let sql = plan.sql();
         let protocol = &self.cluster.shared.protocol;
         if protocol.layout() == Layout::Replicated
             && plan.access().kind != brine_sql::StatementKind::Select

@@ -5,11 +5,14 @@
 pub mod access;
 pub mod error;
 pub mod ids;
+pub mod rowid;
 pub mod schema;
 pub mod value;
 
 pub use access::{Access, LockNeed, LockTarget};
 pub use error::{AbortCause, Error, Result};
 pub use ids::{NodeId, PartitionId, TxnId};
-pub use schema::{Catalog, ColumnDef, DataType, IndexDef, IndexId, TableDef, TableId};
+pub use schema::{
+    Catalog, ColumnDef, ColumnDefault, DataType, Generator, IndexDef, IndexId, TableDef, TableId,
+};
 pub use value::{Decimal, Key, Row, Value};

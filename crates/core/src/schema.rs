@@ -54,6 +54,54 @@ pub struct ColumnDef {
     pub name: String,
     pub ty: DataType,
     pub nullable: bool,
+    /// What an INSERT that leaves the column out stores (NULL when none).
+    #[serde(default)]
+    pub default: Option<ColumnDefault>,
+}
+
+/// A column's `DEFAULT`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ColumnDefault {
+    /// A literal, already of the column's type.
+    Value(Value),
+    /// A value made when the statement is bound.
+    Generated(Generator),
+}
+
+/// Values made when a statement is bound, so every replica and every
+/// retry of a logged statement sees the same one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Generator {
+    /// `unique_rowid()`: an INT no other call in the cluster returns
+    /// (see `crate::rowid`).
+    UniqueRowId,
+    /// `CURRENT_TIMESTAMP` / `now()`: the wall clock, in microseconds.
+    Now,
+}
+
+impl Generator {
+    pub fn ty(self) -> DataType {
+        match self {
+            Generator::UniqueRowId => DataType::Int,
+            Generator::Now => DataType::Timestamp,
+        }
+    }
+
+    pub fn generate(self) -> Value {
+        match self {
+            Generator::UniqueRowId => Value::Int(crate::rowid::next()),
+            Generator::Now => Value::Timestamp(crate::rowid::now_micros()),
+        }
+    }
+}
+
+impl fmt::Display for Generator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Generator::UniqueRowId => "unique_rowid()",
+            Generator::Now => "now()",
+        })
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

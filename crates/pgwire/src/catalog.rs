@@ -16,7 +16,9 @@
 //!
 //! What it guarantees: the table list and a table's columns, as psql
 //! shows them; every other catalog query gets a well-formed, possibly
-//! empty, result rather than an error, so psql's `\d` completes.
+//! empty, result rather than an error, so psql's `\d` completes. The one
+//! exception is `pg_partitioned_table`, which gets an error (see
+//! [`answer`]).
 
 use std::collections::HashMap;
 
@@ -89,6 +91,15 @@ pub fn answer(text: &str, cx: &Context<'_>) -> Result<Rows, SqlError> {
             ),
         )
     };
+    // Declarative partitioning is asked about by clients that then shape
+    // their work to it (pgbench reads pgbench_accounts' partitions). An
+    // empty answer would say the table does not exist; an error is what
+    // such clients take for "no partitioning" (PostgreSQL before 10).
+    if text.to_ascii_lowercase().contains("pg_partitioned_table") {
+        return Err(unsupported(
+            "brine has no pg_partitioned_table: its tables are partitioned by the application's schema",
+        ));
+    }
     let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, text)
         .map_err(|e| unsupported(&format!("cannot parse it: {e}")))?;
     let Some(ast::Statement::Query(q)) = stmts.pop() else {

@@ -103,13 +103,25 @@ pub enum Command {
         plan: Arc<Plan>,
         order: Vec<usize>,
     },
+    /// `INSERT ... VALUES (...), (...)`: one single-row statement per row,
+    /// run in one transaction (brine's plans insert one row each).
+    InsertRows(Vec<Prepared>),
 }
+
+/// A prepared statement of brine's subset with its parameter order (see
+/// `Command::Statement`).
+pub type Prepared = (Arc<Plan>, Vec<usize>);
 
 impl Command {
     /// The number of `$n` parameters the client binds (the highest n).
     pub fn param_count(&self) -> usize {
         match self {
             Command::Statement { order, .. } => order.iter().map(|&i| i + 1).max().unwrap_or(0),
+            Command::InsertRows(rows) => rows
+                .iter()
+                .flat_map(|(_, order)| order.iter().map(|&i| i + 1))
+                .max()
+                .unwrap_or(0),
             Command::Call { args, .. } => args
                 .iter()
                 .filter_map(|a| match a {
@@ -126,12 +138,24 @@ impl Command {
     /// where nothing says (an unused `$n`, a CALL argument).
     pub fn param_types(&self) -> Vec<Type> {
         let mut types = vec![Type::TEXT; self.param_count()];
-        if let Command::Statement { plan, order } = self {
+        for (plan, order) in self.statements() {
             for (p, &at) in plan.params().iter().zip(order) {
                 types[at] = pg_type(&p.ty);
             }
         }
         types
+    }
+
+    /// The prepared statements the command runs, each with its parameter
+    /// order.
+    pub fn statements(&self) -> impl Iterator<Item = (&Arc<Plan>, &[usize])> {
+        let (one, rows) = match self {
+            Command::Statement { plan, order } => (Some((plan, order.as_slice())), &[][..]),
+            Command::InsertRows(rows) => (None, rows.as_slice()),
+            _ => (None, &[][..]),
+        };
+        one.into_iter()
+            .chain(rows.iter().map(|(p, o)| (p, o.as_slice())))
     }
 }
 
@@ -303,7 +327,46 @@ pub fn classify(sql: &str, cx: &Context<'_>) -> Result<Command, SqlError> {
         ["select", ..] if !lower.contains(" from ") && !lower.contains("\nfrom") => {
             Ok(Command::Rows(Arc::new(constants(text, cx)?)))
         }
+        ["insert", ..] => match insert_rows(text, cx.catalog)? {
+            Some(rows) => Ok(Command::InsertRows(rows)),
+            None => statement(text, cx.catalog),
+        },
         _ => statement(text, cx.catalog),
+    }
+}
+
+/// A multi-row `INSERT ... VALUES`, as one prepared single-row INSERT per
+/// row; `None` for anything else (prepared as it is).
+fn insert_rows(text: &str, catalog: &Catalog) -> Result<Option<Vec<Prepared>>, SqlError> {
+    let Ok(mut stmts) = Parser::parse_sql(&PostgreSqlDialect {}, text) else {
+        // The planner reports the syntax error in its own words.
+        return Ok(None);
+    };
+    let [ast::Statement::Insert(ins)] = stmts.as_mut_slice() else {
+        return Ok(None);
+    };
+    let Some(ast::SetExpr::Values(values)) = ins.source.as_deref_mut().map(|q| q.body.as_mut())
+    else {
+        return Ok(None);
+    };
+    if values.rows.len() < 2 {
+        return Ok(None);
+    }
+    let rows = std::mem::take(&mut values.rows);
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        set_single_row(ins, row);
+        let Command::Statement { plan, order } = statement(&ins.to_string(), catalog)? else {
+            unreachable!("statement() prepares a statement");
+        };
+        out.push((plan, order));
+    }
+    Ok(Some(out))
+}
+
+fn set_single_row(ins: &mut ast::Insert, row: Vec<Expr>) {
+    if let Some(ast::SetExpr::Values(values)) = ins.source.as_deref_mut().map(|q| q.body.as_mut()) {
+        values.rows = vec![row];
     }
 }
 

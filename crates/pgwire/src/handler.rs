@@ -193,14 +193,18 @@ impl Conn {
             .iter()
             .enumerate()
             .map(|(i, bytes)| {
-                // The type the client declared, else the one it was told.
+                // The type the client declared, else, for a binary value,
+                // the one it was told (which says how to read the bytes).
+                // Text the client did not type is read as `brine call`
+                // reads an argument: pgbench's `CALL p(:n)` sends "42"
+                // for a parameter it was told is text.
+                let binary = is_binary(&portal.parameter_format, i);
                 let sent = stmt
                     .parameter_types
                     .get(i)
                     .cloned()
                     .flatten()
-                    .or_else(|| inferred.get(i).cloned());
-                let binary = is_binary(&portal.parameter_format, i);
+                    .or_else(|| binary.then(|| inferred.get(i).cloned()).flatten());
                 decode_param(bytes.as_deref(), binary, sent.as_ref(), target(cmd, i)).map_err(|e| {
                     SqlError {
                         message: format!("parameter ${}: {}", i + 1, e.message),
@@ -231,14 +235,12 @@ impl Conn {
 
 /// What parameter `i` of `cmd` should decode to.
 fn target(cmd: &Command, i: usize) -> Target<'_> {
-    match cmd {
-        Command::Statement { plan, order } => order
-            .iter()
-            .position(|&at| at == i)
-            .and_then(|j| plan.params().get(j))
-            .map_or(Target::Any, |p| Target::Column(&p.ty)),
-        _ => Target::Any,
-    }
+    cmd.statements()
+        .find_map(|(plan, order)| {
+            let j = order.iter().position(|&at| at == i)?;
+            plan.params().get(j)
+        })
+        .map_or(Target::Any, |p| Target::Column(&p.ty))
 }
 
 /// Whether value `i` travels in binary format (a malformed format list

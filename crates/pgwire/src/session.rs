@@ -19,11 +19,12 @@
 //! connection.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use brine_cluster::{Client, Cluster, Isolation, Txn};
 use brine_core::{Error, Value};
-use brine_sql::StatementKind;
+use brine_sql::{Plan, StatementKind};
 use pgwire::api::results::Tag;
 use pgwire::api::Type;
 use pgwire::messages::response::TransactionStatus;
@@ -208,56 +209,95 @@ impl Session {
                 Some(_) => "DEALLOCATE",
                 None => "DEALLOCATE ALL",
             }))),
-            Command::Statement { plan, order } => {
-                let mut args = Vec::with_capacity(order.len());
-                for &at in order {
-                    let v = params.get(at).cloned().ok_or_else(|| {
-                        SqlError::new("42P02", format!("there is no parameter ${}", at + 1))
-                    });
-                    match v {
-                        Ok(v) => args.push(v),
-                        Err(e) => return Err(self.fail(e).await),
-                    }
-                }
-                if matches!(self.state, State::Open(_)) && self.block == Block::Calls {
-                    let e = SqlError::new(
-                        "25001",
-                        "this transaction block ran a CALL, which committed on its own: end the block (COMMIT) before running statements",
-                    );
-                    return Err(self.fail(e).await);
-                }
-                let result = match &mut self.state {
-                    State::Open(txn) => {
-                        self.block = Block::Statements;
-                        txn.execute(plan.sql(), args).await
-                    }
-                    _ => self.autocommit(plan.sql(), args).await,
-                };
-                match result {
-                    Ok(r) => Ok(Answer {
-                        reply: match plan.kind() {
-                            StatementKind::Select => Reply::Rows {
-                                fields: result_fields(plan, self.cluster.catalog()),
-                                rows: r.rows,
-                                tag: "SELECT",
-                            },
-                            StatementKind::Insert => Reply::Done(
-                                Tag::new("INSERT")
-                                    .with_oid(0)
-                                    .with_rows(r.affected as usize),
-                            ),
-                            StatementKind::Update => {
-                                Reply::Done(Tag::new("UPDATE").with_rows(r.affected as usize))
-                            }
-                            StatementKind::Delete => {
-                                Reply::Done(Tag::new("DELETE").with_rows(r.affected as usize))
-                            }
+            Command::Statement { plan, .. } => {
+                let r = self
+                    .statements(cmd, &params)
+                    .await?
+                    .pop()
+                    .unwrap_or_default();
+                Ok(Answer {
+                    reply: match plan.kind() {
+                        StatementKind::Select => Reply::Rows {
+                            fields: result_fields(plan, self.cluster.catalog()),
+                            rows: r.rows,
+                            tag: "SELECT",
                         },
-                        notices: Vec::new(),
-                    }),
+                        StatementKind::Insert => Reply::Done(
+                            Tag::new("INSERT")
+                                .with_oid(0)
+                                .with_rows(r.affected as usize),
+                        ),
+                        StatementKind::Update => {
+                            Reply::Done(Tag::new("UPDATE").with_rows(r.affected as usize))
+                        }
+                        StatementKind::Delete => {
+                            Reply::Done(Tag::new("DELETE").with_rows(r.affected as usize))
+                        }
+                    },
+                    notices: Vec::new(),
+                })
+            }
+            Command::InsertRows(_) => {
+                let results = self.statements(cmd, &params).await?;
+                let rows = results.iter().map(|r| r.affected as usize).sum();
+                Ok(Answer::done(Tag::new("INSERT").with_oid(0).with_rows(rows)))
+            }
+        }
+    }
+
+    /// Runs the statements of `cmd` in the open transaction, or together
+    /// as one transaction of their own.
+    async fn statements(
+        &mut self,
+        cmd: &Command,
+        params: &[Value],
+    ) -> Result<Vec<brine_sql::QueryResult>, SqlError> {
+        let mut batch = Vec::new();
+        for (plan, order) in cmd.statements() {
+            let mut args = Vec::with_capacity(order.len());
+            for &at in order {
+                match params.get(at) {
+                    Some(v) => args.push(v.clone()),
+                    None => {
+                        let e =
+                            SqlError::new("42P02", format!("there is no parameter ${}", at + 1));
+                        return Err(self.fail(e).await);
+                    }
+                }
+            }
+            batch.push((plan.clone(), args));
+        }
+        let txn = match &mut self.state {
+            State::Open(_) if self.block == Block::Calls => {
+                let e = SqlError::new(
+                    "25001",
+                    "this transaction block ran a CALL, which committed on its own: end the block (COMMIT) before running statements",
+                );
+                return Err(self.fail(e).await);
+            }
+            State::Open(txn) => txn,
+            _ => {
+                return match self.autocommit(batch).await {
+                    Ok(results) => Ok(results),
                     Err(e) => Err(self.statement_failed(e).await),
                 }
             }
+        };
+        self.block = Block::Statements;
+        let mut results = Vec::with_capacity(batch.len());
+        let mut failed = None;
+        for (plan, args) in batch {
+            match txn.execute_plan(plan, args).await {
+                Ok(r) => results.push(r),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(self.statement_failed(e).await),
+            None => Ok(results),
         }
     }
 
@@ -324,22 +364,32 @@ impl Session {
         e.into()
     }
 
-    /// One statement as a transaction of its own, retried (with the
+    /// Statements as one transaction of their own, retried (with the
     /// cluster's retry policy) while concurrency control aborts it: the
     /// client has seen nothing of it yet.
     async fn autocommit(
         &self,
-        sql: &str,
-        args: Vec<Value>,
-    ) -> Result<brine_sql::QueryResult, Error> {
+        batch: Vec<(Arc<Plan>, Vec<Value>)>,
+    ) -> Result<Vec<brine_sql::QueryResult>, Error> {
         let policy = &self.cluster.config().retry;
         let max = policy.max_attempts.max(1);
         let mut attempt = 1;
         loop {
             let mut txn = self.client.begin();
-            let outcome = match txn.execute(sql, args.clone()).await {
-                Ok(r) => txn.commit().await.map(|()| r),
-                Err(e) => {
+            let mut results = Vec::with_capacity(batch.len());
+            let mut failed = None;
+            for (plan, args) in &batch {
+                match txn.execute_plan(plan.clone(), args.clone()).await {
+                    Ok(r) => results.push(r),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            let outcome = match failed {
+                None => txn.commit().await.map(|()| results),
+                Some(e) => {
                     discard(txn, &e).await;
                     Err(e)
                 }

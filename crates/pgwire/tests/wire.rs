@@ -23,6 +23,12 @@ CREATE TABLE account (
     balance DECIMAL(12,2) NOT NULL,
     PRIMARY KEY (id)
 ) PARTITION BY (id);
+CREATE TABLE history (
+    hid INT DEFAULT unique_rowid() PRIMARY KEY,
+    aid INT NOT NULL,
+    delta INT NOT NULL,
+    mtime TIMESTAMP DEFAULT CURRENT_TIMESTAMP
+);
 ";
 
 fn procedures() -> Vec<ProcedureDef> {
@@ -610,4 +616,56 @@ async fn an_oversized_message_ends_only_its_connection() {
     assert_eq!(balance(&c, 1).await, "100.00");
     small.stop().await;
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_row_inserts_run_as_one_statement_with_generated_keys() {
+    let (_cluster, server) = start().await;
+    let (client, _task) = connect(&server).await;
+    let n = client
+        .execute(
+            "INSERT INTO history (aid, delta) VALUES (1, 10), (2, -5), (3, 7)",
+            &[],
+        )
+        .await
+        .expect("a multi-row insert");
+    assert_eq!(n, 3);
+
+    // With parameters, inside a block: rolled back as a whole.
+    client.batch_execute("BEGIN").await.unwrap();
+    let n = client
+        .execute(
+            "INSERT INTO history (aid, delta) VALUES ($1, $2), ($3, $4)",
+            &[&4i64, &1i64, &5i64, &2i64],
+        )
+        .await
+        .expect("parameters across rows");
+    assert_eq!(n, 2);
+    client.batch_execute("ROLLBACK").await.unwrap();
+
+    // One bad row fails the statement, and none of its rows stays.
+    let e = client
+        .execute(
+            "INSERT INTO account (id, owner, balance) VALUES (10, 'new', 1), (1, 'dup', 1)",
+            &[],
+        )
+        .await
+        .expect_err("account 1 exists");
+    assert_eq!(code(&e), "23505", "{e}");
+    assert!(text_rows(&client, "SELECT id FROM account WHERE id = 10")
+        .await
+        .is_empty());
+
+    let rows = text_rows(&client, "SELECT hid, aid, mtime FROM history").await;
+    let mut aids: Vec<_> = rows.iter().map(|r| r[1].clone().unwrap()).collect();
+    aids.sort();
+    assert_eq!(aids, ["1", "2", "3"], "the rolled-back rows are gone");
+    let mut hids: Vec<_> = rows.iter().map(|r| r[0].clone().unwrap()).collect();
+    hids.sort();
+    hids.dedup();
+    assert_eq!(hids.len(), 3, "every row got its own key: {rows:?}");
+    assert!(
+        rows.iter().all(|r| r[2].is_some()),
+        "mtime defaults to now: {rows:?}"
+    );
 }

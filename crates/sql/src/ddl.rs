@@ -1,8 +1,10 @@
 //! DDL: a script of `CREATE TABLE` / `CREATE INDEX` statements -> `Catalog`.
 
-use crate::literal::object_name;
-use brine_core::schema::Partitioning;
-use brine_core::{Catalog, ColumnDef, DataType, Error, IndexDef, Result, TableDef, TableId};
+use crate::literal::{generator, literal, object_name};
+use brine_core::schema::{coerce_value, Partitioning};
+use brine_core::{
+    Catalog, ColumnDef, ColumnDefault, DataType, Error, IndexDef, Result, TableDef, TableId, Value,
+};
 use sqlparser::ast::{self, ColumnOption, Expr, SqlOption, Statement, TableConstraint};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
@@ -162,9 +164,11 @@ fn table_def(ct: &ast::CreateTable) -> Result<TableDef> {
         }
         let ty = data_type(&name, &cname, &col.data_type)?;
         let mut nullable = true;
+        let mut default = None;
         for opt in &col.options {
             match &opt.option {
                 ColumnOption::NotNull => nullable = false,
+                ColumnOption::Default(e) => default = Some(column_default(&name, &cname, ty, e)?),
                 ColumnOption::Null => nullable = true,
                 ColumnOption::Unique {
                     is_primary: true, ..
@@ -190,6 +194,7 @@ fn table_def(ct: &ast::CreateTable) -> Result<TableDef> {
             name: cname,
             ty,
             nullable,
+            default,
         });
     }
     for c in &ct.constraints {
@@ -211,7 +216,10 @@ fn table_def(ct: &ast::CreateTable) -> Result<TableDef> {
         }
     }
     if pk_names.is_empty() {
-        return Err(Error::Schema(format!("table `{name}` has no primary key")));
+        return Err(Error::Schema(format!(
+            "table `{name}` has no primary key (rows without a natural key can take a \
+             generated one: `id INT DEFAULT unique_rowid() PRIMARY KEY`)"
+        )));
     }
     for pk in &pk_names {
         let c = column_position(&def, pk)?;
@@ -247,6 +255,37 @@ fn table_def(ct: &ast::CreateTable) -> Result<TableDef> {
     }
     def.partitioning = Partitioning::Column(pcol);
     Ok(def)
+}
+
+/// `DEFAULT e`: a literal of the column's type, or a generator of it.
+fn column_default(table: &str, column: &str, ty: DataType, e: &Expr) -> Result<ColumnDefault> {
+    if let Some(g) = generator(e) {
+        if g.ty() != ty {
+            return Err(Error::type_mismatch(
+                format!("DEFAULT {g} of `{table}.{column}`"),
+                ty,
+                g.ty(),
+            ));
+        }
+        return Ok(ColumnDefault::Generated(g));
+    }
+    let col = ColumnDef {
+        name: column.to_string(),
+        ty,
+        nullable: true,
+        default: None,
+    };
+    match literal(e)? {
+        Some(Value::Null) => Ok(ColumnDefault::Value(Value::Null)),
+        Some(Value::Int(t)) if ty == DataType::Timestamp => {
+            Ok(ColumnDefault::Value(Value::Timestamp(t)))
+        }
+        None => Err(Error::Sql(format!(
+            "column `{table}.{column}`: unsupported DEFAULT `{e}` (a literal, \
+             CURRENT_TIMESTAMP, now() or unique_rowid())"
+        ))),
+        Some(v) => Ok(ColumnDefault::Value(coerce_value(table, &col, v)?)),
+    }
 }
 
 fn create_index(catalog: &mut Catalog, ci: &ast::CreateIndex) -> Result<()> {

@@ -1,6 +1,6 @@
 //! Small conversions from sqlparser's AST: names and literal values.
 
-use brine_core::{Decimal, Error, Result, Value};
+use brine_core::{Decimal, Error, Generator, Result, Value};
 use sqlparser::ast::{self, Expr, UnaryOperator};
 
 /// A one-part object name (`t`); qualified names are rejected.
@@ -65,6 +65,33 @@ pub(crate) fn placeholder(expr: &Expr) -> Option<&str> {
             _ => None,
         },
         Expr::Nested(inner) => placeholder(inner),
+        _ => None,
+    }
+}
+
+/// A call of a value generator: `CURRENT_TIMESTAMP`, `LOCALTIMESTAMP`,
+/// `now()`, `unique_rowid()` (no arguments), or `None`.
+pub(crate) fn generator(expr: &Expr) -> Option<Generator> {
+    let Expr::Function(f) = expr else {
+        return match expr {
+            Expr::Nested(inner) => generator(inner),
+            _ => None,
+        };
+    };
+    let no_args = match &f.args {
+        ast::FunctionArguments::None => true,
+        ast::FunctionArguments::List(l) => l.args.is_empty(),
+        ast::FunctionArguments::Subquery(_) => false,
+    };
+    let [ast::ObjectNamePart::Identifier(name)] = f.name.0.as_slice() else {
+        return None;
+    };
+    if !no_args {
+        return None;
+    }
+    match name.value.to_ascii_lowercase().as_str() {
+        "current_timestamp" | "localtimestamp" | "now" => Some(Generator::Now),
+        "unique_rowid" => Some(Generator::UniqueRowId),
         _ => None,
     }
 }

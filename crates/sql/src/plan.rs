@@ -3,7 +3,7 @@
 
 use crate::result::QueryResult;
 use brine_core::schema::{coerce_value, ColumnDef};
-use brine_core::{Catalog, DataType, Error, IndexId, Key, Result, Row, TableId, Value};
+use brine_core::{Catalog, DataType, Error, Generator, IndexId, Key, Result, Row, TableId, Value};
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -316,6 +316,48 @@ pub struct AccessDescriptor {
     pub partition_key: Option<KeyBinding>,
 }
 
+impl Predicate {
+    fn for_each_operand_mut(&mut self, f: &mut impl FnMut(&mut Operand)) {
+        self.eq.iter_mut().for_each(&mut *f);
+        for b in [&mut self.lo, &mut self.hi] {
+            if let Bound::Included(op) | Bound::Excluded(op) = b {
+                f(op);
+            }
+        }
+        self.filters.iter_mut().for_each(|x| f(&mut x.operand));
+    }
+}
+
+impl Statement {
+    /// Visits every operand of the statement.
+    pub(crate) fn for_each_operand_mut(&mut self, f: &mut impl FnMut(&mut Operand)) {
+        match self {
+            Statement::Select(s) => {
+                s.pred.for_each_operand_mut(f);
+                s.limit.iter_mut().for_each(f);
+            }
+            Statement::Insert(i) => i.values.iter_mut().flatten().for_each(f),
+            Statement::Update(u) => {
+                for a in &mut u.sets {
+                    match &mut a.expr {
+                        SetExpr::Value(op) | SetExpr::Arith { operand: op, .. } => f(op),
+                    }
+                }
+                u.pred.for_each_operand_mut(f);
+            }
+            Statement::Delete(d) => d.pred.for_each_operand_mut(f),
+        }
+    }
+}
+
+impl AccessDescriptor {
+    /// Visits every operand the descriptor names.
+    pub(crate) fn for_each_operand_mut(&mut self, f: &mut impl FnMut(&mut Operand)) {
+        self.key_params.iter_mut().for_each(|(_, op)| f(op));
+        self.partition_key.iter_mut().for_each(f);
+    }
+}
+
 /// Where a statement runs.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Route {
@@ -333,6 +375,9 @@ pub struct Plan {
     pub(crate) sql: Arc<str>,
     pub(crate) params: Vec<Param>,
     pub(crate) param_columns: Vec<ColumnDef>,
+    /// Values `bind` makes, after the parameters: operand
+    /// `Param(params.len() + k)` is `generated[k]`'s value.
+    pub(crate) generated: Vec<Generator>,
     pub(crate) table_name: Arc<str>,
     pub(crate) columns: Arc<[String]>,
     pub(crate) access: AccessDescriptor,
@@ -357,6 +402,18 @@ impl Plan {
         &self.params
     }
 
+    /// What operand `Param(i)` stands for, for messages and analyses: a
+    /// parameter's `$name`, or the generator (`now()`) that makes it.
+    pub fn param_name(&self, i: usize) -> String {
+        match self.params.get(i) {
+            Some(p) => format!("${}", p.name),
+            None => self
+                .generated
+                .get(i - self.params.len())
+                .map_or_else(|| format!("${}", i + 1), |g| g.to_string()),
+        }
+    }
+
     pub fn access(&self) -> &AccessDescriptor {
         &self.access
     }
@@ -372,7 +429,8 @@ impl Plan {
 
     /// Checks arity and types of `args` and coerces them (INT into a
     /// DECIMAL parameter, a DECIMAL to a larger scale) to the parameters'
-    /// types. The result is what `route` and storage take.
+    /// types, then appends the values the plan generates (`now()`,
+    /// `unique_rowid()`). The result is what `route` and storage take.
     pub fn bind(&self, args: Vec<Value>) -> Result<Vec<Value>> {
         if args.len() != self.params.len() {
             return Err(Error::Arity {
@@ -381,23 +439,22 @@ impl Plan {
                 got: args.len(),
             });
         }
-        args.into_iter()
-            .zip(&self.params)
-            .zip(&self.param_columns)
-            .map(|((v, p), col)| {
-                coerce_value(&self.table_name, col, v).map_err(|e| match e {
-                    Error::Type { expected, got, .. } => Error::Type {
-                        what: format!("parameter `${}`", p.name),
-                        expected,
-                        got,
-                    },
-                    Error::Constraint(msg) => {
-                        Error::Constraint(format!("parameter `${}`: {msg}", p.name))
-                    }
-                    other => other,
-                })
-            })
-            .collect()
+        let mut bound = Vec::with_capacity(args.len() + self.generated.len());
+        for ((v, p), col) in args.into_iter().zip(&self.params).zip(&self.param_columns) {
+            bound.push(coerce_value(&self.table_name, col, v).map_err(|e| match e {
+                Error::Type { expected, got, .. } => Error::Type {
+                    what: format!("parameter `${}`", p.name),
+                    expected,
+                    got,
+                },
+                Error::Constraint(msg) => {
+                    Error::Constraint(format!("parameter `${}`: {msg}", p.name))
+                }
+                other => other,
+            })?);
+        }
+        bound.extend(self.generated.iter().map(|g| g.generate()));
+        Ok(bound)
     }
 
     /// True if the plan always runs on exactly one partition.

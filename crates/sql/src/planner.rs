@@ -1,10 +1,12 @@
 //! SQL text -> `Plan`: parameter typing, index choice, ORDER BY checks and
 //! the access descriptor.
 
-use crate::literal::{literal, object_name, placeholder};
+use crate::literal::{generator, literal, object_name, placeholder};
 use crate::plan::*;
 use brine_core::schema::{coerce_value, ColumnDef};
-use brine_core::{Catalog, DataType, Error, IndexId, Result, TableDef, Value};
+use brine_core::{
+    Catalog, ColumnDefault, DataType, Error, Generator, IndexId, Result, TableDef, Value,
+};
 use sqlparser::ast::{
     self, BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr,
     LimitClause, OrderByKind, SelectItem, SetExpr as AstSetExpr, TableFactor, TableObject,
@@ -68,7 +70,15 @@ struct Builder<'a> {
     alias: Option<String>,
     params: Vec<Param>,
     param_columns: Vec<ColumnDef>,
+    /// Values made at bind time. While planning, the operand of
+    /// `generated[k]` is `Param(GENERATED + k)`; `finish` renumbers them
+    /// after the parameters (which are numbered in order of appearance).
+    generated: Vec<Generator>,
 }
+
+/// Where generated operands are numbered until `finish` knows how many
+/// parameters there are.
+const GENERATED: usize = usize::MAX / 2;
 
 impl<'a> Builder<'a> {
     fn new(catalog: &'a Catalog, name: &ast::ObjectName, alias: Option<String>) -> Result<Self> {
@@ -78,6 +88,7 @@ impl<'a> Builder<'a> {
             alias,
             params: Vec::new(),
             param_columns: Vec::new(),
+            generated: Vec::new(),
         })
     }
 
@@ -160,13 +171,26 @@ impl<'a> Builder<'a> {
             name: col.name.clone(),
             ty: col.ty,
             nullable: nullable && col.nullable,
+            default: None,
         };
         self.typed_operand(expr, col)
+    }
+
+    /// The operand of a value made at bind time.
+    fn generate(&mut self, g: Generator) -> Operand {
+        self.generated.push(g);
+        Operand::Param(GENERATED + self.generated.len() - 1)
     }
 
     fn typed_operand(&mut self, expr: &Expr, col: ColumnDef) -> Result<Operand> {
         if let Some(name) = placeholder(expr) {
             return Ok(Operand::Param(self.param(name, col)?));
+        }
+        if let Some(g) = generator(expr) {
+            if g.ty() != col.ty {
+                return Err(Error::type_mismatch(format!("{expr}"), col.ty, g.ty()));
+            }
+            return Ok(self.generate(g));
         }
         match literal(expr)? {
             Some(v) => {
@@ -408,13 +432,26 @@ impl<'a> Builder<'a> {
         self,
         sql: &str,
         columns: Vec<String>,
-        access: AccessDescriptor,
-        statement: Statement,
+        mut access: AccessDescriptor,
+        mut statement: Statement,
     ) -> Plan {
+        if !self.generated.is_empty() {
+            let first = self.params.len();
+            let mut renumber = |op: &mut Operand| {
+                if let Operand::Param(i) = op {
+                    if *i >= GENERATED {
+                        *i = first + (*i - GENERATED);
+                    }
+                }
+            };
+            statement.for_each_operand_mut(&mut renumber);
+            access.for_each_operand_mut(&mut renumber);
+        }
         Plan {
             sql: Arc::from(sql),
             params: self.params,
             param_columns: self.param_columns,
+            generated: self.generated,
             table_name: Arc::from(self.table.name.as_str()),
             columns: Arc::from(columns),
             access,
@@ -541,7 +578,8 @@ fn plan_select(catalog: &Catalog, sql: &str, q: &ast::Query) -> Result<Plan> {
             names.push(alias.unwrap_or_else(|| table.columns[c].name.clone()));
         } else if let Expr::Function(f) = expr {
             aggs.push(aggregate(&b, f)?);
-            names.push(alias.unwrap_or_else(|| expr.to_string().to_ascii_lowercase()));
+            // PostgreSQL names an unaliased aggregate after its function.
+            names.push(alias.unwrap_or_else(|| f.name.to_string().to_ascii_lowercase()));
         } else {
             return Err(Error::Sql(format!(
                 "unsupported select item `{expr}`: only columns, * and MIN/MAX/SUM/COUNT"
@@ -611,6 +649,7 @@ fn plan_select(catalog: &Catalog, sql: &str, q: &ast::Query) -> Result<Plan> {
                 name: "LIMIT".into(),
                 ty: DataType::Int,
                 nullable: false,
+                default: None,
             };
             let op = b.typed_operand(e, col)?;
             if let Operand::Literal(_) = &op {
@@ -765,8 +804,18 @@ fn plan_insert(catalog: &Catalog, sql: &str, ins: &ast::Insert) -> Result<Plan> 
         }
         ops[c] = Some(b.operand(e, c, true)?);
     }
+    for (c, op) in ops.iter_mut().enumerate() {
+        if op.is_none() {
+            *op = match &table.columns[c].default {
+                Some(ColumnDefault::Value(v)) => Some(Operand::Literal(v.clone())),
+                Some(ColumnDefault::Generated(g)) => Some(b.generate(*g)),
+                None => None,
+            };
+        }
+    }
     for (c, op) in ops.iter().enumerate() {
-        if op.is_none() && !table.columns[c].nullable {
+        let null = matches!(op, None | Some(Operand::Literal(Value::Null)));
+        if null && !table.columns[c].nullable {
             return Err(Error::Constraint(format!(
                 "INSERT into `{}` must give a value for NOT NULL column `{}`",
                 table.name, table.columns[c].name

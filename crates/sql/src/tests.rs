@@ -625,3 +625,95 @@ fn plan_is_send_sync_clone() {
     check::<Plan>();
     check::<QueryResult>();
 }
+
+const HISTORY: &str = "
+    CREATE TABLE history (
+        hid INT DEFAULT unique_rowid() PRIMARY KEY,
+        aid INT NOT NULL,
+        delta INT DEFAULT 7,
+        mtime TIMESTAMP DEFAULT CURRENT_TIMESTAMP,
+        note TEXT
+    );
+";
+
+#[test]
+fn defaults_fill_left_out_columns_and_generators_run_at_bind() {
+    let c = parse_schema(HISTORY).unwrap();
+    let p = prepare(
+        &c,
+        "INSERT INTO history (aid, note) VALUES ($a, now()::text)",
+    );
+    assert!(p.is_err(), "a cast of a generator is outside the subset");
+    let p = prepare(&c, "INSERT INTO history (aid) VALUES ($a)").unwrap();
+    assert_eq!(p.params().len(), 1, "generated values are not parameters");
+    assert_eq!(p.param_name(1), "unique_rowid()");
+    assert_eq!(p.param_name(2), "now()");
+    let Statement::Insert(ins) = p.statement() else {
+        panic!("not an insert")
+    };
+    assert_eq!(ins.values[0], Some(Operand::Param(1)));
+    assert_eq!(ins.values[2], Some(Operand::Literal(Value::Int(7))));
+    assert_eq!(ins.values[3], Some(Operand::Param(2)));
+    assert_eq!(ins.values[4], None);
+    assert_eq!(p.access().partition_key, Some(Operand::Param(1)));
+    assert!(p.is_single_partition(), "the generated key routes the row");
+
+    let a = p.bind(vec![Value::Int(5)]).unwrap();
+    let b = p.bind(vec![Value::Int(5)]).unwrap();
+    assert_eq!(a.len(), 3);
+    let (Value::Int(ka), Value::Int(kb)) = (&a[1], &b[1]) else {
+        panic!("unique_rowid() is an INT: {a:?}")
+    };
+    assert!(ka < kb, "each bind makes a new key");
+    assert!(matches!(a[2], Value::Timestamp(t) if t > 1_600_000_000_000_000));
+    assert!(matches!(
+        p.bind(vec![]),
+        Err(Error::Arity { expected: 1, .. })
+    ));
+}
+
+#[test]
+fn generators_in_values_set_and_where() {
+    let c = parse_schema(HISTORY).unwrap();
+    // Parameters keep their numbers whatever precedes them in the text.
+    let p = prepare(
+        &c,
+        "INSERT INTO history (hid, mtime, aid) VALUES (unique_rowid(), CURRENT_TIMESTAMP, $a)",
+    )
+    .unwrap();
+    assert_eq!(p.params().len(), 1);
+    let Statement::Insert(ins) = p.statement() else {
+        panic!("not an insert")
+    };
+    assert_eq!(ins.values[1], Some(Operand::Param(0)));
+    assert_eq!(ins.values[0], Some(Operand::Param(1)));
+    assert_eq!(ins.values[3], Some(Operand::Param(2)));
+
+    let p = prepare(
+        &c,
+        "UPDATE history SET mtime = now() WHERE hid = $h AND mtime < LOCALTIMESTAMP",
+    )
+    .unwrap();
+    assert_eq!(p.params().len(), 1);
+    let bound = p.bind(vec![Value::Int(1)]).unwrap();
+    assert_eq!(bound.len(), 3);
+    assert_eq!(p.access().key_params, vec![(0, Operand::Param(0))]);
+
+    let err = prepare(&c, "INSERT INTO history (aid, delta) VALUES (1, now())").unwrap_err();
+    assert!(matches!(err, Error::Type { .. }), "{err:?}");
+}
+
+#[test]
+fn bad_defaults_and_missing_keys_are_explained() {
+    let e = parse_schema("CREATE TABLE t (a INT PRIMARY KEY, b TIMESTAMP DEFAULT unique_rowid())")
+        .unwrap_err();
+    assert!(matches!(e, Error::Type { .. }), "{e:?}");
+    let e = parse_schema("CREATE TABLE t (a INT PRIMARY KEY, b INT DEFAULT random())").unwrap_err();
+    assert!(e.to_string().contains("unsupported DEFAULT"), "{e}");
+    let e = parse_schema("CREATE TABLE t (a INT, b INT)").unwrap_err();
+    assert!(e.to_string().contains("unique_rowid()"), "{e}");
+    let e =
+        parse_schema("CREATE TABLE t (a INT PRIMARY KEY, b INT NOT NULL DEFAULT NULL)").unwrap();
+    let err = prepare(&e, "INSERT INTO t (a) VALUES (1)").unwrap_err();
+    assert!(matches!(err, Error::Constraint(_)), "{err:?}");
+}

@@ -185,7 +185,7 @@ fn write_first<'a>(
             return None;
         }
         let bind = |o: &Operand| match o {
-            Operand::Param(i) => Ok(p.params()[*i].name.clone()),
+            Operand::Param(i) => Ok(p.param_name(*i)),
             Operand::Literal(v) => Err(v.clone()),
         };
         Some(a.key_params.iter().map(|(c, o)| (*c, bind(o))).collect())
