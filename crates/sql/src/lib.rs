@@ -34,7 +34,9 @@
 //! `DECIMAL(p,s)/NUMERIC(p,s)` (p <= 18), `VARCHAR(n)/CHAR(n)/TEXT` (Str),
 //! `TIMESTAMP`; `NOT NULL`; `PRIMARY KEY` as a column option or a table
 //! constraint (primary-key columns are NOT NULL); `UNIQUE` (becomes a unique
-//! secondary index). The partitioning column is given by a trailing
+//! secondary index); `DEFAULT` a literal, `CURRENT_TIMESTAMP` / `now()` or
+//! `unique_rowid()` (see `brine_core::rowid`), stored when an INSERT leaves
+//! the column out. The partitioning column is given by a trailing
 //! `PARTITION BY (col)` (or `PARTITION BY col`), or by
 //! `WITH (partition_by = 'col')`; it must be a primary-key column and
 //! defaults to the first one. `CREATE [UNIQUE] INDEX name ON t (c1, ...)`
@@ -45,10 +47,14 @@
 //! Parameters are `$name` (or `:name`), numbered in order of first
 //! appearance; a parameter takes the type of the column it is compared
 //! with, assigned to or inserted into (`c = c + $x`: `c`'s type).
+//! `CURRENT_TIMESTAMP`, `LOCALTIMESTAMP`, `now()` and `unique_rowid()` may
+//! stand where a value goes: `Plan::bind` makes their values and appends
+//! them after the parameters, so storage, replicas and logs see values.
 //!
 //! * `SELECT cols | * | MIN/MAX/SUM/COUNT(col)/COUNT(*) FROM t [WHERE p]
 //!   [ORDER BY key cols [ASC|DESC]] [LIMIT n | $p]`
-//! * `INSERT INTO t [(cols)] VALUES (...)` (missing nullable columns are NULL)
+//! * `INSERT INTO t [(cols)] VALUES (...)` (missing columns take their
+//!   DEFAULT, else NULL)
 //! * `UPDATE t SET c = v | c = c +/-/* v, ... [WHERE p]` (not primary-key
 //!   columns)
 //! * `DELETE FROM t [WHERE p]`
