@@ -97,6 +97,36 @@ pub enum Error {
         offset: u64,
         reason: String,
     },
+    // The variants below are data errors that PostgreSQL clients tell
+    // apart by SQLSTATE (not-null 23502, out of range 22003, too long
+    // 22001, duplicate column 42701), so each is a kind of its own rather
+    // than a phrase inside `Constraint`, `Type` or `Sql` that a message
+    // match would have to find. They come last so that the variants above
+    // keep their serialized positions.
+    /// A NULL where a NOT NULL column would store it: left out of an
+    /// INSERT, given as NULL, or computed (`c = c + NULL`).
+    #[error("null value in column `{column}` of table `{table}` violates its NOT NULL constraint")]
+    NotNull { table: String, column: String },
+    /// A number outside what its type holds: more integer digits than a
+    /// DECIMAL's precision allows, an integer literal beyond 64 bits, or
+    /// arithmetic (`+ - *`, a SUM) that overflows.
+    #[error("numeric value out of range: {0}")]
+    OutOfRange(String),
+    /// A string with more characters than its `VARCHAR(n)` / `CHAR(n)`
+    /// column holds.
+    #[error(
+        "value too long for column `{table}.{column}` (at most {max_len} characters, got {len})"
+    )]
+    TooLong {
+        table: String,
+        column: String,
+        max_len: u32,
+        len: usize,
+    },
+    /// A column named twice where a statement lists columns (INSERT's
+    /// column list, CREATE TABLE).
+    #[error("column `{column}` of table `{table}` is given twice")]
+    DuplicateColumn { table: String, column: String },
 }
 
 impl Error {

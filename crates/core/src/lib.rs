@@ -7,6 +7,7 @@ pub mod error;
 pub mod ids;
 pub mod rowid;
 pub mod schema;
+pub mod timestamp;
 pub mod value;
 
 pub use access::{Access, LockNeed, LockTarget};

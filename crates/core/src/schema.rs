@@ -208,15 +208,46 @@ impl TableDef {
     }
 }
 
-/// Checks one value against a column.
+/// Checks one value against a column: its type, NOT NULL, a DECIMAL's
+/// scale and precision, a string's length. Each failure is the error a
+/// PostgreSQL client expects for it: `Error::NotNull`, `Error::OutOfRange`
+/// (a number with more integer digits than `precision - scale`),
+/// `Error::TooLong`, and `Error::Type` for a value of another type.
 pub fn check_value(table: &str, col: &ColumnDef, v: &Value) -> Result<()> {
     let ok = match (&col.ty, v) {
-        (_, Value::Null) => col.nullable,
-        (DataType::Int, Value::Int(_)) => true,
-        (DataType::Decimal { scale, .. }, Value::Decimal(d)) => d.scale == *scale,
-        (DataType::Str { max_len }, Value::Str(s)) => {
-            max_len.is_none_or(|m| s.chars().count() <= m as usize)
+        (_, Value::Null) if !col.nullable => {
+            return Err(Error::NotNull {
+                table: table.to_string(),
+                column: col.name.clone(),
+            })
         }
+        (_, Value::Null) => true,
+        (DataType::Int, Value::Int(_)) => true,
+        (DataType::Decimal { precision, scale }, Value::Decimal(d)) if d.scale == *scale => {
+            if !fits_precision(*d, *precision) {
+                return Err(Error::OutOfRange(format!(
+                    "{d} does not fit column `{table}.{}` {}: at most {} digits before the point",
+                    col.name,
+                    col.ty,
+                    precision - scale
+                )));
+            }
+            true
+        }
+        (DataType::Str { max_len: Some(m) }, Value::Str(s)) => {
+            // Characters, not bytes, as VARCHAR(n) counts them.
+            let len = s.chars().count();
+            if len > *m as usize {
+                return Err(Error::TooLong {
+                    table: table.to_string(),
+                    column: col.name.clone(),
+                    max_len: *m,
+                    len,
+                });
+            }
+            true
+        }
+        (DataType::Str { max_len: None }, Value::Str(_)) => true,
         (DataType::Timestamp, Value::Timestamp(_)) => true,
         _ => false,
     };
@@ -225,35 +256,41 @@ pub fn check_value(table: &str, col: &ColumnDef, v: &Value) -> Result<()> {
     } else {
         Err(Error::type_mismatch(
             format!("column `{}.{}`", table, col.name),
-            if v.is_null() {
-                format!("{} NOT NULL", col.ty)
-            } else {
-                col.ty.to_string()
-            },
+            col.ty,
             format!("{} {v:?}", v.kind()),
         ))
     }
 }
 
+/// Whether `d` (already at its column's scale) has at most `precision`
+/// digits: `|units| < 10^precision`.
+fn fits_precision(d: crate::Decimal, precision: u8) -> bool {
+    // DDL keeps precision within 1..=18, so 10^precision fits an i64.
+    match 10i64.checked_pow(u32::from(precision)) {
+        Some(limit) => d.units.unsigned_abs() < limit.unsigned_abs(),
+        None => true,
+    }
+}
+
 /// Coerces a value to a column's type where the conversion is exact (an
 /// integer into a decimal column, a decimal with fewer fractional digits
-/// into one with more). Anything else is a type error.
+/// into one with more), then checks it (`check_value`). A value that
+/// cannot be brought to the column's scale without overflowing 64 bits is
+/// `Error::OutOfRange`; one of another type is a type error.
 pub fn coerce_value(table: &str, col: &ColumnDef, v: Value) -> Result<Value> {
+    let overflow = |v: &dyn fmt::Display| {
+        Error::OutOfRange(format!("{v} overflows column `{table}.{}`", col.name))
+    };
     let v = match (&col.ty, v) {
         (DataType::Decimal { scale, .. }, Value::Int(i)) => Value::Decimal(crate::Decimal::new(
-            crate::Decimal::new(i, 0).units_at(*scale).ok_or_else(|| {
-                Error::Constraint(format!("{i} overflows column `{table}.{}`", col.name))
-            })?,
+            crate::Decimal::new(i, 0)
+                .units_at(*scale)
+                .ok_or_else(|| overflow(&i))?,
             *scale,
         )),
-        (DataType::Decimal { scale, .. }, Value::Decimal(d)) if d.scale < *scale => {
-            Value::Decimal(crate::Decimal::new(
-                d.units_at(*scale).ok_or_else(|| {
-                    Error::Constraint(format!("{d} overflows column `{table}.{}`", col.name))
-                })?,
-                *scale,
-            ))
-        }
+        (DataType::Decimal { scale, .. }, Value::Decimal(d)) if d.scale < *scale => Value::Decimal(
+            crate::Decimal::new(d.units_at(*scale).ok_or_else(|| overflow(&d))?, *scale),
+        ),
         (_, v) => v,
     };
     check_value(table, col, &v)?;
@@ -331,5 +368,109 @@ pub fn partition_of(v: &Value, partitions: u32) -> u32 {
     match v {
         Value::Int(i) => i.rem_euclid(partitions as i64) as u32,
         other => (other.stable_hash() % partitions as u64) as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Decimal;
+
+    fn col(ty: DataType, nullable: bool) -> ColumnDef {
+        ColumnDef {
+            name: "c".into(),
+            ty,
+            nullable,
+            default: None,
+        }
+    }
+
+    #[test]
+    fn decimal_precision_is_enforced_after_scale() {
+        // DECIMAL(8,2): at most 6 digits before the point.
+        let c = col(
+            DataType::Decimal {
+                precision: 8,
+                scale: 2,
+            },
+            true,
+        );
+        let ok = coerce_value("t", &c, Value::Decimal(Decimal::new(99_999_999, 2))).unwrap();
+        assert_eq!(ok, Value::Decimal(Decimal::new(99_999_999, 2)));
+        assert!(coerce_value("t", &c, Value::Decimal(Decimal::new(-99_999_999, 2))).is_ok());
+        for big in [
+            Value::Decimal(Decimal::new(12_345_678_900, 2)),
+            Value::Decimal(Decimal::new(-100_000_000, 2)),
+            Value::Int(1_000_000),
+            Value::Decimal(Decimal::new(10_000_000, 1)),
+        ] {
+            let e = coerce_value("t", &c, big.clone()).unwrap_err();
+            assert!(matches!(e, Error::OutOfRange(_)), "{big:?}: {e:?}");
+            assert!(e.to_string().contains("`t.c` DECIMAL(8,2)"), "{e}");
+        }
+        // NUMERIC(5) is NUMERIC(5,0).
+        let whole = col(
+            DataType::Decimal {
+                precision: 5,
+                scale: 0,
+            },
+            true,
+        );
+        assert!(coerce_value("t", &whole, Value::Int(99_999)).is_ok());
+        assert!(matches!(
+            coerce_value("t", &whole, Value::Int(123_456)),
+            Err(Error::OutOfRange(_))
+        ));
+        // DECIMAL(18,18): a fraction only.
+        let frac = col(
+            DataType::Decimal {
+                precision: 18,
+                scale: 18,
+            },
+            true,
+        );
+        assert!(check_value(
+            "t",
+            &frac,
+            &Value::Decimal(Decimal::new(123_456_789_012_345_678, 18))
+        )
+        .is_ok());
+        assert!(matches!(
+            coerce_value("t", &frac, Value::Int(1)),
+            Err(Error::OutOfRange(_))
+        ));
+        // Scaling an integer past 64 bits is out of range too.
+        assert!(matches!(
+            coerce_value("t", &frac, Value::Int(100)),
+            Err(Error::OutOfRange(_))
+        ));
+    }
+
+    #[test]
+    fn nulls_lengths_and_types_get_their_own_errors() {
+        let int = col(DataType::Int, false);
+        assert_eq!(
+            check_value("t", &int, &Value::Null),
+            Err(Error::NotNull {
+                table: "t".into(),
+                column: "c".into()
+            })
+        );
+        assert!(check_value("t", &col(DataType::Int, true), &Value::Null).is_ok());
+        let short = col(DataType::Str { max_len: Some(4) }, true);
+        assert!(check_value("t", &short, &Value::str("ñañá")).is_ok());
+        assert_eq!(
+            check_value("t", &short, &Value::str("abcde")),
+            Err(Error::TooLong {
+                table: "t".into(),
+                column: "c".into(),
+                max_len: 4,
+                len: 5
+            })
+        );
+        assert!(matches!(
+            check_value("t", &int, &Value::str("1")),
+            Err(Error::Type { .. })
+        ));
     }
 }

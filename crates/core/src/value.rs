@@ -45,6 +45,8 @@ const POW10: [i64; 19] = [
 
 impl Decimal {
     pub const MAX_SCALE: u8 = 18;
+    /// The most digits a DECIMAL column holds: an i64 holds any 18.
+    pub const MAX_PRECISION: u8 = 18;
 
     pub fn new(units: i64, scale: u8) -> Self {
         debug_assert!(scale <= Self::MAX_SCALE);
@@ -75,12 +77,24 @@ impl Decimal {
         self.checked_add(Decimal::new(other.units.checked_neg()?, other.scale))
     }
 
+    /// The product at the larger of the two scales, rounded half away
+    /// from zero (-0.07 * 0.50 = -0.0350 is -0.04), as PostgreSQL rounds a
+    /// numeric into a column of that scale.
     pub fn checked_mul(self, other: Decimal) -> Option<Decimal> {
         let scale = self.scale.max(other.scale);
         let wide = (self.units as i128) * (other.units as i128);
-        // product has scale self.scale + other.scale; bring it to `scale`.
+        // The exact product has scale self.scale + other.scale; bring it
+        // to `scale`. Both scales are at most 18, so `drop` is too and
+        // 10^drop fits an i128; |wide| < 2^126, so adding half of it
+        // cannot overflow.
         let drop = (self.scale + other.scale - scale) as u32;
-        let v = wide / 10i128.pow(drop);
+        let div = 10i128.pow(drop);
+        let half = div / 2;
+        let v = if wide >= 0 {
+            (wide + half) / div
+        } else {
+            (wide - half) / div
+        };
         Some(Decimal::new(i64::try_from(v).ok()?, scale))
     }
 
@@ -454,6 +468,28 @@ mod tests {
         );
         assert!(Decimal::new(i64::MAX, 0)
             .checked_add(Decimal::new(1, 0))
+            .is_none());
+    }
+
+    #[test]
+    fn decimal_products_round_half_away_from_zero() {
+        let d = |s: &str| Decimal::parse(s).unwrap();
+        let mul = |a: &str, b: &str| d(a).checked_mul(d(b)).unwrap().to_string();
+        // -0.0350 at scale 2: PostgreSQL's numeric(p,2) stores -0.04.
+        assert_eq!(mul("-0.07", "0.50"), "-0.04");
+        assert_eq!(mul("0.07", "0.50"), "0.04");
+        assert_eq!(mul("0.07", "-0.50"), "-0.04");
+        // Below half rounds toward zero, above half away from it.
+        assert_eq!(mul("0.0825", "1.0825"), "0.0893");
+        assert_eq!(mul("-0.0825", "1.0825"), "-0.0893");
+        assert_eq!(mul("0.13", "0.50"), "0.07");
+        assert_eq!(mul("0.11", "0.30"), "0.03");
+        assert_eq!(mul("-0.11", "0.30"), "-0.03");
+        // Exact products are untouched, at the larger scale.
+        assert_eq!(mul("4.50", "-2"), "-9.00");
+        assert_eq!(mul("0.000000000000000001", "0.5"), "0.000000000000000001");
+        assert!(Decimal::new(i64::MAX, 0)
+            .checked_mul(Decimal::new(2, 0))
             .is_none());
     }
 

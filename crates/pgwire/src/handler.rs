@@ -475,25 +475,34 @@ impl ExtendedQueryHandler for Conn {
             .name
             .clone()
             .unwrap_or_else(|| DEFAULT_NAME.to_owned());
-        if message.name.is_some() {
+        let full = message.name.is_some() && {
             let named = self.named.lock();
-            if !named.contains(&name) && named.len() >= PREPARED_STATEMENTS_MAX {
-                return Err(SqlError::new(
-                    "54000",
-                    format!("{PREPARED_STATEMENTS_MAX} prepared statements on this connection; close some first"),
-                )
-                .into());
-            }
-        }
+            !named.contains(&name) && named.len() >= PREPARED_STATEMENTS_MAX
+        };
         let types: Vec<Option<Type>> = message
             .type_oids
             .iter()
             .map(|&oid| Type::from_oid(oid))
             .collect();
-        let parsed = self
-            .parser
-            .parse_sql(client, &message.query, &types)
-            .await?;
+        let parsed = if full {
+            Err(SqlError::new(
+                "54000",
+                format!("{PREPARED_STATEMENTS_MAX} prepared statements on this connection; close some first"),
+            )
+            .into())
+        } else {
+            self.parser.parse_sql(client, &message.query, &types).await
+        };
+        // A Parse that fails (a statement that does not prepare) fails an
+        // open transaction, as any error inside one does in PostgreSQL:
+        // later statements get 25P02 until it ends.
+        let parsed = match parsed {
+            Ok(p) => p,
+            Err(e) => {
+                self.session.lock().await.fail_transaction().await;
+                return Err(e);
+            }
+        };
         if message.name.is_some() {
             self.named.lock().insert(name.clone());
         }

@@ -127,9 +127,18 @@ impl Session {
     }
 
     /// Records an error the session met outside [`Session::run`] (a
-    /// parameter that did not decode): inside a transaction it fails the
-    /// transaction, as any error there does.
+    /// parameter that did not decode, a statement that did not prepare):
+    /// inside a transaction it fails the transaction, as any error there
+    /// does.
     pub async fn fail(&mut self, e: SqlError) -> SqlError {
+        self.fail_transaction().await;
+        e
+    }
+
+    /// Fails an open transaction: it is aborted at the cluster (its locks
+    /// freed) and every statement but COMMIT and ROLLBACK gets 25P02 until
+    /// it ends. A failed one stays failed; outside one nothing changes.
+    pub async fn fail_transaction(&mut self) {
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Open(txn) => {
                 self.state = State::Failed;
@@ -138,7 +147,6 @@ impl Session {
             State::Failed => self.state = State::Failed,
             State::Idle => {}
         }
-        e
     }
 
     /// Ends the session: an open transaction is aborted (its locks freed)

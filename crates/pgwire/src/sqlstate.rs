@@ -102,14 +102,19 @@ pub fn sqlstate(e: &Error) -> &'static str {
         // nothing wrong, and drivers' retry loops retry on 40001.
         Error::Aborted(_) | Error::RetriesExhausted { .. } => "40001",
         Error::DuplicateKey { .. } => "23505",
+        Error::NotNull { .. } => "23502",
+        Error::OutOfRange(_) => "22003",
+        Error::TooLong { .. } => "22001",
+        Error::DuplicateColumn { .. } => "42701",
         Error::UnknownTable(_) => "42P01",
         Error::UnknownColumn { .. } => "42703",
         Error::UnknownProcedure(_) => "42883",
+        // The planner words every refusal of SQL outside the subset
+        // (brine_sql's crate docs) as "unsupported ...".
         Error::Sql(m) if m.starts_with("unsupported") => "0A000",
         Error::Sql(_) => "42601",
         Error::Arity { .. } => "42601",
         Error::Type { .. } => "42804",
-        Error::Constraint(m) if m.contains("overflow") => "22003",
         Error::Constraint(_) => "23000",
         Error::UserAbort(_) => "P0001",
         Error::Transport(_) => "08006",
@@ -193,10 +198,40 @@ mod tests {
             "42601"
         );
         assert_eq!(
-            code(Error::Constraint("7 overflows column".into())),
+            code(Error::OutOfRange("7 overflows column".into())),
             "22003"
         );
         assert_eq!(code(Error::Constraint("x".into())), "23000");
+    }
+
+    #[test]
+    fn data_errors_have_postgres_codes() {
+        let (table, column) = ("t".to_string(), "c".to_string());
+        assert_eq!(
+            code(Error::NotNull {
+                table: table.clone(),
+                column: column.clone()
+            }),
+            "23502"
+        );
+        assert_eq!(
+            code(Error::TooLong {
+                table: table.clone(),
+                column: column.clone(),
+                max_len: 4,
+                len: 5
+            }),
+            "22001"
+        );
+        assert_eq!(code(Error::DuplicateColumn { table, column }), "42701");
+        // Planner refusals of SQL outside the subset.
+        for m in [
+            "unsupported: ORDER BY must follow the order of the index ...",
+            "unsupported: cannot update primary-key column `id` ...",
+            "unsupported: qualified or unusual name `public.t` ...",
+        ] {
+            assert_eq!(code(Error::Sql(m.into())), "0A000", "{m}");
+        }
     }
 
     #[test]

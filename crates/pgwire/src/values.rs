@@ -13,7 +13,7 @@
 //! once per row and column; encoding writes into the row's buffer without
 //! allocating for integers and strings.
 
-use brine_core::{DataType, Decimal, Value};
+use brine_core::{timestamp, DataType, Decimal, Value};
 use bytes::{BufMut, BytesMut};
 use pgwire::api::Type;
 
@@ -21,7 +21,6 @@ use crate::sqlstate::SqlError;
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
 const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
-const US_PER_DAY: i64 = 86_400_000_000;
 
 /// The PostgreSQL type of a brine column type.
 pub fn pg_type(ty: &DataType) -> Type {
@@ -87,7 +86,7 @@ pub fn encode_text(buf: &mut BytesMut, v: &Value) {
         Value::Int(i) => write!(out, "{i}"),
         Value::Decimal(d) => write!(out, "{d}"),
         Value::Str(s) => out.write_str(s),
-        Value::Timestamp(us) => write!(out, "{}", TimestampText(*us)),
+        Value::Timestamp(us) => write!(out, "{}", timestamp::Text(*us)),
         Value::Max => out.write_str("MAX"),
     };
 }
@@ -370,111 +369,16 @@ fn decode_binary(b: &[u8], sent: Option<&Type>, target: Target<'_>) -> Result<Va
     Ok(v)
 }
 
-/// `YYYY-MM-DD[ HH:MM:SS[.ffffff]]`, optionally with `T` for the space
-/// and a `Z` or `+00[:00]` zone, as microseconds since the Unix epoch.
+/// A timestamp's text (see `brine_core::timestamp::parse`, the one reader
+/// of it the planner shares) as microseconds since the Unix epoch;
+/// anything else is PostgreSQL's invalid_datetime_format.
 pub fn parse_timestamp(s: &str) -> Result<i64, SqlError> {
-    let bad = || {
+    timestamp::parse(s).ok_or_else(|| {
         SqlError::new(
             "22007",
             format!("invalid input syntax for type timestamp: \"{s}\""),
         )
-    };
-    let t = s.trim();
-    let t = t
-        .strip_suffix('Z')
-        .or_else(|| t.strip_suffix("+00:00"))
-        .or_else(|| t.strip_suffix("+00"))
-        .unwrap_or(t);
-    let (date, time) = match t.split_once([' ', 'T']) {
-        Some((d, tm)) => (d, Some(tm)),
-        None => (t, None),
-    };
-    let num = |x: &str| x.parse::<i64>().map_err(|_| bad());
-    let mut dp = date.splitn(3, '-');
-    let (y, m, d) = (
-        num(dp.next().ok_or_else(bad)?)?,
-        num(dp.next().ok_or_else(bad)?)?,
-        num(dp.next().ok_or_else(bad)?)?,
-    );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return Err(bad());
-    }
-    let mut us = days_from_civil(y, m, d)
-        .checked_mul(US_PER_DAY)
-        .ok_or_else(bad)?;
-    if let Some(time) = time {
-        let (hms, frac) = match time.split_once('.') {
-            Some((a, b)) => (a, Some(b)),
-            None => (time, None),
-        };
-        let mut tp = hms.splitn(3, ':');
-        let (h, mi, sec) = (
-            num(tp.next().ok_or_else(bad)?)?,
-            num(tp.next().ok_or_else(bad)?)?,
-            num(tp.next().unwrap_or("0"))?,
-        );
-        if !(0..24).contains(&h) || !(0..60).contains(&mi) || !(0..61).contains(&sec) {
-            return Err(bad());
-        }
-        let frac_us = match frac {
-            Some(f) if f.len() <= 6 && f.bytes().all(|b| b.is_ascii_digit()) && !f.is_empty() => {
-                num(f)? * 10i64.pow(6 - f.len() as u32)
-            }
-            Some(_) => return Err(bad()),
-            None => 0,
-        };
-        us += ((h * 60 + mi) * 60 + sec) * 1_000_000 + frac_us;
-    }
-    Ok(us)
-}
-
-/// A timestamp in PostgreSQL's text output (`2024-03-01 12:00:00.5`).
-struct TimestampText(i64);
-
-impl std::fmt::Display for TimestampText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let days = self.0.div_euclid(US_PER_DAY);
-        let in_day = self.0.rem_euclid(US_PER_DAY);
-        let (y, m, d) = civil_from_days(days);
-        let secs = in_day / 1_000_000;
-        let frac = in_day % 1_000_000;
-        write!(
-            f,
-            "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-            secs / 3600,
-            secs / 60 % 60,
-            secs % 60
-        )?;
-        if frac != 0 {
-            let digits = format!("{frac:06}");
-            write!(f, ".{}", digits.trim_end_matches('0'))?;
-        }
-        Ok(())
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
-/// algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    })
 }
 
 #[cfg(test)]
@@ -530,7 +434,7 @@ mod tests {
             "1969-12-31 23:59:59.000001",
         ] {
             let us = parse_timestamp(s).expect(s);
-            assert_eq!(TimestampText(us).to_string(), s);
+            assert_eq!(timestamp::Text(us).to_string(), s);
         }
         assert_eq!(parse_timestamp("2000-01-01").unwrap(), PG_EPOCH_OFFSET_US);
         assert!(parse_timestamp("2000-13-01").is_err());

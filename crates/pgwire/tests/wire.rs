@@ -465,6 +465,51 @@ async fn an_error_fails_the_transaction_until_rollback() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_that_does_not_prepare_fails_the_transaction() {
+    let (_cluster, server) = start().await;
+    let (c, _conn) = connect(&server).await;
+    // Outside a transaction a failed Parse costs only itself.
+    let e = c.prepare("garbage").await.unwrap_err();
+    assert_eq!(code(&e), "42601", "{e}");
+    assert_eq!(balance(&c, 3).await, "100.00");
+    // Inside one, it fails the transaction (extended protocol: Parse is
+    // the failing message, before any Bind or Execute), and the write
+    // before it is rolled back.
+    c.batch_execute("BEGIN; UPDATE account SET balance = 0 WHERE id = 3")
+        .await
+        .expect("begin and update");
+    let e = c.prepare("garbage").await.unwrap_err();
+    assert_eq!(code(&e), "42601", "{e}");
+    let e = c
+        .query("SELECT balance FROM account WHERE id = $1", &[&3i64])
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "25P02", "{e}");
+    let e = c
+        .batch_execute("SELECT balance FROM account WHERE id = 3")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "25P02", "{e}");
+    // So does a Parse of a statement brine refuses (an unknown table).
+    c.batch_execute("ROLLBACK; BEGIN; UPDATE account SET balance = 0 WHERE id = 3")
+        .await
+        .expect("a fresh transaction");
+    let e = c
+        .prepare("SELECT * FROM nope WHERE id = $1")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "42P01", "{e}");
+    let e = c
+        .batch_execute("SELECT balance FROM account WHERE id = 3")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "25P02", "{e}");
+    c.batch_execute("ROLLBACK").await.expect("rollback ends it");
+    assert_eq!(balance(&c, 3).await, "100.00");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_client_frees_its_locks() {
     let (cluster, server) = start().await;
     let (waiter, _cw) = connect(&server).await;

@@ -3,7 +3,8 @@
 use crate::literal::{generator, literal, object_name};
 use brine_core::schema::{coerce_value, Partitioning};
 use brine_core::{
-    Catalog, ColumnDef, ColumnDefault, DataType, Error, IndexDef, Result, TableDef, TableId, Value,
+    Catalog, ColumnDef, ColumnDefault, DataType, Decimal, Error, IndexDef, Result, TableDef,
+    TableId, Value,
 };
 use sqlparser::ast::{self, ColumnOption, Expr, SqlOption, Statement, TableConstraint};
 use sqlparser::dialect::GenericDialect;
@@ -46,7 +47,7 @@ fn data_type(table: &str, column: &str, ty: &ast::DataType) -> Result<DataType> 
             ast::ExactNumberInfo::Precision(p) => (*p, 0),
             ast::ExactNumberInfo::PrecisionAndScale(p, s) => (*p, (*s).max(0) as u64),
         };
-        if precision == 0 || precision > 18 || scale > precision {
+        if precision == 0 || precision > u64::from(Decimal::MAX_PRECISION) || scale > precision {
             return Err(Error::Schema(format!(
                 "column `{table}.{column}`: DECIMAL({precision},{scale}) is not supported \
                  (precision 1..=18, scale <= precision)"
@@ -158,9 +159,10 @@ fn table_def(ct: &ast::CreateTable) -> Result<TableDef> {
     for col in &ct.columns {
         let cname = col.name.value.clone();
         if def.column_index(&cname).is_ok() {
-            return Err(Error::Schema(format!(
-                "table `{name}`: duplicate column `{cname}`"
-            )));
+            return Err(Error::DuplicateColumn {
+                table: name.clone(),
+                column: cname,
+            });
         }
         let ty = data_type(&name, &cname, &col.data_type)?;
         let mut nullable = true;
@@ -232,17 +234,6 @@ fn table_def(ct: &ast::CreateTable) -> Result<TableDef> {
         // Primary-key columns are implicitly NOT NULL.
         def.columns[c].nullable = false;
     }
-    for (i, cols) in uniques.iter().enumerate() {
-        let columns = cols
-            .iter()
-            .map(|c| column_position(&def, c))
-            .collect::<Result<Vec<_>>>()?;
-        def.indexes.push(IndexDef {
-            name: format!("{name}_unique_{i}"),
-            columns,
-            unique: true,
-        });
-    }
     let pcol = match partition_clause(ct)? {
         Some(p) => column_position(&def, &p)?,
         None => def.primary_key[0],
@@ -254,7 +245,48 @@ fn table_def(ct: &ast::CreateTable) -> Result<TableDef> {
         )));
     }
     def.partitioning = Partitioning::Column(pcol);
+    for (i, cols) in uniques.iter().enumerate() {
+        let columns = cols
+            .iter()
+            .map(|c| column_position(&def, c))
+            .collect::<Result<Vec<_>>>()?;
+        let index = IndexDef {
+            name: format!("{name}_unique_{i}"),
+            columns,
+            unique: true,
+        };
+        check_unique_is_partition_local(&def, &index)?;
+        def.indexes.push(index);
+    }
     Ok(def)
+}
+
+/// Refuses a unique index whose columns leave out the table's partitioning
+/// column. A partition checks uniqueness among its own rows only (there
+/// is no cluster-wide index), so two equal values on different partitions
+/// would both be taken. With the partitioning column among the index
+/// columns, equal values always live on one partition and the check is
+/// complete. PostgreSQL refuses the same for partitioned tables, Citus for
+/// distributed ones.
+fn check_unique_is_partition_local(def: &TableDef, index: &IndexDef) -> Result<()> {
+    let pcol = def.partition_column();
+    if !index.unique || index.columns.contains(&pcol) {
+        return Ok(());
+    }
+    let pname = &def.columns[pcol].name;
+    let cols: Vec<&str> = index
+        .columns
+        .iter()
+        .map(|&c| def.columns[c].name.as_str())
+        .collect();
+    Err(Error::Schema(format!(
+        "table `{}`: unique index `{}` on ({}) must include the partitioning column `{pname}`: \
+         brine checks uniqueness within a partition, so values equal on different partitions \
+         would not be caught (add `{pname}` to the index's columns, or make it a plain index)",
+        def.name,
+        index.name,
+        cols.join(", ")
+    )))
 }
 
 /// `DEFAULT e`: a literal of the column's type, or a generator of it.
@@ -279,6 +311,16 @@ fn column_default(table: &str, column: &str, ty: DataType, e: &Expr) -> Result<C
         Some(Value::Null) => Ok(ColumnDefault::Value(Value::Null)),
         Some(Value::Int(t)) if ty == DataType::Timestamp => {
             Ok(ColumnDefault::Value(Value::Timestamp(t)))
+        }
+        Some(Value::Str(text)) if ty == DataType::Timestamp => {
+            match brine_core::timestamp::parse(&text) {
+                Some(t) => Ok(ColumnDefault::Value(Value::Timestamp(t))),
+                None => Err(Error::type_mismatch(
+                    format!("DEFAULT of `{table}.{column}`"),
+                    "TIMESTAMP ('YYYY-MM-DD HH:MM:SS[.ffffff]' or microseconds since 1970)",
+                    format!("STRING {text:?}"),
+                )),
+            }
         }
         None => Err(Error::Sql(format!(
             "column `{table}.{column}`: unsupported DEFAULT `{e}` (a literal, \
@@ -314,11 +356,13 @@ fn create_index(catalog: &mut Catalog, ci: &ast::CreateIndex) -> Result<()> {
             "index `{name}` already exists on `{table_name}`"
         )));
     }
-    def.indexes.push(IndexDef {
+    let index = IndexDef {
         name,
         columns,
         unique: ci.unique,
-    });
+    };
+    check_unique_is_partition_local(def, &index)?;
+    def.indexes.push(index);
     Ok(())
 }
 
@@ -345,7 +389,7 @@ mod tests {
             PRIMARY KEY (c_w_id, c_d_id, c_id)
         ) PARTITION BY (c_w_id);
         CREATE INDEX customer_by_name ON customer (c_w_id, c_d_id, c_last, c_first);
-        CREATE UNIQUE INDEX customer_note ON customer (c_note);
+        CREATE UNIQUE INDEX customer_note ON customer (c_w_id, c_note);
         CREATE TABLE item (i_id INT, i_price DECIMAL(5,2), PRIMARY KEY (i_id)) WITH (partition_by = 'i_id');
     ";
 
@@ -395,6 +439,61 @@ mod tests {
     }
 
     #[test]
+    fn unique_indexes_must_include_the_partitioning_column() {
+        let err = |s: &str| parse_schema(s).unwrap_err().to_string();
+        // A column constraint, a table constraint and CREATE UNIQUE INDEX
+        // are refused alike, naming the table, the index and the column.
+        let e = err("CREATE TABLE p (id INT PRIMARY KEY, email TEXT UNIQUE);");
+        assert!(e.contains("table `p`"), "{e}");
+        assert!(e.contains("unique index `p_unique_0` on (email)"), "{e}");
+        assert!(e.contains("partitioning column `id`"), "{e}");
+        assert!(e.contains("within a partition"), "{e}");
+        let e = err(
+            "CREATE TABLE p (a INT, b INT, x INT, PRIMARY KEY (a, b), UNIQUE (a, x)) \
+             PARTITION BY (b);",
+        );
+        assert!(e.contains("on (a, x)") && e.contains("column `b`"), "{e}");
+        let e = err("CREATE TABLE p (id INT PRIMARY KEY, code INT); \
+                     CREATE UNIQUE INDEX p_code ON p (code);");
+        assert!(e.contains("unique index `p_code`"), "{e}");
+        assert!(matches!(
+            parse_schema("CREATE TABLE p (id INT PRIMARY KEY, code INT); CREATE UNIQUE INDEX p_code ON p (code);"),
+            Err(Error::Schema(_))
+        ));
+
+        // With the partitioning column anywhere in it, or as a plain
+        // index, it is accepted.
+        let cat = parse_schema(
+            "CREATE TABLE p (org INT, id INT, email TEXT, code INT,
+                 PRIMARY KEY (org, id), UNIQUE (email, org)) PARTITION BY (org);
+             CREATE UNIQUE INDEX p_code ON p (org, code);
+             CREATE INDEX p_by_email ON p (email);",
+        )
+        .unwrap();
+        let p = cat.table_by_name("p").unwrap();
+        assert_eq!(p.indexes.len(), 3);
+        assert!(p.indexes[0].unique && p.indexes[1].unique && !p.indexes[2].unique);
+    }
+
+    #[test]
+    fn timestamp_defaults_read_postgres_text() {
+        let cat = parse_schema(
+            "CREATE TABLE e (id INT PRIMARY KEY, at TIMESTAMP DEFAULT '2024-03-01 12:00:00');",
+        )
+        .unwrap();
+        assert_eq!(
+            cat.table_by_name("e").unwrap().columns[1].default,
+            Some(ColumnDefault::Value(Value::Timestamp(
+                1_709_294_400_000_000
+            )))
+        );
+        assert!(matches!(
+            parse_schema("CREATE TABLE e (id INT PRIMARY KEY, at TIMESTAMP DEFAULT 'soon');"),
+            Err(Error::Type { .. })
+        ));
+    }
+
+    #[test]
     fn schema_errors_are_typed() {
         let err = |s: &str| parse_schema(s).unwrap_err();
         assert!(matches!(
@@ -418,6 +517,10 @@ mod tests {
             Error::Schema(_)
         ));
         assert!(matches!(err("CREATE TABLE t (a INT);"), Error::Schema(_)));
+        assert!(matches!(
+            err("CREATE TABLE t (a INT PRIMARY KEY, A TEXT);"),
+            Error::DuplicateColumn { .. }
+        ));
         assert!(matches!(
             err("CREATE TABLE t (a BLOB PRIMARY KEY);"),
             Error::Schema(_)

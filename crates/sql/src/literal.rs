@@ -3,12 +3,13 @@
 use brine_core::{Decimal, Error, Generator, Result, Value};
 use sqlparser::ast::{self, Expr, UnaryOperator};
 
-/// A one-part object name (`t`); qualified names are rejected.
+/// A one-part object name (`t`); qualified names are outside the subset
+/// (brine has one namespace of tables).
 pub(crate) fn object_name(name: &ast::ObjectName) -> Result<String> {
     match name.0.as_slice() {
         [ast::ObjectNamePart::Identifier(id)] => Ok(id.value.clone()),
         _ => Err(Error::Sql(format!(
-            "qualified or unusual names are not supported: `{name}`"
+            "unsupported: qualified or unusual name `{name}` (brine's tables have one-part names)"
         ))),
     }
 }
@@ -39,8 +40,21 @@ pub(crate) fn literal(expr: &Expr) -> Result<Option<Value>> {
     }
 }
 
+/// A numeric literal: `Int` without a point, `Decimal` with one. One that
+/// does not fit (beyond 64 bits, more than 18 digits) is out of range.
 fn number(s: &str, neg: bool) -> Result<Value> {
-    let bad = || Error::Sql(format!("invalid or out-of-range number `{s}`"));
+    let bad = || {
+        let sign = if neg { "-" } else { "" };
+        Error::OutOfRange(format!(
+            "out-of-range number `{sign}{s}` (brine's numbers are 64-bit integers \
+             and decimals of at most 18 digits)"
+        ))
+    };
+    if s.contains(['e', 'E']) {
+        return Err(Error::Sql(format!(
+            "unsupported: number `{s}` in exponent notation (write its digits)"
+        )));
+    }
     if s.contains('.') {
         let d = Decimal::parse(s).ok_or_else(bad)?;
         Ok(Value::Decimal(Decimal::new(

@@ -375,6 +375,9 @@ pub struct Plan {
     pub(crate) sql: Arc<str>,
     pub(crate) params: Vec<Param>,
     pub(crate) param_columns: Vec<ColumnDef>,
+    /// Per parameter: whether some use stores it in its column (else it is
+    /// only compared, or the operand of `c = c op $x`).
+    pub(crate) param_stored: Vec<bool>,
     /// Values `bind` makes, after the parameters: operand
     /// `Param(params.len() + k)` is `generated[k]`'s value.
     pub(crate) generated: Vec<Generator>,
@@ -431,6 +434,10 @@ impl Plan {
     /// DECIMAL parameter, a DECIMAL to a larger scale) to the parameters'
     /// types, then appends the values the plan generates (`now()`,
     /// `unique_rowid()`). The result is what `route` and storage take.
+    ///
+    /// A NULL for a parameter that is stored in a NOT NULL column is
+    /// `Error::NotNull`; for one that is only compared or added (which
+    /// brine refuses to let be NULL, see the crate docs) a type error.
     pub fn bind(&self, args: Vec<Value>) -> Result<Vec<Value>> {
         if args.len() != self.params.len() {
             return Err(Error::Arity {
@@ -440,15 +447,27 @@ impl Plan {
             });
         }
         let mut bound = Vec::with_capacity(args.len() + self.generated.len());
-        for ((v, p), col) in args.into_iter().zip(&self.params).zip(&self.param_columns) {
+        for (((v, p), col), &stored) in args
+            .into_iter()
+            .zip(&self.params)
+            .zip(&self.param_columns)
+            .zip(&self.param_stored)
+        {
+            if v.is_null() && !col.nullable && !stored {
+                return Err(Error::type_mismatch(
+                    format!("parameter `${}`", p.name),
+                    format!("{} NOT NULL", col.ty),
+                    "NULL",
+                ));
+            }
             bound.push(coerce_value(&self.table_name, col, v).map_err(|e| match e {
                 Error::Type { expected, got, .. } => Error::Type {
                     what: format!("parameter `${}`", p.name),
                     expected,
                     got,
                 },
-                Error::Constraint(msg) => {
-                    Error::Constraint(format!("parameter `${}`: {msg}", p.name))
+                Error::OutOfRange(msg) => {
+                    Error::OutOfRange(format!("parameter `${}`: {msg}", p.name))
                 }
                 other => other,
             })?);
@@ -479,36 +498,16 @@ impl Plan {
 
     /// Combines the results of a broadcast: concatenates rows, re-sorts them
     /// by the ORDER BY (honouring DESC), applies LIMIT, merges aggregates
-    /// (COUNT and SUM add, MIN/MAX take the extreme) and sums affected
-    /// counts. Hidden sort columns are dropped. Every broadcast result must
-    /// go through `merge`, even with a single partition.
+    /// (COUNT and SUM add, MIN/MAX take the extreme; LIMIT 0 leaves no
+    /// row) and sums affected counts. Hidden sort columns are dropped.
+    /// Every broadcast result must go through `merge`, even with a single
+    /// partition.
     ///
-    /// Infallible for callers' convenience: the only possible failure, a
-    /// SUM that overflows when partial sums are added, yields a row of NULLs;
-    /// use `try_merge` to get `Error::Constraint` instead. (A broadcast
-    /// `LIMIT $p` is rejected by `prepare`, so merging never needs
-    /// parameters.)
-    pub fn merge(&self, results: Vec<QueryResult>) -> QueryResult {
-        let columns = self.columns.clone();
-        let affected = results.iter().map(|r| r.affected).sum();
-        match self.try_merge(results) {
-            Ok(r) => r,
-            Err(_) => {
-                let width = match &self.statement {
-                    Statement::Select(sel) => sel.visible,
-                    _ => 0,
-                };
-                QueryResult {
-                    columns,
-                    rows: vec![vec![Value::Null; width]],
-                    affected,
-                }
-            }
-        }
-    }
-
-    /// `merge`, reporting aggregate overflow as `Error::Constraint`.
-    pub fn try_merge(&self, results: Vec<QueryResult>) -> Result<QueryResult> {
+    /// A SUM whose partial sums overflow when added is
+    /// `Error::OutOfRange`, as the same SUM is on one partition. (A
+    /// broadcast `LIMIT $p` is rejected by `prepare`, so merging never
+    /// needs parameters.)
+    pub fn merge(&self, results: Vec<QueryResult>) -> Result<QueryResult> {
         let params: &[Value] = &[];
         let affected = results.iter().map(|r| r.affected).sum();
         let Statement::Select(sel) = &self.statement else {
@@ -525,9 +524,13 @@ impl Plan {
                         }
                     }
                 }
+                let mut rows = vec![acc];
+                if let Some(limit) = &sel.limit {
+                    rows.truncate(limit_value(limit, params)?);
+                }
                 Ok(QueryResult {
                     columns: self.columns.clone(),
-                    rows: vec![acc],
+                    rows,
                     affected,
                 })
             }
@@ -593,10 +596,11 @@ pub fn merge_agg(func: AggFunc, acc: &Value, v: &Value) -> Result<Value> {
     })
 }
 
-/// Exact `a op b` on numbers. NULL operands give NULL; overflow is
-/// `Error::Constraint`, a non-number a type error.
+/// Exact `a op b` on numbers (a DECIMAL product rounded half away from
+/// zero to the larger scale). NULL operands give NULL; overflow is
+/// `Error::OutOfRange`, a non-number a type error.
 pub fn arith(op: ArithOp, a: &Value, b: &Value) -> Result<Value> {
-    let overflow = || Error::Constraint(format!("arithmetic overflow in {a:?} {op:?} {b:?}"));
+    let overflow = || Error::OutOfRange(format!("arithmetic overflow in {a:?} {op:?} {b:?}"));
     Ok(match (a, b) {
         (Value::Null, _) | (_, Value::Null) => Value::Null,
         (Value::Int(x), Value::Int(y)) => Value::Int(

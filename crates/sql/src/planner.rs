@@ -65,11 +65,31 @@ struct Conj {
     operand: Operand,
 }
 
+/// What an operand is for, which decides the checks its value gets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Stored in its column (an INSERT value, `SET c = v`): NULL only for
+    /// a nullable column, a DECIMAL within the column's precision.
+    Stored,
+    /// Compared with its column in WHERE. NULL is refused (a comparison
+    /// with NULL is never true); a DECIMAL needs the column's scale but
+    /// not its precision: `amount < 100000000.00` is a fine question to
+    /// ask of a DECIMAL(10,2).
+    Compared,
+    /// The `v` of `SET c = c op v`: the column's scale, any precision (the
+    /// result is checked when stored). A parameter here is never NULL:
+    /// `c = c + $x` is a blind increment that commutes with others and is
+    /// undone by subtraction, which a NULL would break.
+    Arith,
+}
+
 struct Builder<'a> {
     table: &'a TableDef,
     alias: Option<String>,
     params: Vec<Param>,
     param_columns: Vec<ColumnDef>,
+    /// Per parameter: whether some use stores it (see `Plan::bind`).
+    param_stored: Vec<bool>,
     /// Values made at bind time. While planning, the operand of
     /// `generated[k]` is `Param(GENERATED + k)`; `finish` renumbers them
     /// after the parameters (which are numbered in order of appearance).
@@ -88,6 +108,7 @@ impl<'a> Builder<'a> {
             alias,
             params: Vec::new(),
             param_columns: Vec::new(),
+            param_stored: Vec::new(),
             generated: Vec::new(),
         })
     }
@@ -140,17 +161,36 @@ impl<'a> Builder<'a> {
     }
 
     /// Registers (or finds) parameter `name` with the type of `col`.
-    fn param(&mut self, name: &str, col: ColumnDef) -> Result<usize> {
+    fn param(&mut self, name: &str, col: ColumnDef, stored: bool) -> Result<usize> {
         if let Some(i) = self.params.iter().position(|p| p.name == name) {
             let known = &mut self.param_columns[i];
-            if known.ty != col.ty {
-                return Err(Error::Sql(format!(
-                    "parameter `${name}` is used both as {} and as {}",
-                    known.ty, col.ty
-                )));
-            }
+            known.ty = match (known.ty, col.ty) {
+                (a, b) if a == b => a,
+                // One scale, two precisions (a value stored, and compared
+                // or added): the narrower one holds for every use.
+                (
+                    DataType::Decimal {
+                        precision: p1,
+                        scale: s1,
+                    },
+                    DataType::Decimal {
+                        precision: p2,
+                        scale: s2,
+                    },
+                ) if s1 == s2 => DataType::Decimal {
+                    precision: p1.min(p2),
+                    scale: s1,
+                },
+                (a, b) => {
+                    return Err(Error::Sql(format!(
+                        "parameter `${name}` is used both as {a} and as {b}"
+                    )))
+                }
+            };
             known.nullable &= col.nullable;
+            self.params[i].ty = known.ty;
             self.params[i].nullable = known.nullable;
+            self.param_stored[i] |= stored;
             return Ok(i);
         }
         self.params.push(Param {
@@ -159,21 +199,43 @@ impl<'a> Builder<'a> {
             nullable: col.nullable,
         });
         self.param_columns.push(col);
+        self.param_stored.push(stored);
         Ok(self.params.len() - 1)
     }
 
-    /// A parameter or literal whose type is that of column `c`. `nullable`
-    /// says whether NULL is acceptable here (assignments to nullable
-    /// columns only).
-    fn operand(&mut self, expr: &Expr, c: usize, nullable: bool) -> Result<Operand> {
+    /// A parameter or literal of column `c`'s type, checked for its role.
+    fn operand(&mut self, expr: &Expr, c: usize, role: Role) -> Result<Operand> {
         let col = self.column_def(c);
+        let ty = match (role, col.ty) {
+            (Role::Compared | Role::Arith, DataType::Decimal { scale, .. }) => DataType::Decimal {
+                precision: brine_core::Decimal::MAX_PRECISION,
+                scale,
+            },
+            (_, ty) => ty,
+        };
         let col = ColumnDef {
             name: col.name.clone(),
-            ty: col.ty,
-            nullable: nullable && col.nullable,
+            ty,
+            nullable: role == Role::Stored && col.nullable,
             default: None,
         };
-        self.typed_operand(expr, col)
+        if let Some(name) = placeholder(expr) {
+            return Ok(Operand::Param(self.param(
+                name,
+                col,
+                role == Role::Stored,
+            )?));
+        }
+        let declared = self.column_def(c).ty;
+        self.typed_operand(expr, col).map_err(|e| match e {
+            // Name the column's own type, not the widened one checked.
+            Error::Type { what, got, .. } if declared != ty => Error::Type {
+                what,
+                expected: declared.to_string(),
+                got,
+            },
+            other => other,
+        })
     }
 
     /// The operand of a value made at bind time.
@@ -182,9 +244,11 @@ impl<'a> Builder<'a> {
         Operand::Param(GENERATED + self.generated.len() - 1)
     }
 
+    /// A parameter or literal of `col`'s type (a parameter here is not a
+    /// stored value: its NULL is a type error, see `Plan::bind`).
     fn typed_operand(&mut self, expr: &Expr, col: ColumnDef) -> Result<Operand> {
         if let Some(name) = placeholder(expr) {
-            return Ok(Operand::Param(self.param(name, col)?));
+            return Ok(Operand::Param(self.param(name, col, false)?));
         }
         if let Some(g) = generator(expr) {
             if g.ty() != col.ty {
@@ -197,6 +261,8 @@ impl<'a> Builder<'a> {
                 let v = match (&col.ty, v) {
                     // Integer literals are accepted as microsecond timestamps.
                     (DataType::Timestamp, Value::Int(t)) => Value::Timestamp(t),
+                    // A quoted timestamp in PostgreSQL's text form (UTC).
+                    (DataType::Timestamp, Value::Str(text)) => timestamp_literal(&col, &text)?,
                     (_, v) => v,
                 };
                 Ok(Operand::Literal(coerce_value(&self.table.name, &col, v)?))
@@ -248,10 +314,10 @@ impl<'a> Builder<'a> {
                         )))
                     }
                 };
-                let operand = self.operand(operand_expr, column, false)?;
-                if matches!(operand, Operand::Literal(Value::Null)) {
+                if is_null_literal(operand_expr) {
                     return unsupported("comparison with NULL (it is never true)");
                 }
+                let operand = self.operand(operand_expr, column, Role::Compared)?;
                 out.push(Conj {
                     column,
                     op,
@@ -266,8 +332,11 @@ impl<'a> Builder<'a> {
                 high,
             } => {
                 let column = self.require_column(col)?;
-                let lo = self.operand(low, column, false)?;
-                let hi = self.operand(high, column, false)?;
+                if is_null_literal(low) || is_null_literal(high) {
+                    return unsupported("comparison with NULL (it is never true)");
+                }
+                let lo = self.operand(low, column, Role::Compared)?;
+                let hi = self.operand(high, column, Role::Compared)?;
                 out.push(Conj {
                     column,
                     op: CmpOp::GtEq,
@@ -451,6 +520,7 @@ impl<'a> Builder<'a> {
             sql: Arc::from(sql),
             params: self.params,
             param_columns: self.param_columns,
+            param_stored: self.param_stored,
             generated: self.generated,
             table_name: Arc::from(self.table.name.as_str()),
             columns: Arc::from(columns),
@@ -458,6 +528,29 @@ impl<'a> Builder<'a> {
             statement,
         }
     }
+}
+
+/// True for the literal `NULL` (possibly parenthesized).
+fn is_null_literal(expr: &Expr) -> bool {
+    match expr {
+        Expr::Value(v) => matches!(v.value, ast::Value::Null),
+        Expr::Nested(inner) => is_null_literal(inner),
+        _ => false,
+    }
+}
+
+/// A quoted literal for a TIMESTAMP column, read as PostgreSQL reads its
+/// text (`'2024-03-01 12:00:00[.ffffff]'`, UTC).
+fn timestamp_literal(col: &ColumnDef, text: &str) -> Result<Value> {
+    brine_core::timestamp::parse(text)
+        .map(Value::Timestamp)
+        .ok_or_else(|| {
+            Error::type_mismatch(
+                format!("column `{}`", col.name),
+                "TIMESTAMP ('YYYY-MM-DD HH:MM:SS[.ffffff]' or microseconds since 1970)",
+                format!("STRING {text:?}"),
+            )
+        })
 }
 
 fn sorted_unique(mut v: Vec<usize>) -> Vec<usize> {
@@ -622,8 +715,8 @@ fn plan_select(catalog: &Catalog, sql: &str, q: &ast::Query) -> Result<Plan> {
         }
         if aggs.is_empty() && !rest.starts_with(&order_cols) {
             return Err(Error::Sql(format!(
-                "ORDER BY must follow the order of the index the WHERE clause uses, {}, \
-                 after the columns fixed by `=`: expected a prefix of ({})",
+                "unsupported: ORDER BY must follow the order of the index the WHERE clause \
+                 uses, {}, after the columns fixed by `=`: expected a prefix of ({})",
                 b.describe_index(pred.index),
                 rest.iter()
                     .map(|&c| table.columns[c].name.as_str())
@@ -797,12 +890,12 @@ fn plan_insert(catalog: &Catalog, sql: &str, ins: &ast::Insert) -> Result<Plan> 
     let mut ops: Vec<Option<Operand>> = vec![None; table.columns.len()];
     for (&c, e) in targets.iter().zip(row) {
         if ops[c].is_some() {
-            return Err(Error::Sql(format!(
-                "column `{}` is given twice",
-                table.columns[c].name
-            )));
+            return Err(Error::DuplicateColumn {
+                table: table.name.clone(),
+                column: table.columns[c].name.clone(),
+            });
         }
-        ops[c] = Some(b.operand(e, c, true)?);
+        ops[c] = Some(b.operand(e, c, Role::Stored)?);
     }
     for (c, op) in ops.iter_mut().enumerate() {
         if op.is_none() {
@@ -816,10 +909,10 @@ fn plan_insert(catalog: &Catalog, sql: &str, ins: &ast::Insert) -> Result<Plan> 
     for (c, op) in ops.iter().enumerate() {
         let null = matches!(op, None | Some(Operand::Literal(Value::Null)));
         if null && !table.columns[c].nullable {
-            return Err(Error::Constraint(format!(
-                "INSERT into `{}` must give a value for NOT NULL column `{}`",
-                table.name, table.columns[c].name
-            )));
+            return Err(Error::NotNull {
+                table: table.name.clone(),
+                column: table.columns[c].name.clone(),
+            });
         }
     }
     let key_params = table
@@ -860,7 +953,7 @@ fn plan_update(
         let column = table.column_index(&object_name(name)?)?;
         if table.primary_key.contains(&column) {
             return Err(Error::Sql(format!(
-                "cannot update primary-key column `{}` (delete and insert instead)",
+                "unsupported: cannot update primary-key column `{}` (delete and insert instead)",
                 table.columns[column].name
             )));
         }
@@ -902,14 +995,29 @@ fn plan_update(
                         table.columns[source].ty,
                     ));
                 }
-                let operand = b.operand(operand_expr, column, false)?;
-                SetExpr::Arith {
-                    source,
-                    op: aop,
-                    operand,
+                if is_null_literal(operand_expr) {
+                    // `c op NULL` is NULL whatever `c` holds, as in
+                    // PostgreSQL: stored as a plain NULL assignment, which
+                    // a NOT NULL column refuses.
+                    let null = Operand::Literal(Value::Null);
+                    let col = &table.columns[column];
+                    if !col.nullable {
+                        return Err(Error::NotNull {
+                            table: table.name.clone(),
+                            column: col.name.clone(),
+                        });
+                    }
+                    SetExpr::Value(null)
+                } else {
+                    let operand = b.operand(operand_expr, column, Role::Arith)?;
+                    SetExpr::Arith {
+                        source,
+                        op: aop,
+                        operand,
+                    }
                 }
             }
-            e => SetExpr::Value(b.operand(e, column, true)?),
+            e => SetExpr::Value(b.operand(e, column, Role::Stored)?),
         };
         sets.push(Assignment { column, expr });
     }

@@ -273,13 +273,17 @@ fn insert_plan_and_descriptor() {
     assert_eq!(bound[3], Value::Decimal(Decimal::new(500, 2)));
     assert_eq!(p.route(&bound, &c), Route::Partition(Value::Int(1)));
     // Missing NOT NULL column.
-    assert!(matches!(
+    assert_eq!(
         prepare(
             &c,
             "INSERT INTO customer (c_w_id, c_d_id, c_id) VALUES (1, 2, 3)"
-        ),
-        Err(Error::Constraint(_))
-    ));
+        )
+        .unwrap_err(),
+        Error::NotNull {
+            table: "customer".into(),
+            column: "c_last".into()
+        }
+    );
     // Wrong arity of VALUES.
     assert!(matches!(
         prepare(&c, "INSERT INTO item VALUES (1, 'a')"),
@@ -319,10 +323,11 @@ fn update_blind_increment() {
     )
     .unwrap();
     assert!(p.access().blind_increment);
+    // The column's scale; any precision, since only the sum is stored.
     assert_eq!(
         p.params()[0].ty,
         DataType::Decimal {
-            precision: 12,
+            precision: 18,
             scale: 2
         }
     );
@@ -539,7 +544,7 @@ fn merge_sorts_limits_and_drops_hidden_columns() {
             vec![Value::Int(13), Value::Int(1)],
         ],
     );
-    let m = p.merge(vec![r1, r2]);
+    let m = p.merge(vec![r1, r2]).unwrap();
     assert_eq!(
         m.rows,
         vec![
@@ -581,7 +586,7 @@ fn merge_aggregates_and_affected() {
             Value::Int(3),
         ]],
     );
-    let m = p.merge(vec![r1, r2, r3]);
+    let m = p.merge(vec![r1, r2, r3]).unwrap();
     assert_eq!(
         m.rows,
         vec![vec![
@@ -594,17 +599,39 @@ fn merge_aggregates_and_affected() {
     assert_eq!(m.scalar(), Some(&Value::Int(5)));
 
     let p = prepare(&c, "DELETE FROM byname WHERE k = 1").unwrap();
-    let m = p.merge(vec![QueryResult::affected(2), QueryResult::affected(3)]);
+    let m = p
+        .merge(vec![QueryResult::affected(2), QueryResult::affected(3)])
+        .unwrap();
     assert_eq!(m.affected, 5);
 
-    // SUM overflow across partitions: try_merge reports it.
-    let p = prepare(&c, "SELECT SUM(v) FROM byname WHERE k = 1").unwrap();
-    let big = || qr(&p, vec![vec![Value::Int(i64::MAX)]]);
+    // SUM overflow across partitions is the error it is on one partition
+    // (22003 over the wire), not a row.
+    let p = prepare(&c, "SELECT SUM(v), COUNT(*) FROM byname WHERE k = 1").unwrap();
+    let big = || qr(&p, vec![vec![Value::Int(i64::MAX), Value::Int(1)]]);
     assert!(matches!(
-        p.try_merge(vec![big(), big()]),
-        Err(Error::Constraint(_))
+        p.merge(vec![big(), big()]),
+        Err(Error::OutOfRange(_))
     ));
-    assert_eq!(p.merge(vec![big(), big()]).rows, vec![vec![Value::Null]]);
+    assert!(p.merge(vec![big()]).is_ok());
+}
+
+#[test]
+fn limit_applies_to_an_aggregates_row() {
+    let c = cat();
+    // LIMIT 0 leaves no row, on a broadcast as on one partition (storage
+    // applies it there); LIMIT 1 and more keep the one row.
+    let p = prepare(&c, "SELECT COUNT(*) FROM byname WHERE k = 1 LIMIT 0").unwrap();
+    assert!(!p.is_single_partition());
+    let m = p.merge(vec![qr(&p, vec![]), qr(&p, vec![])]).unwrap();
+    assert!(m.rows.is_empty(), "{:?}", m.rows);
+    let p = prepare(&c, "SELECT COUNT(*) FROM byname WHERE k = 1 LIMIT 5").unwrap();
+    let m = p
+        .merge(vec![
+            qr(&p, vec![vec![Value::Int(2)]]),
+            qr(&p, vec![vec![Value::Int(3)]]),
+        ])
+        .unwrap();
+    assert_eq!(m.rows, vec![vec![Value::Int(5)]]);
 }
 
 #[test]
@@ -715,5 +742,197 @@ fn bad_defaults_and_missing_keys_are_explained() {
     let e =
         parse_schema("CREATE TABLE t (a INT PRIMARY KEY, b INT NOT NULL DEFAULT NULL)").unwrap();
     let err = prepare(&e, "INSERT INTO t (a) VALUES (1)").unwrap_err();
-    assert!(matches!(err, Error::Constraint(_)), "{err:?}");
+    assert!(matches!(err, Error::NotNull { .. }), "{err:?}");
+}
+
+#[test]
+fn timestamp_literals_in_postgres_text_form() {
+    let c = cat();
+    let p = prepare(
+        &c,
+        "UPDATE customer SET c_since = '2024-03-01 12:00:00.25' \
+         WHERE c_w_id = 1 AND c_d_id = 1 AND c_id = 1",
+    )
+    .unwrap();
+    let Statement::Update(u) = p.statement() else {
+        panic!()
+    };
+    assert_eq!(
+        u.sets[0].expr,
+        SetExpr::Value(Operand::Literal(Value::Timestamp(1_709_294_400_250_000)))
+    );
+    // In WHERE too, and the microseconds form still stands.
+    prepare(
+        &c,
+        "SELECT c_id FROM customer WHERE c_w_id = 1 AND c_d_id = 1 AND c_since > '2024-01-01'",
+    )
+    .unwrap();
+    prepare(
+        &c,
+        "INSERT INTO customer (c_w_id, c_d_id, c_id, c_last, c_since) VALUES (1, 1, 1, 'x', 0)",
+    )
+    .unwrap();
+    let err = prepare(
+        &c,
+        "INSERT INTO customer (c_w_id, c_d_id, c_id, c_last, c_since) VALUES (1, 1, 1, 'x', 'noon')",
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Type { .. }), "{err:?}");
+}
+
+#[test]
+fn set_arithmetic_with_null_stores_null_or_violates_not_null() {
+    let c = cat();
+    // Nullable: `c + NULL` is NULL whatever c holds, a plain assignment.
+    let p = prepare(
+        &c,
+        "UPDATE stock SET s_ytd = s_ytd + NULL WHERE s_w_id = 1 AND s_i_id = 2",
+    )
+    .unwrap();
+    let Statement::Update(u) = p.statement() else {
+        panic!()
+    };
+    assert_eq!(
+        u.sets[0].expr,
+        SetExpr::Value(Operand::Literal(Value::Null))
+    );
+    assert!(!p.access().blind_increment);
+    prepare(
+        &c,
+        "UPDATE stock SET s_ytd = NULL * s_ytd WHERE s_w_id = 1 AND s_i_id = 2",
+    )
+    .unwrap();
+    // NOT NULL: refused when planned.
+    let err = prepare(
+        &c,
+        "UPDATE stock SET s_quantity = s_quantity - NULL WHERE s_w_id = 1 AND s_i_id = 2",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        Error::NotNull {
+            table: "stock".into(),
+            column: "s_quantity".into()
+        }
+    );
+    // A parameter operand stays a non-NULL blind increment.
+    let p = prepare(
+        &c,
+        "UPDATE stock SET s_ytd = s_ytd + $n WHERE s_w_id = $w AND s_i_id = $i",
+    )
+    .unwrap();
+    assert!(p.access().blind_increment);
+    let err = p
+        .bind(vec![Value::Null, Value::Int(1), Value::Int(2)])
+        .unwrap_err();
+    assert!(matches!(err, Error::Type { .. }), "{err:?}");
+}
+
+#[test]
+fn errors_carry_the_kind_a_client_tells_apart() {
+    let c = cat();
+    let err = |sql: &str| prepare(&c, sql).unwrap_err();
+    // A NULL stored in a NOT NULL column, as a literal or a parameter.
+    assert!(matches!(
+        err("INSERT INTO stock VALUES (1, 1, NULL, NULL)"),
+        Error::NotNull { .. }
+    ));
+    let p = prepare(&c, "INSERT INTO stock VALUES ($w, $i, $q, $y)").unwrap();
+    assert!(matches!(
+        p.bind(vec![Value::Int(1), Value::Int(1), Value::Null, Value::Null]),
+        Err(Error::NotNull { .. })
+    ));
+    assert!(p
+        .bind(vec![
+            Value::Int(1),
+            Value::Int(1),
+            Value::Int(1),
+            Value::Null
+        ])
+        .is_ok());
+    // A compared parameter is never NULL: a type error, as before.
+    let p = prepare(
+        &c,
+        "SELECT s_quantity FROM stock WHERE s_w_id = $w AND s_i_id = $i",
+    )
+    .unwrap();
+    assert!(matches!(
+        p.bind(vec![Value::Null, Value::Int(1)]),
+        Err(Error::Type { .. })
+    ));
+    // A literal NULL in WHERE is outside the subset, not a type error.
+    let e = err("SELECT s_quantity FROM stock WHERE s_w_id = 1 AND s_i_id = NULL");
+    assert!(
+        e.to_string().contains("unsupported: comparison with NULL"),
+        "{e}"
+    );
+    // Too long, out of range, given twice.
+    assert!(matches!(
+        err("INSERT INTO district VALUES (1, 1, 'eleven char', 0, 1)"),
+        Error::TooLong {
+            max_len: 10,
+            len: 11,
+            ..
+        }
+    ));
+    assert!(matches!(
+        err("INSERT INTO item VALUES (1, 'a', 1000.00)"),
+        Error::OutOfRange(_)
+    ));
+    assert!(matches!(
+        err("INSERT INTO stock VALUES (1, 9223372036854775808, 1, 1)"),
+        Error::OutOfRange(_)
+    ));
+    assert_eq!(
+        err("INSERT INTO stock (s_w_id, s_i_id, s_quantity, s_quantity) VALUES (1, 1, 1, 2)"),
+        Error::DuplicateColumn {
+            table: "stock".into(),
+            column: "s_quantity".into()
+        }
+    );
+    // Refusals of the planner read `unsupported` (0A000 over the wire).
+    for sql in [
+        "UPDATE stock SET s_w_id = 2 WHERE s_w_id = 1 AND s_i_id = 1",
+        "SELECT s_quantity FROM stock WHERE s_w_id = 1 ORDER BY s_quantity",
+        "SELECT s_quantity FROM public.stock WHERE s_w_id = 1",
+    ] {
+        let e = err(sql);
+        assert!(
+            matches!(&e, Error::Sql(m) if m.starts_with("unsupported")),
+            "{sql}: {e}"
+        );
+    }
+}
+
+#[test]
+fn decimal_precision_binds_stored_values_only() {
+    let c = cat();
+    // i_price DECIMAL(5,2): 999.99 at most when stored...
+    prepare(&c, "INSERT INTO item VALUES (1, 'a', 999.99)").unwrap();
+    let p = prepare(&c, "INSERT INTO item VALUES ($i, $n, $p)").unwrap();
+    assert!(matches!(
+        p.bind(vec![Value::Int(1), Value::str("a"), Value::Int(1000)]),
+        Err(Error::OutOfRange(m)) if m.contains("$p")
+    ));
+    // ...but compared with, or added to it, any number of its scale.
+    prepare(
+        &c,
+        "SELECT i_id FROM item WHERE i_id > 0 AND i_price < 100000.00",
+    )
+    .unwrap();
+    let p = prepare(&c, "UPDATE item SET i_price = i_price - $d WHERE i_id = $i").unwrap();
+    assert!(p.bind(vec![Value::Int(5000), Value::Int(1)]).is_ok());
+    // One parameter stored and compared takes the narrower precision.
+    let p = prepare(
+        &c,
+        "UPDATE item SET i_price = $p WHERE i_id > 0 AND i_price < $p",
+    )
+    .unwrap();
+    assert_eq!(
+        p.params()[0].ty,
+        DataType::Decimal {
+            precision: 5,
+            scale: 2
+        }
+    );
 }

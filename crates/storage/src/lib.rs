@@ -483,13 +483,21 @@ impl PartitionStore {
                     return Ok(());
                 }
                 let (lo, hi) = pred.bounds(params)?;
-                let limit = match (&sel.limit, &sel.projection) {
-                    (Some(l), Projection::Columns(_)) => Some(limit_value(l, params)?),
-                    _ => None,
-                };
+                let limit = sel
+                    .limit
+                    .as_ref()
+                    .map(|l| limit_value(l, params))
+                    .transpose()?;
+                // LIMIT 0 reads nothing, of rows or of an aggregate's row.
                 if limit == Some(0) {
                     return Ok(());
                 }
+                // An aggregate reads its whole interval whatever its
+                // LIMIT: the limit counts output rows, and it has one.
+                let limit = match &sel.projection {
+                    Projection::Columns(_) => limit,
+                    Projection::Aggregates(_) => None,
+                };
                 let secondary = pred.index != IndexId::PRIMARY;
                 // A secondary index's interval lock does not cover the rows
                 // behind it: every row the scan passes over is read-locked,
@@ -711,6 +719,13 @@ impl PartitionStore {
                         )?;
                     }
                     Projection::Aggregates(aggs) => {
+                        // LIMIT counts output rows: 0 drops the one row an
+                        // aggregate has (and spares the scan).
+                        if let Some(l) = &sel.limit {
+                            if limit_value(l, params)? == 0 {
+                                return Ok(out);
+                            }
+                        }
                         let mut acc = Aggregate::initial_row(aggs);
                         visit(
                             def,

@@ -10,7 +10,7 @@ const SCHEMA: &str = "
         PRIMARY KEY (w, id)
     );
     CREATE INDEX acct_by_name ON acct (w, name);
-    CREATE UNIQUE INDEX acct_code ON acct (code);
+    CREATE UNIQUE INDEX acct_code ON acct (w, code);
 ";
 
 const ACCT: TableId = TableId(0);
@@ -144,7 +144,7 @@ fn insert_get_duplicate_and_unique() {
         ],
     )
     .unwrap();
-    // Too long a string is a type error at the row check.
+    // Too long a string is refused at the row check.
     let e = run(
         &mut s,
         T1,
@@ -158,7 +158,7 @@ fn insert_get_duplicate_and_unique() {
         ],
     )
     .unwrap_err();
-    assert!(matches!(e, Error::Type { .. }), "{e}");
+    assert!(matches!(e, Error::TooLong { .. }), "{e}");
     assert_eq!(s.len(ACCT), 8);
     s.check_consistency().unwrap();
     assert!(s.has_writes(T1));
@@ -394,6 +394,18 @@ fn aggregates() {
     )
     .unwrap();
     assert_eq!(r.scalar(), Some(&Value::Int(2)));
+    // LIMIT counts output rows: 0 leaves none (and needs no lock), 1 or
+    // more the aggregate's one row over the whole interval.
+    let count = "SELECT COUNT(*) FROM acct WHERE w = 1 LIMIT $l";
+    let r = run(&mut s, T1, count, vec![Value::Int(0)]).unwrap();
+    assert!(r.rows.is_empty(), "{:?}", r.rows);
+    assert!(needs(&s, count, vec![Value::Int(0)]).is_empty());
+    let r = run(&mut s, T1, count, vec![Value::Int(1)]).unwrap();
+    assert_eq!(r.scalar(), Some(&Value::Int(5)));
+    assert_eq!(
+        needs(&s, count, vec![Value::Int(1)]),
+        needs(&s, "SELECT COUNT(*) FROM acct WHERE w = 1", vec![])
+    );
 }
 
 #[test]
@@ -415,7 +427,7 @@ fn statement_atomicity_on_overflow_and_unique_violation() {
         vec![],
     )
     .unwrap_err();
-    assert!(matches!(e, Error::Constraint(_)), "{e}");
+    assert!(matches!(e, Error::OutOfRange(_)), "{e}");
     assert_eq!(snapshot(&s), before);
     s.check_consistency().unwrap();
     // Unique violation half-way: code = code * 0 + 3 style is not expressible;
@@ -587,7 +599,7 @@ fn lock_needs_write_forms() {
             ),
             point(
                 2,
-                k(&[Value::Int(70), i1.clone(), Value::Int(7)]),
+                k(&[i1.clone(), Value::Int(70), i1.clone(), Value::Int(7)]),
                 Access::Write
             ),
         ]
@@ -657,7 +669,7 @@ fn lock_needs_write_forms() {
             ),
             point(
                 2,
-                k(&[Value::Int(3), i1.clone(), Value::Int(3)]),
+                k(&[i1.clone(), Value::Int(3), i1.clone(), Value::Int(3)]),
                 Access::Write
             ),
         ]
@@ -1143,27 +1155,24 @@ fn recorded_versions_survive_undo_under_a_later_write() {
 #[test]
 fn replace_row_overwrites_a_whole_row_with_its_index_entries() -> Result<()> {
     let catalog = Arc::new(brine_sql::parse_schema(
-        "CREATE TABLE t (id INT, name VARCHAR(10) NOT NULL, PRIMARY KEY (id), UNIQUE (name));",
+        "CREATE TABLE t (g INT, id INT, name VARCHAR(10) NOT NULL, PRIMARY KEY (g, id), \
+         UNIQUE (g, name));",
     )?);
     let t = catalog.table_by_name("t")?.id;
     let mut s = PartitionStore::new(catalog);
-    s.replace_row(t, vec![Value::Int(1), Value::Str("a".into())])?;
-    s.replace_row(t, vec![Value::Int(2), Value::Str("b".into())])?;
-    s.replace_row(t, vec![Value::Int(1), Value::Str("c".into())])?;
+    let row = |id: i64, name: &str| vec![Value::Int(1), Value::Int(id), Value::Str(name.into())];
+    let pk = |id: i64| Key::new([Value::Int(1), Value::Int(id)]);
+    s.replace_row(t, row(1, "a"))?;
+    s.replace_row(t, row(2, "b"))?;
+    s.replace_row(t, row(1, "c"))?;
     assert_eq!(s.len(t), 2);
-    assert_eq!(
-        s.get(t, &Key::new([Value::Int(1)])),
-        Some(&vec![Value::Int(1), Value::Str("c".into())])
-    );
+    assert_eq!(s.get(t, &pk(1)), Some(&row(1, "c")));
     // `a` is free again; `b` is taken by row 2, and the failed replace
     // leaves row 1 as it was.
-    s.replace_row(t, vec![Value::Int(3), Value::Str("a".into())])?;
-    let dup = s.replace_row(t, vec![Value::Int(1), Value::Str("b".into())]);
+    s.replace_row(t, row(3, "a"))?;
+    let dup = s.replace_row(t, row(1, "b"));
     assert!(matches!(dup, Err(Error::DuplicateKey { .. })), "{dup:?}");
-    assert_eq!(
-        s.get(t, &Key::new([Value::Int(1)])),
-        Some(&vec![Value::Int(1), Value::Str("c".into())])
-    );
+    assert_eq!(s.get(t, &pk(1)), Some(&row(1, "c")));
     s.check_consistency()?;
     Ok(())
 }

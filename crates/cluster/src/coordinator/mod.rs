@@ -590,7 +590,9 @@ impl ProcCtx {
         }
         match first_err {
             Some(e) => Err(e),
-            None => Ok(plan.merge(parts)),
+            // A SUM whose partial sums overflow is an error here, as it is
+            // on one partition.
+            None => plan.merge(parts),
         }
     }
 

@@ -9,7 +9,7 @@
 //!  seat                (seat_id)              seat_id         reserve, create, delete
 //!    index seat_by_status (category_id, status, seat_id)      list_free_seats scans it
 //!  customer            (customer_id)          customer_id     (load only)
-//!    unique index customer_by_email (email)                   lookup_customer
+//!    index customer_by_email (email)                          lookup_customer
 //!  cart / cart_item    (cart_id [, seat_id])  cart_id         reserve, create_order
 //!  orders / order_item (order_id [, seat_id]) order_id        create, pay, issue, delete
 //!  payment             (order_id)             order_id        pay, delete_order
@@ -142,7 +142,11 @@ CREATE TABLE customer (
     customer_id INT, email VARCHAR(64) NOT NULL, name VARCHAR(64) NOT NULL,
     PRIMARY KEY (customer_id)
 ) PARTITION BY (customer_id);
-CREATE UNIQUE INDEX customer_by_email ON customer (email);
+-- Not UNIQUE: a unique index must include the partitioning column
+-- (customer_id), since partitions check uniqueness only among their own
+-- rows. E-mails are unique all the same: customers are only loaded, each
+-- with the e-mail its id gives (customer<id>@example.com).
+CREATE INDEX customer_by_email ON customer (email);
 CREATE TABLE cart (
     cart_id INT, customer_id INT NOT NULL, event_id INT NOT NULL,
     seats INT NOT NULL, total DECIMAL(12,2) NOT NULL,

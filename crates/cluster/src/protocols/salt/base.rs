@@ -442,7 +442,7 @@ pub(super) async fn exec(
         if b.replayed(seq) {
             let r = match b.recovered.remove(&seq) {
                 Some(mut parts) if parts.len() == 1 => Ok(parts.pop().expect("one part")),
-                Some(parts) => Ok(plan.merge(parts)),
+                Some(parts) => plan.merge(parts),
                 None => b.context[seq as usize].clone().expect("replayed"),
             };
             b.remember(seq, &r);
@@ -554,7 +554,7 @@ pub(super) async fn exec(
     let result = match first_err {
         Some(e) => Err(e),
         None if parts.len() == 1 => Ok(parts.pop().expect("one part")),
-        None => Ok(plan.merge(parts)),
+        None => plan.merge(parts),
     };
     if let Err(e) = &result {
         if outcome_unknown(e) {
