@@ -437,7 +437,7 @@ async fn run_check(file: &str, check: &Chunk, cluster: &Cluster) -> Result<()> {
                     .as_mut()
                     .ok_or_else(|| mlua::Error::runtime("the check's transaction ended"))?;
                 let r = t.execute(&sql, args).await.map_err(mlua::Error::external)?;
-                result_table(&lua, &r)
+                result_table(&lua, &r, None)
             })?,
         )?;
         g.set(

@@ -142,16 +142,42 @@ pub fn from_lua(v: &mlua::Value) -> mlua::Result<Value> {
     })
 }
 
-/// A statement's result as a Lua table.
-pub fn result_table(lua: &Lua, r: &QueryResult) -> mlua::Result<mlua::Table> {
-    let t = lua.create_table()?;
-    let rows = lua.create_table_with_capacity(r.rows.len(), 0)?;
-    for (i, row) in r.rows.iter().enumerate() {
-        rows.raw_set(i + 1, row_table(lua, row)?)?;
+/// A statement's result as a Lua table. A result without rows (every
+/// write's) shares `no_rows`, when given, rather than making an empty
+/// table per statement: it must be read-only ([`read_only_empty`]).
+pub fn result_table(
+    lua: &Lua,
+    r: &QueryResult,
+    no_rows: Option<&mlua::Table>,
+) -> mlua::Result<mlua::Table> {
+    // Sized for its two fields: no rehash as they go in.
+    let t = lua.create_table_with_capacity(0, 2)?;
+    match no_rows {
+        Some(empty) if r.rows.is_empty() => t.raw_set("rows", empty)?,
+        _ => {
+            let rows = lua.create_table_with_capacity(r.rows.len(), 0)?;
+            for (i, row) in r.rows.iter().enumerate() {
+                rows.raw_set(i + 1, row_table(lua, row)?)?;
+            }
+            t.raw_set("rows", rows)?;
+        }
     }
-    t.raw_set("rows", rows)?;
     t.raw_set("affected", r.affected)?;
     Ok(t)
+}
+
+/// An empty table no body can add to: assignments to it raise an error
+/// (so sharing it between results cannot leak one body's rows into
+/// another's).
+pub fn read_only_empty(lua: &Lua) -> mlua::Result<mlua::Table> {
+    lua.load(
+        "return setmetatable({}, {
+            __newindex = function() error(\"a statement's result rows are read-only\", 2) end,
+            __metatable = false,
+        })",
+    )
+    .set_name("=brine")
+    .eval()
 }
 
 pub fn row_table(lua: &Lua, row: &[Value]) -> mlua::Result<mlua::Table> {
@@ -237,7 +263,12 @@ pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
 
 /// One request a body yielded, answered: the values to resume it with,
 /// or the error that ends the call.
-async fn answer(lua: &Lua, ctx: &mut ProcCtx, yielded: MultiValue) -> Result<MultiValue> {
+async fn answer(
+    lua: &Lua,
+    no_rows: &mlua::Table,
+    ctx: &mut ProcCtx,
+    yielded: MultiValue,
+) -> Result<MultiValue> {
     let bad = |what: &str| {
         Error::Internal(format!("a body yielded {what}, not a request to the engine (exec inside a coroutine of its own?)"))
     };
@@ -257,7 +288,7 @@ async fn answer(lua: &Lua, ctx: &mut ProcCtx, yielded: MultiValue) -> Result<Mul
             let args = args.map_err(|e| Error::Internal(format!("statement `{name}`: {e}")))?;
             let r = ctx.exec(&name, args).await?;
             let v = if op == request::EXEC {
-                mlua::Value::Table(result_table(lua, &r).map_err(lua_err)?)
+                mlua::Value::Table(result_table(lua, &r, Some(no_rows)).map_err(lua_err)?)
             } else {
                 match r.rows.first() {
                     Some(row) => mlua::Value::Table(row_table(lua, row).map_err(lua_err)?),
@@ -341,6 +372,8 @@ struct Vm {
     lua: Lua,
     bodies: HashMap<String, Function>,
     thread: Option<mlua::Thread>,
+    /// The rows of every result without any (`read_only_empty`).
+    no_rows: mlua::Table,
 }
 
 impl Vm {
@@ -351,10 +384,12 @@ impl Vm {
         for s in sources {
             bodies.insert(s.procedure.clone(), compile(&lua, file, &s.chunk())?);
         }
+        let no_rows = read_only_empty(&lua).map_err(|e| e.to_string())?;
         Ok(Vm {
             lua,
             bodies,
             thread: None,
+            no_rows,
         })
     }
 }
@@ -420,7 +455,7 @@ impl Bodies {
                 if thread.status() != mlua::ThreadStatus::Resumable {
                     return values_of(yielded).map_err(internal);
                 }
-                input = answer(&vm.lua, &mut ctx, yielded).await?;
+                input = answer(&vm.lua, &vm.no_rows, &mut ctx, yielded).await?;
             }
         }
         .await;

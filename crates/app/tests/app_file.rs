@@ -252,3 +252,48 @@ async fn a_body_aborted_by_concurrency_control_runs_again() {
     assert_eq!(bought, 10, "all 10 in stock sold, the rest refused");
     assert_eq!(left, Value::Int(0));
 }
+
+/// A result without rows shares one empty `rows` table between the
+/// statements of a body: a body cannot write into it (so nothing one
+/// body put there could show up in another's result).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_a_write_are_read_only_and_empty() {
+    let text = r#"name = "scribble"
+schema = """
+CREATE TABLE item (id INT, stock INT NOT NULL, PRIMARY KEY (id)) PARTITION BY (id);
+"""
+
+[procedure.scribble]
+params = ["id INT"]
+statements.take = "UPDATE item SET stock = stock - 1 WHERE id = $id"
+statements.read = "SELECT stock FROM item WHERE id = $id"
+body = """
+local first = exec("take", id)
+local wrote = pcall(function() first.rows[1] = {99} end)
+local second = exec("take", id)
+local read = exec("read", id)
+read.rows[2] = {"a result with rows is the body's own"}
+return {wrote and 1 or 0, #second.rows, second.affected, read.rows[1][1], #read.rows}
+"""
+"#;
+    let f = AppFile::parse("scribble.toml", text).expect("loads");
+    let c = Cluster::start(ClusterConfig::default(), f.application).expect("cluster");
+    c.load("item", vec![vec![Value::Int(1), Value::Int(10)]])
+        .await
+        .expect("load");
+    let o = c
+        .client()
+        .call("scribble", vec![Value::Int(1)])
+        .await
+        .expect("scribble");
+    assert_eq!(
+        o.values,
+        [
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(1),
+            Value::Int(8),
+            Value::Int(2)
+        ]
+    );
+}
