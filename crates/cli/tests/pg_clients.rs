@@ -120,21 +120,19 @@ fn bank_node() -> Node {
     node
 }
 
+/// psql connected to the node as user `test`, without ~/.psqlrc.
+fn psql(port: u16) -> Command {
+    let mut c = Command::new("psql");
+    c.args(["-h", "127.0.0.1", "-U", "test", "-d", "brine", "-X"])
+        .args(["-p", &port.to_string()])
+        .env("PGCONNECT_TIMEOUT", "10");
+    c
+}
+
 /// psql's one-value answer to `sql`.
 fn psql_value(port: u16, sql: &str) -> String {
-    let o = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "test",
-            "-d",
-            "brine",
-            "-X",
-            "-q",
-            "-tA",
-        ])
-        .args(["-p", &port.to_string(), "-c", sql])
+    let o = psql(port)
+        .args(["-q", "-tA", "-c", sql])
         .output()
         .expect("psql");
     assert!(o.status.success(), "{sql}: {}", text(&o));
@@ -147,12 +145,10 @@ fn psql_lists_tables_commits_rolls_back_and_calls() {
         return;
     }
     let node = bank_node();
-    let o = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "test", "-d", "brine", "-X", "-q"])
-        .args(["-p", &node.pg_port.to_string()])
+    let o = psql(node.pg_port)
+        .arg("-q")
         .arg("-f")
         .arg(here("tests/pg/session.sql"))
-        .env("PGCONNECT_TIMEOUT", "10")
         .output()
         .expect("psql");
     let out = text(&o);
@@ -227,18 +223,7 @@ fn bad_clients_hurt_no_one_during_a_bank_run() {
         let _ = s.write_all(junk);
     }
     // A client that dies holding an uncommitted +1.00.
-    let mut psql = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "test",
-            "-d",
-            "brine",
-            "-X",
-            "-p",
-            &port,
-        ])
+    let mut psql = psql(node.pg_port)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -72,9 +72,11 @@
 //! its `NAME.ddl`. Nothing here waits for time: records run one after
 //! another on one connection, and no file runs two transactions at once.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use brine_cluster::{Application, Cluster, ClusterConfig, LinkConfig};
+use brine_cluster::{Application, Cluster, ClusterConfig};
 use brine_pgwire::{PgServer, ServerConfig};
 use sqllogictest::{
     strict_column_validator, AsyncDB, Condition, DBOutput, DefaultColumnType, Record, Runner,
@@ -232,17 +234,7 @@ fn slt_files() -> Vec<PathBuf> {
 
 /// A cluster started from `ddl`, with the listener in front of it.
 async fn start(name: &str, ddl: String) -> (Cluster, PgServer) {
-    // Four partitions, so a statement that does not bind the partitioning
-    // column is a broadcast whose results brine merges.
-    let config = ClusterConfig {
-        nodes: 2,
-        partitions_per_node: 2,
-        link: LinkConfig {
-            delay_us: 0,
-            jitter_us: 0,
-        },
-        ..ClusterConfig::default()
-    };
+    let config = common::four_partitions();
     let app = Application {
         name: format!("slt-{name}"),
         ddl,

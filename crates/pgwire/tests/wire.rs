@@ -4,11 +4,11 @@
 //!
 //! Waits observe state (a parked statement, a closed socket), never time.
 
+mod common;
+
 use std::time::Duration;
 
-use brine_cluster::{
-    Application, Cluster, ClusterConfig, DeadlockPolicy, LinkConfig, ProcedureDef,
-};
+use brine_cluster::{Application, Cluster, DeadlockPolicy, ProcedureDef};
 use brine_core::{Decimal, Value};
 use brine_pgwire::{PgServer, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -61,15 +61,7 @@ fn procedures() -> Vec<ProcedureDef> {
 /// A two-node cluster with accounts 1..=4 holding 100.00 each, and the
 /// listener in front of it.
 async fn start() -> (Cluster, PgServer) {
-    let mut config = ClusterConfig {
-        nodes: 2,
-        partitions_per_node: 2,
-        link: LinkConfig {
-            delay_us: 0,
-            jitter_us: 0,
-        },
-        ..ClusterConfig::default()
-    };
+    let mut config = common::four_partitions();
     config.lock.policy = DeadlockPolicy::WaitDie;
     // Long, so a statement waiting for a lock waits for its holder's end
     // rather than for the backstop.
