@@ -266,21 +266,31 @@ CREATE TABLE item (id INT, stock INT NOT NULL, PRIMARY KEY (id)) PARTITION BY (i
 [procedure.scribble]
 params = ["id INT"]
 statements.take = "UPDATE item SET stock = stock - 1 WHERE id = $id"
-statements.read = "SELECT stock FROM item WHERE id = $id"
+statements.read = "SELECT stock, id FROM item WHERE id = $id"
+statements.all = "SELECT id, stock FROM item"
 body = """
 local first = exec("take", id)
 local wrote = pcall(function() first.rows[1] = {99} end)
 local second = exec("take", id)
 local read = exec("read", id)
 read.rows[2] = {"a result with rows is the body's own"}
-return {wrote and 1 or 0, #second.rows, second.affected, read.rows[1][1], #read.rows}
+-- More values than travel on Lua's stack: the same shape of result.
+local all, sum = exec("all"), 0
+for i, row in ipairs(all.rows) do
+  if #row ~= 2 then abort("row " .. i .. " has " .. #row .. " values") end
+  sum = sum + row[1]
+end
+local got = one("read", id)
+return {wrote and 1 or 0, #second.rows, second.affected, read.rows[1][1], #read.rows,
+        read.rows[1][2], #all.rows, sum, got[1], got[2], one("read", -1) == nil and 1 or 0}
 """
 "#;
     let f = AppFile::parse("scribble.toml", text).expect("loads");
     let c = Cluster::start(ClusterConfig::default(), f.application).expect("cluster");
-    c.load("item", vec![vec![Value::Int(1), Value::Int(10)]])
-        .await
-        .expect("load");
+    let rows = (1..=3000)
+        .map(|i| vec![Value::Int(i), Value::Int(10)])
+        .collect();
+    c.load("item", rows).await.expect("load");
     let o = c
         .client()
         .call("scribble", vec![Value::Int(1)])
@@ -293,7 +303,13 @@ return {wrote and 1 or 0, #second.rows, second.affected, read.rows[1][1], #read.
             Value::Int(0),
             Value::Int(1),
             Value::Int(8),
-            Value::Int(2)
+            Value::Int(2),
+            Value::Int(1),
+            Value::Int(3000),
+            Value::Int(3000 * 3001 / 2),
+            Value::Int(8),
+            Value::Int(1),
+            Value::Int(1),
         ]
     );
 }
