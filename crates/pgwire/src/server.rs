@@ -215,6 +215,8 @@ async fn connection(
             inner: parts.io,
             read: read.clone(),
             max: config.message_bytes_max,
+            out: Vec::new(),
+            hold: true,
         },
         parts.codec,
     );
@@ -231,6 +233,15 @@ async fn connection(
             pgwire::api::PgWireConnectionState::AwaitingStartup
                 | pgwire::api::PgWireConnectionState::AuthenticationInProgress
         );
+        // Replies go out when the client has nothing more queued for us
+        // (PostgreSQL's rule: flush before waiting to read), so a
+        // pipelined Bind/Execute/Sync is answered in one write, not one
+        // per message.
+        if !(started && whole_message_buffered(socket.read_buffer()))
+            && flush_now(&mut socket).await.is_err()
+        {
+            break;
+        }
         let deadline = if !started {
             Some(startup_until)
         } else if conn.in_transaction().await {
@@ -311,20 +322,67 @@ async fn connection(
 /// Sends a last error and closes the socket.
 async fn end(socket: &mut Socket, e: SqlError) {
     let info: ErrorInfo = e.info();
+    socket.get_mut().hold = false;
     let _ = socket
         .send(PgWireBackendMessage::ErrorResponse(info.into()))
         .await;
     let _ = socket.close().await;
 }
 
+/// Writes out every reply held so far.
+async fn flush_now(socket: &mut Socket) -> io::Result<()> {
+    socket.get_mut().hold = false;
+    let flushed = socket.flush().await;
+    socket.get_mut().hold = true;
+    flushed.map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// Whether `buf` starts with a whole frontend message (a type byte, then
+/// a length that counts itself): then the server reads it without
+/// waiting, and its replies may wait too.
+fn whole_message_buffered(buf: &[u8]) -> bool {
+    match buf.get(1..5) {
+        Some(len) => {
+            let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            buf.len() > len
+        }
+        None => false,
+    }
+}
+
+/// Replies held beyond this many bytes are written out without waiting
+/// for the flush (a large result streams rather than piling up).
+const HELD_MAX: usize = 64 * 1024;
+
 /// The connection's transport, counting the bytes read since the last
 /// whole message: a message that would exceed `max` fails the read, so a
 /// client cannot make the server buffer a huge message (the protocol
-/// allows 1 GiB).
+/// allows 1 GiB). While `hold` is set, writes collect in `out` and a
+/// flush writes nothing; `flush_now` sends them (at most `HELD_MAX` bytes
+/// wait).
 struct Counted {
     inner: MaybeTls,
     read: Arc<AtomicUsize>,
     max: usize,
+    out: Vec<u8>,
+    hold: bool,
+}
+
+impl Counted {
+    /// Writes `out` to the socket.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.out.is_empty() {
+            match Pin::new(&mut self.inner).poll_write(cx, &self.out) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    self.out.drain(..n);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 impl AsyncRead for Counted {
@@ -358,14 +416,58 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = &mut *self;
+        if this.out.len() + buf.len() > HELD_MAX {
+            match this.poll_drain(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+            if buf.len() > HELD_MAX {
+                return Pin::new(&mut this.inner).poll_write(cx, buf);
+            }
+        }
+        this.out.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let this = &mut *self;
+        if this.hold {
+            return Poll::Ready(Ok(()));
+        }
+        match this.poll_drain(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
+            other => other,
+        }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        match this.poll_drain(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_shutdown(cx),
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_message_buffered;
+
+    #[test]
+    fn replies_wait_only_while_a_whole_message_is_queued() {
+        // Sync: 'S', length 4 (the length counts itself).
+        let sync = [b'S', 0, 0, 0, 4];
+        assert!(whole_message_buffered(&sync));
+        let mut two = sync.to_vec();
+        two.extend_from_slice(&sync);
+        assert!(whole_message_buffered(&two));
+        assert!(!whole_message_buffered(&[]));
+        assert!(!whole_message_buffered(&sync[..3]), "a cut header");
+        // Query 'Q' of length 9 with only 3 of its 5 body bytes here.
+        assert!(!whole_message_buffered(&[
+            b'Q', 0, 0, 0, 9, b's', b'e', b'l'
+        ]));
     }
 }
