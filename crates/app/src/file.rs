@@ -402,7 +402,8 @@ fn with_body(
     variadic: bool,
     bodies: &Arc<Bodies>,
 ) -> ProcedureDef {
-    let (bodies, name) = (bodies.clone(), def.name.clone());
+    // Shared, not copied per call: the closure runs on every call.
+    let (bodies, name): (_, Arc<str>) = (bodies.clone(), Arc::from(def.name.as_str()));
     def.body(move |ctx, args| {
         let (bodies, name) = (bodies.clone(), name.clone());
         async move {

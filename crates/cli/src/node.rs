@@ -70,9 +70,11 @@ pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
     config.link.jitter_us = 0;
     config.lock.policy = match file.deadlock.as_deref() {
         None => brine_cluster::protocols::default_deadlock_policy(&file.protocol),
-        Some("detect") => brine_cluster::DeadlockPolicy::Detect,
-        Some("timeout") => brine_cluster::DeadlockPolicy::TimeoutOnly,
-        Some(_) => brine_cluster::DeadlockPolicy::WaitDie,
+        Some(name) => brine_cluster::DeadlockPolicy::from_name(name).ok_or_else(|| {
+            NodeError::Config(format!(
+                "deadlock `{name}` (expected wait-die, detect or timeout)"
+            ))
+        })?,
     };
     config.services = file.services.clone();
     if file.protocol == "elia" {

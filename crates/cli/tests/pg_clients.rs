@@ -42,22 +42,37 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Whether `check` runs; if not, the test may skip only when the clients
-/// are not required.
-fn have(what: &str, check: &mut Command) -> bool {
-    let ok = check
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("BRINE_REQUIRE_PG_CLIENTS").is_none(),
-            "{what} is required (BRINE_REQUIRE_PG_CLIENTS) but missing"
-        );
-        eprintln!("skipped: {what} is not installed (.ci/run installs it)");
-    }
-    ok
+/// Whether every one of `clients` (psql, pgbench, psycopg) is installed;
+/// if one is not, the test may skip only when the clients are not
+/// required.
+fn have(clients: &[&str]) -> bool {
+    clients.iter().all(|&what| {
+        let mut check = match what {
+            "psycopg" => {
+                let mut c = Command::new("python3");
+                c.args(["-c", "import psycopg"]);
+                c
+            }
+            tool => {
+                let mut c = Command::new(tool);
+                c.arg("--version");
+                c
+            }
+        };
+        let ok = check
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var_os("BRINE_REQUIRE_PG_CLIENTS").is_none(),
+                "{what} is required (BRINE_REQUIRE_PG_CLIENTS) but missing"
+            );
+            eprintln!("skipped: {what} is not installed (.ci/run installs it)");
+        }
+        ok
+    })
 }
 
 fn free_port() -> u16 {
@@ -141,7 +156,7 @@ fn psql_value(port: u16, sql: &str) -> String {
 
 #[test]
 fn psql_lists_tables_commits_rolls_back_and_calls() {
-    if !have("psql", Command::new("psql").arg("--version")) {
+    if !have(&["psql"]) {
         return;
     }
     let node = bank_node();
@@ -167,10 +182,7 @@ fn psql_lists_tables_commits_rolls_back_and_calls() {
 
 #[test]
 fn psycopg_transfers_retry_on_40001_and_keep_the_total() {
-    if !have(
-        "python3 with psycopg",
-        Command::new("python3").args(["-c", "import psycopg"]),
-    ) {
+    if !have(&["psycopg"]) {
         return;
     }
     let node = bank_node();
@@ -196,12 +208,7 @@ fn psycopg_transfers_retry_on_40001_and_keep_the_total() {
 #[test]
 fn bad_clients_hurt_no_one_during_a_bank_run() {
     use std::io::{BufRead, BufReader, Write};
-    if !have("psql", Command::new("psql").arg("--version"))
-        || !have(
-            "python3 with psycopg",
-            Command::new("python3").args(["-c", "import psycopg"]),
-        )
-    {
+    if !have(&["psql", "psycopg"]) {
         return;
     }
     let node = bank_node();
@@ -257,9 +264,7 @@ fn bad_clients_hurt_no_one_during_a_bank_run() {
 /// transaction pgbench counted.
 #[test]
 fn pgbench_runs_its_builtin_script_unchanged_and_the_balances_agree() {
-    if !have("psql", Command::new("psql").arg("--version"))
-        || !have("pgbench", Command::new("pgbench").arg("--version"))
-    {
+    if !have(&["psql", "pgbench"]) {
         return;
     }
     let node = app_node(

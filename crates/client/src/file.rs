@@ -130,7 +130,7 @@ impl ClusterFile {
             return Err("partitions_per_node must be at least 1".into());
         }
         if let Some(d) = &self.deadlock {
-            if !matches!(d.as_str(), "wait-die" | "detect" | "timeout") {
+            if brine_cluster::DeadlockPolicy::from_name(d).is_none() {
                 return Err(format!(
                     "deadlock `{d}` (expected wait-die, detect or timeout)"
                 ));

@@ -11,7 +11,6 @@
 //! Ids fit an i64 until the year 2255.
 
 use std::sync::atomic::{AtomicI64, AtomicU16, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 const NODE_BITS: u32 = 10;
 const NODE_LIMIT: u16 = 1 << NODE_BITS;
@@ -25,17 +24,10 @@ pub fn set_node(node: u16) {
     NODE.store(node % NODE_LIMIT, Ordering::Relaxed);
 }
 
-/// Microseconds since the Unix epoch (the representation of TIMESTAMP).
-pub fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
 /// The next id (see the module's documentation).
 pub fn next() -> i64 {
     let node = i64::from(NODE.load(Ordering::Relaxed));
-    let from_clock = (now_micros() << NODE_BITS) | node;
+    let from_clock = (crate::timestamp::now() << NODE_BITS) | node;
     let mut last = LAST.load(Ordering::Relaxed);
     loop {
         // The next id after `last` that carries this node's tag.
@@ -63,7 +55,7 @@ mod tests {
         );
         let micros = ids[0] >> NODE_BITS;
         assert!(
-            (micros - now_micros()).abs() < 60_000_000,
+            (micros - crate::timestamp::now()).abs() < 60_000_000,
             "ids follow the clock"
         );
         set_node(0);

@@ -90,7 +90,7 @@ impl Generator {
     pub fn generate(self) -> Value {
         match self {
             Generator::UniqueRowId => Value::Int(crate::rowid::next()),
-            Generator::Now => Value::Timestamp(crate::rowid::now_micros()),
+            Generator::Now => Value::Timestamp(crate::timestamp::now()),
         }
     }
 }

@@ -12,6 +12,13 @@ use std::fmt;
 
 pub const US_PER_DAY: i64 = 86_400_000_000;
 
+/// The wall clock as a TIMESTAMP (`now()`): microseconds since the epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
 /// `YYYY-MM-DD[ HH:MM[:SS[.ffffff]]]`, optionally with `T` for the space
 /// and a `Z`, `+00` or `+00:00` zone (UTC is the only zone brine has), as
 /// microseconds since the Unix epoch. `None` if it is not of that form, or

@@ -327,46 +327,7 @@ pub fn classify(sql: &str, cx: &Context<'_>) -> Result<Command, SqlError> {
         ["select", ..] if !lower.contains(" from ") && !lower.contains("\nfrom") => {
             Ok(Command::Rows(Arc::new(constants(text, cx)?)))
         }
-        ["insert", ..] => match insert_rows(text, cx.catalog)? {
-            Some(rows) => Ok(Command::InsertRows(rows)),
-            None => statement(text, cx.catalog),
-        },
         _ => statement(text, cx.catalog),
-    }
-}
-
-/// A multi-row `INSERT ... VALUES`, as one prepared single-row INSERT per
-/// row; `None` for anything else (prepared as it is).
-fn insert_rows(text: &str, catalog: &Catalog) -> Result<Option<Vec<Prepared>>, SqlError> {
-    let Ok(mut stmts) = Parser::parse_sql(&PostgreSqlDialect {}, text) else {
-        // The planner reports the syntax error in its own words.
-        return Ok(None);
-    };
-    let [ast::Statement::Insert(ins)] = stmts.as_mut_slice() else {
-        return Ok(None);
-    };
-    let Some(ast::SetExpr::Values(values)) = ins.source.as_deref_mut().map(|q| q.body.as_mut())
-    else {
-        return Ok(None);
-    };
-    if values.rows.len() < 2 {
-        return Ok(None);
-    }
-    let rows = std::mem::take(&mut values.rows);
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        set_single_row(ins, row);
-        let Command::Statement { plan, order } = statement(&ins.to_string(), catalog)? else {
-            unreachable!("statement() prepares a statement");
-        };
-        out.push((plan, order));
-    }
-    Ok(Some(out))
-}
-
-fn set_single_row(ins: &mut ast::Insert, row: Vec<Expr>) {
-    if let Some(ast::SetExpr::Values(values)) = ins.source.as_deref_mut().map(|q| q.body.as_mut()) {
-        values.rows = vec![row];
     }
 }
 
@@ -614,17 +575,25 @@ fn constants(text: &str, cx: &Context<'_>) -> Result<Rows, SqlError> {
 }
 
 /// A statement of brine's subset, prepared, with its parameters mapped to
-/// PostgreSQL's `$n`.
+/// PostgreSQL's `$n`; a multi-row INSERT as its single-row statements.
 fn statement(text: &str, catalog: &Catalog) -> Result<Command, SqlError> {
-    let plan = brine_sql::prepare(catalog, text)?;
-    let order = plan
-        .params()
-        .iter()
-        .map(|p| pg_param(&p.name))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Command::Statement {
-        plan: Arc::new(plan),
-        order,
+    let mut prepared = brine_sql::prepare_all(catalog, text)?
+        .into_iter()
+        .map(|plan| {
+            let order = plan
+                .params()
+                .iter()
+                .map(|p| pg_param(&p.name))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((Arc::new(plan), order))
+        })
+        .collect::<Result<Vec<Prepared>, SqlError>>()?;
+    Ok(match prepared.len() {
+        1 => {
+            let (plan, order) = prepared.remove(0);
+            Command::Statement { plan, order }
+        }
+        _ => Command::InsertRows(prepared),
     })
 }
 

@@ -292,20 +292,9 @@ impl Session {
             }
         };
         self.block = Block::Statements;
-        let mut results = Vec::with_capacity(batch.len());
-        let mut failed = None;
-        for (plan, args) in batch {
-            match txn.execute_plan(plan, args).await {
-                Ok(r) => results.push(r),
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        match failed {
-            Some(e) => Err(self.statement_failed(e).await),
-            None => Ok(results),
+        match run_all(txn, batch).await {
+            Ok(results) => Ok(results),
+            Err(e) => Err(self.statement_failed(e).await),
         }
     }
 
@@ -384,20 +373,9 @@ impl Session {
         let mut attempt = 1;
         loop {
             let mut txn = self.client.begin();
-            let mut results = Vec::with_capacity(batch.len());
-            let mut failed = None;
-            for (plan, args) in &batch {
-                match txn.execute_plan(plan.clone(), args.clone()).await {
-                    Ok(r) => results.push(r),
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
-            let outcome = match failed {
-                None => txn.commit().await.map(|()| results),
-                Some(e) => {
+            let outcome = match run_all(&mut txn, batch.iter().cloned()).await {
+                Ok(results) => txn.commit().await.map(|()| results),
+                Err(e) => {
                     discard(txn, &e).await;
                     Err(e)
                 }
@@ -612,6 +590,18 @@ fn no_transaction() -> SqlError {
 /// victim is doomed, and committing a doomed transaction aborts it and
 /// counts the abort under its cause; any other error is the client's
 /// abort.
+/// Runs statements in `txn` in order, up to the first that fails.
+async fn run_all(
+    txn: &mut Txn,
+    batch: impl IntoIterator<Item = (Arc<Plan>, Vec<Value>)>,
+) -> Result<Vec<brine_sql::QueryResult>, Error> {
+    let mut results = Vec::new();
+    for (plan, args) in batch {
+        results.push(txn.execute_plan(plan, args).await?);
+    }
+    Ok(results)
+}
+
 async fn discard(txn: Txn, e: &Error) {
     if matches!(e, Error::Aborted(_)) {
         let _ = txn.commit().await;

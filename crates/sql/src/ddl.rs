@@ -1,10 +1,10 @@
 //! DDL: a script of `CREATE TABLE` / `CREATE INDEX` statements -> `Catalog`.
 
-use crate::literal::{generator, literal, object_name};
-use brine_core::schema::{coerce_value, Partitioning};
+use crate::literal::{generator, literal, literal_for, object_name};
+use brine_core::schema::Partitioning;
 use brine_core::{
     Catalog, ColumnDef, ColumnDefault, DataType, Decimal, Error, IndexDef, Result, TableDef,
-    TableId, Value,
+    TableId,
 };
 use sqlparser::ast::{self, ColumnOption, Expr, SqlOption, Statement, TableConstraint};
 use sqlparser::dialect::GenericDialect;
@@ -308,25 +308,11 @@ fn column_default(table: &str, column: &str, ty: DataType, e: &Expr) -> Result<C
         default: None,
     };
     match literal(e)? {
-        Some(Value::Null) => Ok(ColumnDefault::Value(Value::Null)),
-        Some(Value::Int(t)) if ty == DataType::Timestamp => {
-            Ok(ColumnDefault::Value(Value::Timestamp(t)))
-        }
-        Some(Value::Str(text)) if ty == DataType::Timestamp => {
-            match brine_core::timestamp::parse(&text) {
-                Some(t) => Ok(ColumnDefault::Value(Value::Timestamp(t))),
-                None => Err(Error::type_mismatch(
-                    format!("DEFAULT of `{table}.{column}`"),
-                    "TIMESTAMP ('YYYY-MM-DD HH:MM:SS[.ffffff]' or microseconds since 1970)",
-                    format!("STRING {text:?}"),
-                )),
-            }
-        }
+        Some(v) => Ok(ColumnDefault::Value(literal_for(table, &col, v)?)),
         None => Err(Error::Sql(format!(
             "column `{table}.{column}`: unsupported DEFAULT `{e}` (a literal, \
              CURRENT_TIMESTAMP, now() or unique_rowid())"
         ))),
-        Some(v) => Ok(ColumnDefault::Value(coerce_value(table, &col, v)?)),
     }
 }
 
@@ -369,7 +355,7 @@ fn create_index(catalog: &mut Catalog, ci: &ast::CreateIndex) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use brine_core::IndexId;
+    use brine_core::{IndexId, Value};
 
     const SCHEMA: &str = "
         CREATE TABLE warehouse (

@@ -123,7 +123,7 @@ pub use plan::{
     CmpOp, DeletePlan, Filter, InsertPlan, KeyBinding, Operand, Param, Plan, Predicate, Projection,
     Route, SelectPlan, SetExpr, Statement, StatementKind, UpdatePlan,
 };
-pub use planner::prepare;
+pub use planner::{prepare, prepare_all};
 pub use result::QueryResult;
 
 #[cfg(test)]

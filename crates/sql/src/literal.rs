@@ -1,6 +1,7 @@
 //! Small conversions from sqlparser's AST: names and literal values.
 
-use brine_core::{Decimal, Error, Generator, Result, Value};
+use brine_core::schema::{coerce_value, ColumnDef};
+use brine_core::{DataType, Decimal, Error, Generator, Result, Value};
 use sqlparser::ast::{self, Expr, UnaryOperator};
 
 /// A one-part object name (`t`); qualified names are outside the subset
@@ -42,6 +43,28 @@ pub(crate) fn literal(expr: &Expr) -> Result<Option<Value>> {
 
 /// A numeric literal: `Int` without a point, `Decimal` with one. One that
 /// does not fit (beyond 64 bits, more than 18 digits) is out of range.
+/// A literal (as `literal` reads it) as a value of `col`: for a TIMESTAMP
+/// column an integer counts microseconds since 1970 and a quoted string is
+/// read as PostgreSQL reads its text (`'2024-03-01 12:00:00[.ffffff]'`,
+/// UTC); then the value is coerced and checked as any value of the column
+/// (`coerce_value`).
+pub(crate) fn literal_for(table: &str, col: &ColumnDef, v: Value) -> Result<Value> {
+    let v = match (col.ty, v) {
+        (DataType::Timestamp, Value::Int(t)) => Value::Timestamp(t),
+        (DataType::Timestamp, Value::Str(text)) => brine_core::timestamp::parse(&text)
+            .map(Value::Timestamp)
+            .ok_or_else(|| {
+                Error::type_mismatch(
+                    format!("column `{table}.{}`", col.name),
+                    "TIMESTAMP ('YYYY-MM-DD HH:MM:SS[.ffffff]' or microseconds since 1970)",
+                    format!("STRING {text:?}"),
+                )
+            })?,
+        (_, v) => v,
+    };
+    coerce_value(table, col, v)
+}
+
 fn number(s: &str, neg: bool) -> Result<Value> {
     let bad = || {
         let sign = if neg { "-" } else { "" };

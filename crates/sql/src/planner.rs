@@ -1,9 +1,9 @@
 //! SQL text -> `Plan`: parameter typing, index choice, ORDER BY checks and
 //! the access descriptor.
 
-use crate::literal::{generator, literal, object_name, placeholder};
+use crate::literal::{generator, literal, literal_for, object_name, placeholder};
 use crate::plan::*;
-use brine_core::schema::{coerce_value, ColumnDef};
+use brine_core::schema::ColumnDef;
 use brine_core::{
     Catalog, ColumnDefault, DataType, Error, Generator, IndexId, Result, TableDef, Value,
 };
@@ -21,6 +21,39 @@ use std::sync::Arc;
 /// for the supported subset; anything else is `Error::Sql` naming what is
 /// unsupported.
 pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Plan> {
+    plan(catalog, sql, parse_one(sql)?)
+}
+
+/// Prepares one statement as the plans it runs, in order, parsing it once:
+/// `INSERT ... VALUES (...), (...)` is one single-row INSERT per row
+/// (a plan inserts one row), each with its own text; anything else is the
+/// one plan `prepare` makes. The caller runs them in one transaction.
+pub fn prepare_all(catalog: &Catalog, sql: &str) -> Result<Vec<Plan>> {
+    let mut stmt = parse_one(sql)?;
+    if let ast::Statement::Insert(ins) = &mut stmt {
+        let rows = match ins.source.as_deref_mut().map(|q| q.body.as_mut()) {
+            Some(AstSetExpr::Values(values)) if values.rows.len() > 1 => {
+                std::mem::take(&mut values.rows)
+            }
+            _ => Vec::new(),
+        };
+        if !rows.is_empty() {
+            let mut plans = Vec::with_capacity(rows.len());
+            for row in rows {
+                if let Some(AstSetExpr::Values(values)) =
+                    ins.source.as_deref_mut().map(|q| q.body.as_mut())
+                {
+                    values.rows = vec![row];
+                }
+                plans.push(plan_insert(catalog, &ins.to_string(), ins)?);
+            }
+            return Ok(plans);
+        }
+    }
+    Ok(vec![plan(catalog, sql, stmt)?])
+}
+
+fn parse_one(sql: &str) -> Result<ast::Statement> {
     let mut stmts = Parser::parse_sql(&GenericDialect {}, sql)
         .map_err(|e| Error::Sql(format!("cannot parse `{sql}`: {e}")))?;
     if stmts.len() != 1 {
@@ -29,7 +62,10 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Plan> {
             stmts.len()
         )));
     }
-    let stmt = stmts.remove(0);
+    Ok(stmts.remove(0))
+}
+
+fn plan(catalog: &Catalog, sql: &str, stmt: ast::Statement) -> Result<Plan> {
     match stmt {
         ast::Statement::Query(q) => plan_select(catalog, sql, &q),
         ast::Statement::Insert(ins) => plan_insert(catalog, sql, &ins),
@@ -219,23 +255,17 @@ impl<'a> Builder<'a> {
             nullable: role == Role::Stored && col.nullable,
             default: None,
         };
-        if let Some(name) = placeholder(expr) {
-            return Ok(Operand::Param(self.param(
-                name,
-                col,
-                role == Role::Stored,
-            )?));
-        }
         let declared = self.column_def(c).ty;
-        self.typed_operand(expr, col).map_err(|e| match e {
-            // Name the column's own type, not the widened one checked.
-            Error::Type { what, got, .. } if declared != ty => Error::Type {
-                what,
-                expected: declared.to_string(),
-                got,
-            },
-            other => other,
-        })
+        self.typed_operand(expr, col, role == Role::Stored)
+            .map_err(|e| match e {
+                // Name the column's own type, not the widened one checked.
+                Error::Type { what, got, .. } if declared != ty => Error::Type {
+                    what,
+                    expected: declared.to_string(),
+                    got,
+                },
+                other => other,
+            })
     }
 
     /// The operand of a value made at bind time.
@@ -244,11 +274,12 @@ impl<'a> Builder<'a> {
         Operand::Param(GENERATED + self.generated.len() - 1)
     }
 
-    /// A parameter or literal of `col`'s type (a parameter here is not a
-    /// stored value: its NULL is a type error, see `Plan::bind`).
-    fn typed_operand(&mut self, expr: &Expr, col: ColumnDef) -> Result<Operand> {
+    /// A parameter, generated value or literal of `col`'s type. `stored`:
+    /// the value goes into its column (else a parameter's NULL is a type
+    /// error, see `Plan::bind`).
+    fn typed_operand(&mut self, expr: &Expr, col: ColumnDef, stored: bool) -> Result<Operand> {
         if let Some(name) = placeholder(expr) {
-            return Ok(Operand::Param(self.param(name, col, false)?));
+            return Ok(Operand::Param(self.param(name, col, stored)?));
         }
         if let Some(g) = generator(expr) {
             if g.ty() != col.ty {
@@ -257,16 +288,7 @@ impl<'a> Builder<'a> {
             return Ok(self.generate(g));
         }
         match literal(expr)? {
-            Some(v) => {
-                let v = match (&col.ty, v) {
-                    // Integer literals are accepted as microsecond timestamps.
-                    (DataType::Timestamp, Value::Int(t)) => Value::Timestamp(t),
-                    // A quoted timestamp in PostgreSQL's text form (UTC).
-                    (DataType::Timestamp, Value::Str(text)) => timestamp_literal(&col, &text)?,
-                    (_, v) => v,
-                };
-                Ok(Operand::Literal(coerce_value(&self.table.name, &col, v)?))
-            }
+            Some(v) => Ok(Operand::Literal(literal_for(&self.table.name, &col, v)?)),
             None => Err(Error::Sql(format!(
                 "unsupported expression `{expr}`: expected a $parameter or a literal"
             ))),
@@ -539,20 +561,6 @@ fn is_null_literal(expr: &Expr) -> bool {
     }
 }
 
-/// A quoted literal for a TIMESTAMP column, read as PostgreSQL reads its
-/// text (`'2024-03-01 12:00:00[.ffffff]'`, UTC).
-fn timestamp_literal(col: &ColumnDef, text: &str) -> Result<Value> {
-    brine_core::timestamp::parse(text)
-        .map(Value::Timestamp)
-        .ok_or_else(|| {
-            Error::type_mismatch(
-                format!("column `{}`", col.name),
-                "TIMESTAMP ('YYYY-MM-DD HH:MM:SS[.ffffff]' or microseconds since 1970)",
-                format!("STRING {text:?}"),
-            )
-        })
-}
-
 fn sorted_unique(mut v: Vec<usize>) -> Vec<usize> {
     v.sort_unstable();
     v.dedup();
@@ -744,7 +752,7 @@ fn plan_select(catalog: &Catalog, sql: &str, q: &ast::Query) -> Result<Plan> {
                 nullable: false,
                 default: None,
             };
-            let op = b.typed_operand(e, col)?;
+            let op = b.typed_operand(e, col, false)?;
             if let Operand::Literal(_) = &op {
                 // A negative literal is rejected now, not at every run.
                 limit_value(&op, &[])?;

@@ -936,3 +936,28 @@ fn decimal_precision_binds_stored_values_only() {
         }
     );
 }
+
+#[test]
+fn prepare_all_splits_a_multi_row_insert_into_single_row_plans() {
+    let c = cat();
+    let plans = prepare_all(
+        &c,
+        "INSERT INTO item (i_id, i_name) VALUES (1, 'a'), ($id, $name), (3, 'c')",
+    )
+    .unwrap();
+    assert_eq!(plans.len(), 3);
+    assert!(plans.iter().all(|p| p.kind() == StatementKind::Insert));
+    assert_eq!(plans[1].params().len(), 2);
+    assert!(plans[2].sql().contains("(3, 'c')") && !plans[2].sql().contains("'a'"));
+    let Statement::Insert(ins) = plans[0].statement() else {
+        panic!("not an insert")
+    };
+    assert_eq!(ins.values[0], Some(Operand::Literal(Value::Int(1))));
+    // One bad row refuses the whole statement.
+    assert!(prepare_all(&c, "INSERT INTO item (i_id) VALUES (1), ('x')").is_err());
+    // Anything else is the one plan `prepare` makes, with the same text.
+    let one = prepare_all(&c, "SELECT i_name FROM item WHERE i_id = $id").unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].sql(), "SELECT i_name FROM item WHERE i_id = $id");
+    assert!(prepare(&c, "INSERT INTO item (i_id) VALUES (1), (2)").is_err());
+}

@@ -23,6 +23,23 @@ pub enum DeadlockPolicy {
     TimeoutOnly,
 }
 
+impl DeadlockPolicy {
+    /// Every policy, by the name cluster files and the command line use.
+    pub const NAMED: [(&'static str, DeadlockPolicy); 3] = [
+        ("wait-die", DeadlockPolicy::WaitDie),
+        ("detect", DeadlockPolicy::Detect),
+        ("timeout", DeadlockPolicy::TimeoutOnly),
+    ];
+
+    /// The policy called `name` (see [`DeadlockPolicy::NAMED`]).
+    pub fn from_name(name: &str) -> Option<DeadlockPolicy> {
+        Self::NAMED
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, p)| p)
+    }
+}
+
 /// Tunables and bounds of one lock table.
 #[derive(Clone, Debug)]
 pub struct LockConfig {
