@@ -3,7 +3,7 @@
 //! arguments (`args`), judges each call's result (`expect`) and checks
 //! the data after the run (`check`).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -20,9 +20,14 @@ use serde_json::{json, Map, Value as Json};
 use crate::file::{AppFile, BenchSpec, Chunk};
 use crate::lua::{self, from_lua, install, result_table, row_table, values_of};
 
+/// The globals a benchmark's Lua uses most, as its chunks' locals
+/// ([`lua::with_locals`]).
+const BENCH_LOCALS: &str = "random, decimal, timestamp, NULL, ipairs, pairs, next, error, \
+     assert, tostring, tonumber, type, select, table, string, math";
+
 /// `c` as the body of `function(<params>)`, at its line.
 fn function_chunk(params: &str, c: &Chunk) -> String {
-    lua::function_chunk(c.line, params, &c.text)
+    lua::with_locals(BENCH_LOCALS, &lua::function_chunk(c.line, params, &c.text))
 }
 
 /// Rows `setup` inserted, by table, in the order tables were first used.
@@ -107,7 +112,7 @@ pub struct AppWorkload {
     file: String,
     spec: BenchSpec,
     /// Names given `'static` once: procedures, then the application.
-    names: HashMap<String, &'static str>,
+    names: FxHashMap<String, &'static str>,
     app_name: &'static str,
     violations: Arc<Violations>,
 }
@@ -256,12 +261,14 @@ struct AppClient {
     lua: Lua,
     /// `[bench] client`'s functions: the session drives the calls.
     session: Option<(Function, Option<Function>)>,
-    names: HashMap<String, &'static str>,
+    names: FxHashMap<String, &'static str>,
+    /// The procedures' names as Lua strings, made once for `observe`.
+    lua_names: FxHashMap<&'static str, mlua::String>,
     rng: SmallRng,
     /// `(procedure, cumulative share)`.
     mix: Vec<(&'static str, f64)>,
-    args: HashMap<&'static str, Function>,
-    expect: HashMap<&'static str, Function>,
+    args: FxHashMap<&'static str, Function>,
+    expect: FxHashMap<&'static str, Function>,
     violations: Arc<Violations>,
 }
 
@@ -318,7 +325,10 @@ impl AppClient {
             .collect();
         let session = w.spec.client.as_ref().and_then(|c| {
             let run = lua
-                .load(lua::at_line(c.line, &c.text))
+                .load(lua::with_locals(
+                    BENCH_LOCALS,
+                    &lua::at_line(c.line, &c.text),
+                ))
                 .set_name(format!("={}", w.file))
                 .exec()
                 .and_then(|()| {
@@ -330,10 +340,16 @@ impl AppClient {
                 });
             run.map_err(|e| tracing::error!("[bench] client: {e}")).ok()
         });
+        let lua_names = w
+            .names
+            .values()
+            .filter_map(|&n| Some((n, lua.create_string(n).ok()?)))
+            .collect();
         AppClient {
             lua,
             session,
             names: w.names.clone(),
+            lua_names,
             rng,
             mix,
             args,
@@ -347,18 +363,17 @@ impl ClientGen for AppClient {
     fn next(&mut self) -> TxnRequest {
         if let Some((next, _)) = &self.session {
             return match next
-                .call::<(String, Option<mlua::Table>)>(())
+                .call::<(mlua::String, Option<mlua::Table>)>(())
                 .and_then(|(p, args)| {
                     let args = match args {
                         Some(t) => values_of(MultiValue::from_vec(vec![mlua::Value::Table(t)]))?,
                         None => Vec::new(),
                     };
-                    Ok((p, args))
+                    let p = p.to_str()?;
+                    let procedure = self.names.get(&*p).copied();
+                    Ok((procedure.unwrap_or_else(|| leak(&p)), args))
                 }) {
-                Ok((p, args)) => TxnRequest {
-                    procedure: self.names.get(&p).copied().unwrap_or_else(|| leak(&p)),
-                    args,
-                },
+                Ok((procedure, args)) => TxnRequest { procedure, args },
                 Err(e) => {
                     // The call then fails, naming the error.
                     tracing::error!("[bench] client: next_call(): {e}");
@@ -396,7 +411,11 @@ impl ClientGen for AppClient {
                 Ok(o) => row_table(&self.lua, &o.values).map(|t| (Some(t), None)),
                 Err(e) => Ok((None, Some(e.to_string()))),
             };
-            if let Err(e) = seen.and_then(|(r, e)| observe.call::<()>((procedure, r, e))) {
+            let name = match self.lua_names.get(procedure) {
+                Some(n) => Ok(n.clone()),
+                None => self.lua.create_string(procedure),
+            };
+            if let Err(e) = seen.and_then(|(r, e)| observe.call::<()>((name?, r, e))) {
                 tracing::error!("[bench] client: observe(): {e}");
             }
         }

@@ -21,7 +21,6 @@
 //! Hot path: one resume per statement, a table per result row; no
 //! callback into Rust, no lock.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use brine_cluster::ProcCtx;
@@ -29,6 +28,7 @@ use brine_cluster::QueryResult;
 use brine_core::{Decimal, Error, Result, Value};
 use mlua::{Function, Lua, MultiValue, UserData, UserDataMethods};
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
 
 /// A DECIMAL in Lua: exact arithmetic and comparisons with decimals and
 /// integers, `tostring` as SQL prints it.
@@ -63,26 +63,20 @@ fn overflow() -> mlua::Error {
 impl UserData for Dec {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         use mlua::MetaMethod as MM;
-        m.add_meta_function(MM::Add, |_, (a, b): (mlua::Value, mlua::Value)| {
-            dec_of(&a)?
-                .checked_add(dec_of(&b)?)
-                .map(Dec)
-                .ok_or_else(overflow)
+        m.add_meta_function(MM::Add, |lua, (a, b): (mlua::Value, mlua::Value)| {
+            let d = dec_of(&a)?.checked_add(dec_of(&b)?).ok_or_else(overflow)?;
+            to_lua(lua, &Value::Decimal(d))
         });
-        m.add_meta_function(MM::Sub, |_, (a, b): (mlua::Value, mlua::Value)| {
-            dec_of(&a)?
-                .checked_sub(dec_of(&b)?)
-                .map(Dec)
-                .ok_or_else(overflow)
+        m.add_meta_function(MM::Sub, |lua, (a, b): (mlua::Value, mlua::Value)| {
+            let d = dec_of(&a)?.checked_sub(dec_of(&b)?).ok_or_else(overflow)?;
+            to_lua(lua, &Value::Decimal(d))
         });
-        m.add_meta_function(MM::Mul, |_, (a, b): (mlua::Value, mlua::Value)| {
-            dec_of(&a)?
-                .checked_mul(dec_of(&b)?)
-                .map(Dec)
-                .ok_or_else(overflow)
+        m.add_meta_function(MM::Mul, |lua, (a, b): (mlua::Value, mlua::Value)| {
+            let d = dec_of(&a)?.checked_mul(dec_of(&b)?).ok_or_else(overflow)?;
+            to_lua(lua, &Value::Decimal(d))
         });
-        m.add_meta_method(MM::Unm, |_, d, ()| {
-            Ok(Dec(Decimal::new(-d.0.units, d.0.scale)))
+        m.add_meta_method(MM::Unm, |lua, d, ()| {
+            to_lua(lua, &Value::Decimal(Decimal::new(-d.0.units, d.0.scale)))
         });
         m.add_meta_function(MM::Eq, |_, (a, b): (mlua::Value, mlua::Value)| {
             Ok(dec_cmp(dec_of(&a)?, dec_of(&b)?)? == std::cmp::Ordering::Equal)
@@ -112,10 +106,51 @@ pub fn to_lua(lua: &Lua, v: &Value) -> mlua::Result<mlua::Value> {
     Ok(match v {
         Value::Null | Value::Max => mlua::Value::NULL,
         Value::Int(i) => mlua::Value::Integer(*i),
-        Value::Timestamp(t) => mlua::Value::UserData(lua.create_userdata(Ts(*t))?),
-        Value::Decimal(d) => mlua::Value::UserData(lua.create_userdata(Dec(*d))?),
+        Value::Timestamp(t) => Boxed::get(lua, BoxedKey::Timestamp(*t), || Ts(*t))?,
+        Value::Decimal(d) => Boxed::get(lua, BoxedKey::Decimal(d.units, d.scale), || Dec(*d))?,
         Value::Str(s) => mlua::Value::String(lua.create_string(s.as_bytes())?),
     })
+}
+
+/// What a decimal or timestamp is, exactly (a decimal's scale included:
+/// `1.5` and `1.50` print differently).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum BoxedKey {
+    Decimal(i64, u8),
+    Timestamp(i64),
+}
+
+/// The decimals and timestamps a state has made, by value. Either is an
+/// immutable userdata (no method changes it, and Lua cannot give a
+/// userdata fields), so one object per value serves every use. Rows and
+/// sums then make no new userdata once their values have been seen: each
+/// mlua userdata has a finalizer, and running the finalizers of a call's
+/// garbage was most of what collecting it cost.
+#[derive(Default)]
+struct Boxed(FxHashMap<BoxedKey, mlua::AnyUserData>);
+
+impl Boxed {
+    /// Values kept, at most: past it the map starts again.
+    const MAX: usize = 4096;
+
+    fn get<T: UserData + Send + 'static>(
+        lua: &Lua,
+        key: BoxedKey,
+        make: impl FnOnce() -> T,
+    ) -> mlua::Result<mlua::Value> {
+        let Some(mut boxed) = lua.app_data_mut::<Boxed>() else {
+            return lua.create_userdata(make()).map(mlua::Value::UserData);
+        };
+        if let Some(u) = boxed.0.get(&key) {
+            return Ok(mlua::Value::UserData(u.clone()));
+        }
+        if boxed.0.len() >= Self::MAX {
+            boxed.0.clear();
+        }
+        let u = lua.create_userdata(make())?;
+        boxed.0.insert(key, u.clone());
+        Ok(mlua::Value::UserData(u))
+    }
 }
 
 /// A Lua value as brine sees it: integers, strings, decimals, booleans
@@ -142,50 +177,138 @@ pub fn from_lua(v: &mlua::Value) -> mlua::Result<Value> {
     })
 }
 
-/// A statement's result as a Lua table. A result without rows (every
-/// write's) shares `no_rows`, when given, rather than making an empty
-/// table per statement: it must be read-only ([`read_only_empty`]).
+/// The rows of a result, and whether to wrap them as
+/// `{rows = ..., affected = n}` or give the first row alone.
+enum Shape {
+    Result(u64),
+    Row,
+}
+
+/// Builds `rows` as Lua tables with Lua's C API, under one lock of the
+/// state and without a reference per value: integers, strings and NULL
+/// are pushed as they are; decimals and timestamps, which are mlua
+/// userdata, are made first and passed in as the call's arguments.
+fn build(lua: &Lua, rows: &[&[Value]], shape: Shape) -> mlua::Result<mlua::Table> {
+    let boxed = rows
+        .iter()
+        .flat_map(|row| row.iter())
+        .filter(|v| matches!(v, Value::Decimal(_) | Value::Timestamp(_)))
+        .map(|v| to_lua(lua, v))
+        .collect::<mlua::Result<MultiValue>>()?;
+    let n_boxed = boxed.len() as i32;
+    // SAFETY: `f` runs in protected mode on a stack holding the `n_boxed`
+    // userdata at 1..=n_boxed, with LUA_MINSTACK (20) free slots, of which
+    // it uses at most 4; it holds no Rust value that needs dropping, so a
+    // Lua error (out of memory) unwinding through it leaks nothing. It
+    // leaves exactly one value, the table.
+    unsafe {
+        lua.exec_raw::<mlua::Table>(boxed, |state| {
+            use mlua::ffi;
+            let mut next_boxed = 1;
+            let mut push_row = |row: &[Value]| {
+                ffi::lua_createtable(state, row.len() as i32, 0);
+                for (j, v) in row.iter().enumerate() {
+                    match v {
+                        Value::Null | Value::Max => {
+                            ffi::lua_pushlightuserdata(state, std::ptr::null_mut())
+                        }
+                        Value::Int(i) => ffi::lua_pushinteger(state, *i),
+                        Value::Str(s) => {
+                            ffi::lua_pushlstring(state, s.as_ptr().cast(), s.len());
+                        }
+                        Value::Decimal(_) | Value::Timestamp(_) => {
+                            ffi::lua_pushvalue(state, next_boxed);
+                            next_boxed += 1;
+                        }
+                    }
+                    ffi::lua_rawseti(state, -2, j as ffi::lua_Integer + 1);
+                }
+            };
+            match shape {
+                Shape::Row => push_row(rows.first().copied().unwrap_or_default()),
+                Shape::Result(affected) => {
+                    ffi::lua_createtable(state, 0, 2);
+                    ffi::lua_createtable(state, rows.len() as i32, 0);
+                    for (i, row) in rows.iter().enumerate() {
+                        push_row(row);
+                        ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
+                    }
+                    ffi::lua_setfield(state, -2, c"rows".as_ptr());
+                    ffi::lua_pushinteger(state, affected as ffi::lua_Integer);
+                    ffi::lua_setfield(state, -2, c"affected".as_ptr());
+                }
+            }
+            if n_boxed > 0 {
+                ffi::lua_replace(state, 1);
+                ffi::lua_settop(state, 1);
+            }
+        })
+    }
+}
+
+/// A statement's result as a Lua table, `{rows = {...}, affected = n}`.
+/// A result without rows (every write's) is one of `shared`'s, when
+/// given, rather than a table made per statement.
 pub fn result_table(
     lua: &Lua,
     r: &QueryResult,
-    no_rows: Option<&mlua::Table>,
+    shared: Option<&SharedResults>,
 ) -> mlua::Result<mlua::Table> {
-    // Sized for its two fields: no rehash as they go in.
-    let t = lua.create_table_with_capacity(0, 2)?;
-    match no_rows {
-        Some(empty) if r.rows.is_empty() => t.raw_set("rows", empty)?,
-        _ => {
-            let rows = lua.create_table_with_capacity(r.rows.len(), 0)?;
-            for (i, row) in r.rows.iter().enumerate() {
-                rows.raw_set(i + 1, row_table(lua, row)?)?;
-            }
-            t.raw_set("rows", rows)?;
+    if let Some(shared) = shared {
+        if let Some(t) = shared.without_rows(r) {
+            return Ok(t.clone());
         }
     }
-    t.raw_set("affected", r.affected)?;
-    Ok(t)
+    let rows: Vec<&[Value]> = r.rows.iter().map(Vec::as_slice).collect();
+    build(lua, &rows, Shape::Result(r.affected))
 }
 
-/// An empty table no body can add to: assignments to it raise an error
-/// (so sharing it between results cannot leak one body's rows into
-/// another's).
-pub fn read_only_empty(lua: &Lua) -> mlua::Result<mlua::Table> {
-    lua.load(
-        "return setmetatable({}, {
-            __newindex = function() error(\"a statement's result rows are read-only\", 2) end,
-            __metatable = false,
-        })",
-    )
-    .set_name("=brine")
-    .eval()
+/// The results of statements that return no rows, made once per state:
+/// `{rows = {}, affected = n}` for small `n`. Bodies share them, so they
+/// are read-only: each is an empty table whose fields are read through
+/// `__index`, and whose assignments (to `rows`, `affected`, or the rows
+/// table) raise an error, so no body's writes can reach another's
+/// results.
+pub struct SharedResults {
+    /// By affected count, from 0.
+    by_affected: Vec<mlua::Table>,
+}
+
+impl SharedResults {
+    /// Results shared for affected counts up to this.
+    const MAX_AFFECTED: u64 = 16;
+
+    pub fn new(lua: &Lua) -> mlua::Result<SharedResults> {
+        let by_affected = lua
+            .load(format!(
+                "local function read_only() error(\"a statement's result is read-only\", 2) end
+local no_rows = setmetatable({{}}, {{ __newindex = read_only, __metatable = false }})
+local out = {{}}
+for n = 0, {max} do
+  out[n + 1] = setmetatable({{}}, {{
+    __index = {{ rows = no_rows, affected = n }},
+    __newindex = read_only,
+    __metatable = false,
+  }})
+end
+return out",
+                max = Self::MAX_AFFECTED
+            ))
+            .set_name("=brine")
+            .eval::<Vec<mlua::Table>>()?;
+        Ok(SharedResults { by_affected })
+    }
+
+    fn without_rows(&self, r: &QueryResult) -> Option<&mlua::Table> {
+        if !r.rows.is_empty() || r.affected > Self::MAX_AFFECTED {
+            return None;
+        }
+        self.by_affected.get(r.affected as usize)
+    }
 }
 
 pub fn row_table(lua: &Lua, row: &[Value]) -> mlua::Result<mlua::Table> {
-    let t = lua.create_table_with_capacity(row.len(), 0)?;
-    for (j, v) in row.iter().enumerate() {
-        t.raw_set(j + 1, to_lua(lua, v)?)?;
-    }
-    Ok(t)
+    build(lua, &[row], Shape::Row)
 }
 
 /// Values from a Lua call's results: one table is a list of values; else
@@ -245,15 +368,16 @@ function end_sub() yield({END_SUB}) end
 /// `engine`, the functions a body calls (`exec`, `one`, `abort`,
 /// `begin_sub`, `end_sub`).
 pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
+    lua.set_app_data(Boxed::default());
     let g = lua.globals();
     g.set(
         "decimal",
-        lua.create_function(|_, v: mlua::Value| Ok(Dec(dec_of(&v)?)))?,
+        lua.create_function(|lua, v: mlua::Value| to_lua(lua, &Value::Decimal(dec_of(&v)?)))?,
     )?;
     g.set("NULL", mlua::Value::NULL)?;
     g.set(
         "timestamp",
-        lua.create_function(|_, micros: i64| Ok(Ts(micros)))?,
+        lua.create_function(|lua, micros: i64| to_lua(lua, &Value::Timestamp(micros)))?,
     )?;
     if engine {
         lua.load(prelude()).set_name("=brine").exec()?;
@@ -265,7 +389,7 @@ pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
 /// or the error that ends the call.
 async fn answer(
     lua: &Lua,
-    no_rows: &mlua::Table,
+    shared: &SharedResults,
     ctx: &mut ProcCtx,
     yielded: MultiValue,
 ) -> Result<MultiValue> {
@@ -281,14 +405,17 @@ async fn answer(
     match op {
         request::EXEC | request::ONE => {
             let name = match it.next() {
-                Some(mlua::Value::String(s)) => s.to_str().map_err(lua_err)?.to_string(),
+                Some(mlua::Value::String(s)) => s,
                 _ => return Err(bad("a statement without its name")),
             };
+            // Borrowed from Lua, not copied: the string lives in the
+            // yielded values until the statement is answered.
+            let name = name.to_str().map_err(lua_err)?;
             let args = it.map(|v| from_lua(&v)).collect::<mlua::Result<Vec<_>>>();
             let args = args.map_err(|e| Error::Internal(format!("statement `{name}`: {e}")))?;
             let r = ctx.exec(&name, args).await?;
             let v = if op == request::EXEC {
-                mlua::Value::Table(result_table(lua, &r, Some(no_rows)).map_err(lua_err)?)
+                mlua::Value::Table(result_table(lua, &r, Some(shared)).map_err(lua_err)?)
             } else {
                 match r.rows.first() {
                     Some(row) => mlua::Value::Table(row_table(lua, row).map_err(lua_err)?),
@@ -321,6 +448,18 @@ pub fn new_state() -> Lua {
     lua
 }
 
+/// The globals bodies use most, made locals of their chunk (so upvalues
+/// of the function in it): an upvalue is an index where a global is a
+/// lookup by name in `_ENV` at every use.
+pub const BODY_LOCALS: &str = "exec, one, abort, begin_sub, end_sub, decimal, timestamp, NULL, \
+     ipairs, pairs, next, error, assert, tostring, tonumber, type, select, table, string, math";
+
+/// `chunk` with `names` (globals, comma-separated) as its locals, on its
+/// first line (so its line numbers are unchanged).
+pub fn with_locals(names: &str, chunk: &str) -> String {
+    format!("local {names} = {names}; {chunk}")
+}
+
 /// A body's source: its chunk (padded so Lua's line numbers are the
 /// file's) and its parameters' names.
 #[derive(Clone, Debug)]
@@ -343,7 +482,7 @@ impl BodySource {
             params.push_str(if params.is_empty() { "..." } else { ", ..." });
             text = format!("local {v} = {{...}} {text}");
         }
-        function_chunk(self.line, &params, &text)
+        with_locals(BODY_LOCALS, &function_chunk(self.line, &params, &text))
     }
 }
 
@@ -370,27 +509,57 @@ pub fn compile(lua: &Lua, file: &str, chunk: &str) -> std::result::Result<Functi
 /// run in (reset for each call, not made anew).
 struct Vm {
     lua: Lua,
-    bodies: HashMap<String, Function>,
+    bodies: FxHashMap<String, Function>,
     thread: Option<mlua::Thread>,
-    /// The rows of every result without any (`read_only_empty`).
-    no_rows: mlua::Table,
+    /// The results of statements without rows.
+    shared: SharedResults,
+    /// The heap size at which the state is collected before its next
+    /// call ([`Vm::collect_between_calls`]).
+    gc_limit: usize,
 }
+
+/// The most garbage a body state holds before it is collected between
+/// calls (less when its live heap is small, see `collect_between_calls`).
+const GC_SLACK: usize = 1 << 20;
 
 impl Vm {
     fn new(file: &str, sources: &[BodySource]) -> std::result::Result<Vm, String> {
         let lua = new_state();
+        // Collected between calls (`collect_between_calls`); Lua's own
+        // collector only as a backstop for a call that makes garbage
+        // without end, when the heap is ten times what was live.
+        lua.gc_inc(1000, 0, 0);
         install(&lua, true).map_err(|e| e.to_string())?;
-        let mut bodies = HashMap::new();
+        let mut bodies = FxHashMap::default();
         for s in sources {
             bodies.insert(s.procedure.clone(), compile(&lua, file, &s.chunk())?);
         }
-        let no_rows = read_only_empty(&lua).map_err(|e| e.to_string())?;
+        let shared = SharedResults::new(&lua).map_err(|e| e.to_string())?;
         Ok(Vm {
             lua,
             bodies,
             thread: None,
-            no_rows,
+            shared,
+            gc_limit: 0,
         })
+    }
+
+    /// A call's garbage is collected before a later call starts, when it
+    /// has grown past `gc_limit`, rather than by the collector's steps
+    /// inside calls: a body runs inside a transaction, with its locks
+    /// held, and a collection between calls holds none. It also costs
+    /// less: the live heap (the compiled bodies, mostly) is marked once
+    /// per `GC_SLACK` of garbage, where the generational collector marked
+    /// its young objects every few calls.
+    fn collect_between_calls(&mut self) {
+        if self.lua.used_memory() > self.gc_limit {
+            // A collection's error is a finalizer's; bodies have none.
+            let _ = self.lua.gc_collect();
+            // Below the backstop's threshold (ten times live), so that
+            // collections happen here, between calls.
+            let live = self.lua.used_memory();
+            self.gc_limit = live + (live * 8).clamp(GC_SLACK / 16, GC_SLACK);
+        }
     }
 }
 
@@ -416,7 +585,9 @@ impl Bodies {
     }
 
     fn take(&self) -> Result<Vm> {
-        if let Some(vm) = self.pool.lock().pop() {
+        let pooled = self.pool.lock().pop();
+        if let Some(mut vm) = pooled {
+            vm.collect_between_calls();
             return Ok(vm);
         }
         Vm::new(&self.file, &self.sources).map_err(Error::Internal)
@@ -455,7 +626,7 @@ impl Bodies {
                 if thread.status() != mlua::ThreadStatus::Resumable {
                     return values_of(yielded).map_err(internal);
                 }
-                input = answer(&vm.lua, &vm.no_rows, &mut ctx, yielded).await?;
+                input = answer(&vm.lua, &vm.shared, &mut ctx, yielded).await?;
             }
         }
         .await;

@@ -253,9 +253,10 @@ async fn a_body_aborted_by_concurrency_control_runs_again() {
     assert_eq!(left, Value::Int(0));
 }
 
-/// A result without rows shares one empty `rows` table between the
-/// statements of a body: a body cannot write into it (so nothing one
-/// body put there could show up in another's result).
+/// Results without rows are shared between the statements of a body (one
+/// per affected count): a body cannot write into them, their `rows` or
+/// their `affected` (so nothing one body put there could show up in
+/// another's result).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_of_a_write_are_read_only_and_empty() {
     let text = r#"name = "scribble"
@@ -271,6 +272,9 @@ statements.all = "SELECT id, stock FROM item"
 body = """
 local first = exec("take", id)
 local wrote = pcall(function() first.rows[1] = {99} end)
+-- Nor into the result itself: a later write's result is the same table.
+if pcall(function() first.affected = 7 end) then wrote = true end
+if pcall(function() first.rows = {{99}} end) then wrote = true end
 local second = exec("take", id)
 local read = exec("read", id)
 read.rows[2] = {"a result with rows is the body's own"}
@@ -312,4 +316,56 @@ return {wrote and 1 or 0, #second.rows, second.affected, read.rows[1][1], #read.
             Value::Int(1),
         ]
     );
+}
+
+/// Decimals keep their scale and exact arithmetic however many a body
+/// makes (a state keeps one Lua value per distinct decimal, up to a bound,
+/// and starts again past it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decimals_keep_their_scale_and_sum_exactly() {
+    let text = r#"name = "sums"
+schema = """
+CREATE TABLE item (id INT, price DECIMAL(8,2) NOT NULL, PRIMARY KEY (id)) PARTITION BY (id);
+"""
+
+[procedure.sums]
+params = ["n INT"]
+statements.price = "SELECT price FROM item WHERE id = $id"
+body = """
+local a, b = decimal("1.5"), decimal("1.50")
+local sum = decimal("0.00")
+for i = 1, n do sum = sum + decimal(i) + one("price", 1)[1] end
+return {tostring(a), tostring(b), a == b and 1 or 0, tostring(-b), sum}
+"""
+"#;
+    let f = AppFile::parse("sums.toml", text).expect("loads");
+    let c = Cluster::start(ClusterConfig::default(), f.application).expect("cluster");
+    c.load(
+        "item",
+        vec![vec![Value::Int(1), Value::Decimal(Decimal::new(125, 2))]],
+    )
+    .await
+    .expect("load");
+    for n in [3, 5000] {
+        let o = c
+            .client()
+            .call("sums", vec![Value::Int(n)])
+            .await
+            .expect("sums");
+        let expected = Decimal::new(n * (n + 1) / 2 * 100 + n * 125, 2);
+        assert_eq!(
+            o.values[..4],
+            [
+                Value::str("1.5"),
+                Value::str("1.50"),
+                Value::Int(1),
+                Value::str("-1.50"),
+            ]
+        );
+        assert_eq!(
+            o.values[4].as_decimal().map(|d| d.to_string()),
+            Some(expected.to_string()),
+            "n = {n}"
+        );
+    }
 }
