@@ -38,7 +38,7 @@ struct Inserted(Vec<(String, Vec<Row>)>);
 struct Dice(SmallRng);
 
 fn bench_globals(lua: &Lua) -> mlua::Result<()> {
-    install(lua, false)?;
+    install(lua)?;
     lua.globals().set(
         "random",
         lua.create_function(|lua, (lo, hi): (i64, i64)| {
@@ -438,7 +438,7 @@ struct CheckCluster(Cluster);
 async fn run_check(file: &str, check: &Chunk, cluster: &Cluster) -> Result<()> {
     let lua = lua::new_state();
     let setup = || -> mlua::Result<()> {
-        install(&lua, false)?;
+        install(&lua)?;
         let g = lua.globals();
         g.set(
             "query",

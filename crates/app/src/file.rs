@@ -322,6 +322,7 @@ impl AppFile {
                 variadic: variadic.clone(),
                 line: content_line(text, p.body.span()),
                 text: p.body.get_ref().clone(),
+                statements: p.statements.keys().cloned().collect(),
             });
             arities.push((params.len(), variadic.is_some()));
             params.extend(variadic.map(|v| format!("{v}...")));

@@ -350,13 +350,18 @@ mod request {
     pub const END_SUB: i64 = 5;
 }
 
-/// The body's functions, as requests to the engine (`request`).
+/// The body's functions, as requests to the engine (`request`). A
+/// statement's name travels as its number in the state's list of
+/// statement names (`ids`, given to the chunk), so the engine reads an
+/// integer rather than a string per statement; a name no procedure
+/// declares travels as itself, for the engine's error.
 fn prelude() -> String {
     use request::*;
     format!(
-        "local yield = coroutine.yield
-function exec(name, ...) return yield({EXEC}, name, ...) end
-function one(name, ...) return yield({ONE}, name, ...) end
+        "local ids = ...
+local yield = coroutine.yield
+function exec(name, ...) return yield({EXEC}, ids[name] or name, ...) end
+function one(name, ...) return yield({ONE}, ids[name] or name, ...) end
 function abort(reason) yield({ABORT}, tostring(reason)) end
 function begin_sub() yield({BEGIN_SUB}) end
 function end_sub() yield({END_SUB}) end
@@ -364,10 +369,8 @@ function end_sub() yield({END_SUB}) end
     )
 }
 
-/// The globals every state has: `decimal`, `NULL`, `timestamp`; with
-/// `engine`, the functions a body calls (`exec`, `one`, `abort`,
-/// `begin_sub`, `end_sub`).
-pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
+/// The globals every state has: `decimal`, `NULL`, `timestamp`.
+pub fn install(lua: &Lua) -> mlua::Result<()> {
     lua.set_app_data(Boxed::default());
     let g = lua.globals();
     g.set(
@@ -379,10 +382,20 @@ pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
         "timestamp",
         lua.create_function(|lua, micros: i64| to_lua(lua, &Value::Timestamp(micros)))?,
     )?;
-    if engine {
-        lua.load(prelude()).set_name("=brine").exec()?;
-    }
     Ok(())
+}
+
+/// The functions a body calls (`exec`, `one`, `abort`, `begin_sub`,
+/// `end_sub`), for a state whose statement names are `statements`
+/// (numbered from 1 in requests).
+fn install_requests(lua: &Lua, statements: &[String]) -> mlua::Result<()> {
+    let ids = lua.create_table_from(
+        statements
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (name.as_str(), i as i64 + 1)),
+    )?;
+    lua.load(prelude()).set_name("=brine").call(ids)
 }
 
 /// One request a body yielded, answered: the values to resume it with,
@@ -390,6 +403,7 @@ pub fn install(lua: &Lua, engine: bool) -> mlua::Result<()> {
 async fn answer(
     lua: &Lua,
     shared: &SharedResults,
+    statements: &[String],
     ctx: &mut ProcCtx,
     yielded: MultiValue,
 ) -> Result<MultiValue> {
@@ -404,13 +418,21 @@ async fn answer(
     let lua_err = |e: mlua::Error| Error::Internal(e.to_string());
     match op {
         request::EXEC | request::ONE => {
-            let name = match it.next() {
-                Some(mlua::Value::String(s)) => s,
+            let named = it.next();
+            let borrowed;
+            let name: &str = match &named {
+                Some(mlua::Value::Integer(id)) => usize::try_from(*id - 1)
+                    .ok()
+                    .and_then(|i| statements.get(i))
+                    .ok_or_else(|| bad("an unknown statement number"))?,
+                // Borrowed from Lua, not copied: the string lives in the
+                // yielded values until the statement is answered.
+                Some(mlua::Value::String(s)) => {
+                    borrowed = s.to_str().map_err(lua_err)?;
+                    &borrowed
+                }
                 _ => return Err(bad("a statement without its name")),
             };
-            // Borrowed from Lua, not copied: the string lives in the
-            // yielded values until the statement is answered.
-            let name = name.to_str().map_err(lua_err)?;
             let args = it.map(|v| from_lua(&v)).collect::<mlua::Result<Vec<_>>>();
             let args = args.map_err(|e| Error::Internal(format!("statement `{name}`: {e}")))?;
             let r = ctx.exec(&name, args).await?;
@@ -471,6 +493,8 @@ pub struct BodySource {
     /// The body's first line in the file.
     pub line: usize,
     pub text: String,
+    /// The names of the statements it declares.
+    pub statements: Vec<String>,
 }
 
 impl BodySource {
@@ -523,13 +547,18 @@ struct Vm {
 const GC_SLACK: usize = 1 << 20;
 
 impl Vm {
-    fn new(file: &str, sources: &[BodySource]) -> std::result::Result<Vm, String> {
+    fn new(
+        file: &str,
+        sources: &[BodySource],
+        statements: &[String],
+    ) -> std::result::Result<Vm, String> {
         let lua = new_state();
         // Collected between calls (`collect_between_calls`); Lua's own
         // collector only as a backstop for a call that makes garbage
         // without end, when the heap is ten times what was live.
         lua.gc_inc(1000, 0, 0);
-        install(&lua, true).map_err(|e| e.to_string())?;
+        install(&lua).map_err(|e| e.to_string())?;
+        install_requests(&lua, statements).map_err(|e| e.to_string())?;
         let mut bodies = FxHashMap::default();
         for s in sources {
             bodies.insert(s.procedure.clone(), compile(&lua, file, &s.chunk())?);
@@ -570,16 +599,26 @@ const POOL_MAX: usize = 256;
 pub struct Bodies {
     file: String,
     sources: Vec<BodySource>,
+    /// Every statement name any body declares, sorted: requests number
+    /// them from 1 (`install_requests`).
+    statements: Vec<String>,
     pool: Mutex<Vec<Vm>>,
 }
 
 impl Bodies {
     /// Compiles every body once: an error is the file's and line's.
     pub fn new(file: &str, sources: Vec<BodySource>) -> std::result::Result<Arc<Bodies>, String> {
-        let vm = Vm::new(file, &sources)?;
+        let mut statements: Vec<String> = sources
+            .iter()
+            .flat_map(|s| s.statements.iter().cloned())
+            .collect();
+        statements.sort_unstable();
+        statements.dedup();
+        let vm = Vm::new(file, &sources, &statements)?;
         Ok(Arc::new(Bodies {
             file: file.to_string(),
             sources,
+            statements,
             pool: Mutex::new(vec![vm]),
         }))
     }
@@ -590,7 +629,7 @@ impl Bodies {
             vm.collect_between_calls();
             return Ok(vm);
         }
-        Vm::new(&self.file, &self.sources).map_err(Error::Internal)
+        Vm::new(&self.file, &self.sources, &self.statements).map_err(Error::Internal)
     }
 
     /// Runs `procedure`'s body for one call: its coroutine resumed with
@@ -626,7 +665,7 @@ impl Bodies {
                 if thread.status() != mlua::ThreadStatus::Resumable {
                     return values_of(yielded).map_err(internal);
                 }
-                input = answer(&vm.lua, &vm.shared, &mut ctx, yielded).await?;
+                input = answer(&vm.lua, &vm.shared, &self.statements, &mut ctx, yielded).await?;
             }
         }
         .await;
