@@ -435,7 +435,7 @@ async fn answer(
             };
             let args = it.map(|v| from_lua(&v)).collect::<mlua::Result<Vec<_>>>();
             let args = args.map_err(|e| Error::Internal(format!("statement `{name}`: {e}")))?;
-            let r = ctx.exec(&name, args).await?;
+            let r = ctx.exec(name, args).await?;
             let v = if op == request::EXEC {
                 mlua::Value::Table(result_table(lua, &r, Some(shared)).map_err(lua_err)?)
             } else {
