@@ -369,3 +369,48 @@ return {tostring(a), tostring(b), a == b and 1 or 0, tostring(-b), sum}
         );
     }
 }
+
+/// A body runs only its own procedure's statements: one another
+/// procedure declares, and one nobody declares, are both refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_runs_only_its_own_statements() {
+    let text = r#"name = "own"
+schema = """
+CREATE TABLE item (id INT, stock INT NOT NULL, PRIMARY KEY (id)) PARTITION BY (id);
+"""
+
+[procedure.take]
+params = ["id INT"]
+statements.take = "UPDATE item SET stock = stock - 1 WHERE id = $id"
+body = """
+exec("take", id)
+"""
+
+[procedure.borrow]
+params = ["id INT", "which TEXT"]
+statements.read = "SELECT stock FROM item WHERE id = $id"
+body = """
+exec(which, id)
+"""
+"#;
+    let f = AppFile::parse("own.toml", text).expect("loads");
+    let c = Cluster::start(ClusterConfig::default(), f.application).expect("cluster");
+    c.load("item", vec![vec![Value::Int(1), Value::Int(5)]])
+        .await
+        .expect("load");
+    for which in ["take", "nowhere"] {
+        let e = c
+            .client()
+            .call("borrow", vec![Value::Int(1), Value::str(which)])
+            .await
+            .expect_err("not its statement");
+        assert!(
+            matches!(&e, Error::UndeclaredStatement { statement, .. } if statement == which),
+            "{which}: {e}"
+        );
+    }
+    c.client()
+        .call("borrow", vec![Value::Int(1), Value::str("read")])
+        .await
+        .expect("its own statement");
+}
