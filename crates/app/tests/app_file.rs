@@ -143,6 +143,22 @@ async fn shop() -> Cluster {
     c
 }
 
+/// The start of an application file with one table, `item (id, stock)`.
+const STOCK: &str = r#"name = "stock"
+schema = """
+CREATE TABLE item (id INT, stock INT NOT NULL, PRIMARY KEY (id)) PARTITION BY (id);
+"""
+"#;
+
+/// An embedded cluster running the application in `text` (as file
+/// `file`), with `rows` loaded into its table `item`.
+async fn started(file: &str, text: &str, rows: Vec<Vec<Value>>) -> Cluster {
+    let f = AppFile::parse(file, text).expect("loads");
+    let c = Cluster::start(ClusterConfig::default(), f.application).expect("cluster");
+    c.load("item", rows).await.expect("load");
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_run_statements_return_values_and_abort() {
     let c = shop().await;
@@ -259,10 +275,8 @@ async fn a_body_aborted_by_concurrency_control_runs_again() {
 /// another's result).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_of_a_write_are_read_only_and_empty() {
-    let text = r#"name = "scribble"
-schema = """
-CREATE TABLE item (id INT, stock INT NOT NULL, PRIMARY KEY (id)) PARTITION BY (id);
-"""
+    let text = STOCK.to_string()
+        + r#"
 
 [procedure.scribble]
 params = ["id INT"]
@@ -289,12 +303,10 @@ return {wrote and 1 or 0, #second.rows, second.affected, read.rows[1][1], #read.
         read.rows[1][2], #all.rows, sum, got[1], got[2], one("read", -1) == nil and 1 or 0}
 """
 "#;
-    let f = AppFile::parse("scribble.toml", text).expect("loads");
-    let c = Cluster::start(ClusterConfig::default(), f.application).expect("cluster");
     let rows = (1..=3000)
         .map(|i| vec![Value::Int(i), Value::Int(10)])
         .collect();
-    c.load("item", rows).await.expect("load");
+    let c = started("scribble.toml", &text, rows).await;
     let o = c
         .client()
         .call("scribble", vec![Value::Int(1)])
@@ -338,14 +350,12 @@ for i = 1, n do sum = sum + decimal(i) + one("price", 1)[1] end
 return {tostring(a), tostring(b), a == b and 1 or 0, tostring(-b), sum}
 """
 "#;
-    let f = AppFile::parse("sums.toml", text).expect("loads");
-    let c = Cluster::start(ClusterConfig::default(), f.application).expect("cluster");
-    c.load(
-        "item",
+    let c = started(
+        "sums.toml",
+        text,
         vec![vec![Value::Int(1), Value::Decimal(Decimal::new(125, 2))]],
     )
-    .await
-    .expect("load");
+    .await;
     for n in [3, 5000] {
         let o = c
             .client()
@@ -374,10 +384,8 @@ return {tostring(a), tostring(b), a == b and 1 or 0, tostring(-b), sum}
 /// procedure declares, and one nobody declares, are both refused by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_runs_only_its_own_statements() {
-    let text = r#"name = "own"
-schema = """
-CREATE TABLE item (id INT, stock INT NOT NULL, PRIMARY KEY (id)) PARTITION BY (id);
-"""
+    let text = STOCK.to_string()
+        + r#"
 
 [procedure.take]
 params = ["id INT"]
@@ -393,11 +401,7 @@ body = """
 exec(which, id)
 """
 "#;
-    let f = AppFile::parse("own.toml", text).expect("loads");
-    let c = Cluster::start(ClusterConfig::default(), f.application).expect("cluster");
-    c.load("item", vec![vec![Value::Int(1), Value::Int(5)]])
-        .await
-        .expect("load");
+    let c = started("own.toml", &text, vec![vec![Value::Int(1), Value::Int(5)]]).await;
     for which in ["take", "nowhere"] {
         let e = c
             .client()
