@@ -186,15 +186,43 @@ enum Shape {
     Row,
 }
 
+/// The most decimals and timestamps one `build` passes on Lua's stack
+/// (which holds at most a million values); a result with more is built a
+/// row at a time.
+const MAX_BOXED: usize = 8192;
+
 /// Builds `rows` as Lua tables with Lua's C API, under one lock of the
 /// state and without a reference per value: integers, strings and NULL
 /// are pushed as they are; decimals and timestamps, which are mlua
 /// userdata, are made first and passed in as the call's arguments.
 fn build(lua: &Lua, rows: &[&[Value]], shape: Shape) -> mlua::Result<mlua::Table> {
+    let is_boxed = |v: &&Value| matches!(v, Value::Decimal(_) | Value::Timestamp(_));
+    if let Shape::Result(affected) = shape {
+        if rows
+            .iter()
+            .flat_map(|row| row.iter())
+            .filter(is_boxed)
+            .count()
+            > MAX_BOXED
+        {
+            // Too many to pass on Lua's stack at once: a row at a time.
+            let tables = rows
+                .iter()
+                .map(|row| build(lua, &[row], Shape::Row))
+                .collect::<mlua::Result<Vec<_>>>()?;
+            return lua.create_table_from([
+                (
+                    "rows",
+                    mlua::Value::Table(lua.create_sequence_from(tables)?),
+                ),
+                ("affected", mlua::Value::Integer(affected as i64)),
+            ]);
+        }
+    }
     let boxed = rows
         .iter()
         .flat_map(|row| row.iter())
-        .filter(|v| matches!(v, Value::Decimal(_) | Value::Timestamp(_)))
+        .filter(is_boxed)
         .map(|v| to_lua(lua, v))
         .collect::<mlua::Result<MultiValue>>()?;
     let n_boxed = boxed.len() as i32;

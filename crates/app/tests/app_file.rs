@@ -332,7 +332,7 @@ return {wrote and 1 or 0, #second.rows, second.affected, read.rows[1][1], #read.
 
 /// Decimals keep their scale and exact arithmetic however many a body
 /// makes (a state keeps one Lua value per distinct decimal, up to a bound,
-/// and starts again past it).
+/// and starts again past it), and however many one result holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decimals_keep_their_scale_and_sum_exactly() {
     let text = r#"name = "sums"
@@ -349,13 +349,27 @@ local sum = decimal("0.00")
 for i = 1, n do sum = sum + decimal(i) + one("price", 1)[1] end
 return {tostring(a), tostring(b), a == b and 1 or 0, tostring(-b), sum}
 """
+
+[procedure.total]
+statements.all = "SELECT id, price FROM item"
+body = """
+local rows, total = exec("all").rows, decimal("0.00")
+for _, r in ipairs(rows) do total = total + r[2] end
+return {#rows, total}
+"""
 "#;
-    let c = started(
-        "sums.toml",
-        text,
-        vec![vec![Value::Int(1), Value::Decimal(Decimal::new(125, 2))]],
-    )
-    .await;
+    // More decimals in one result than are passed to Lua at once.
+    let items = 10_000;
+    let rows = (1..=items)
+        .map(|i| vec![Value::Int(i), Value::Decimal(Decimal::new(125, 2))])
+        .collect();
+    let c = started("sums.toml", text, rows).await;
+    let o = c.client().call("total", vec![]).await.expect("total");
+    assert_eq!(o.values[0], Value::Int(items));
+    assert_eq!(
+        o.values[1].as_decimal().map(|d| d.to_string()),
+        Some(Decimal::new(items * 125, 2).to_string())
+    );
     for n in [3, 5000] {
         let o = c
             .client()
