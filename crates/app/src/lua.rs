@@ -196,16 +196,12 @@ const MAX_BOXED: usize = 8192;
 /// are pushed as they are; decimals and timestamps, which are mlua
 /// userdata, are made first and passed in as the call's arguments.
 fn build(lua: &Lua, rows: &[&[Value]], shape: Shape) -> mlua::Result<mlua::Table> {
-    let is_boxed = |v: &&Value| matches!(v, Value::Decimal(_) | Value::Timestamp(_));
-    if let Shape::Result(affected) = shape {
-        if rows
-            .iter()
-            .flat_map(|row| row.iter())
-            .filter(is_boxed)
-            .count()
-            > MAX_BOXED
-        {
-            // Too many to pass on Lua's stack at once: a row at a time.
+    let mut boxed = MultiValue::new();
+    let values = rows.iter().flat_map(|row| row.iter());
+    for v in values.filter(|v| matches!(v, Value::Decimal(_) | Value::Timestamp(_))) {
+        // Too many to pass on Lua's stack at once: a row at a time (a
+        // single row never has this many).
+        if let (true, Shape::Result(affected)) = (boxed.len() == MAX_BOXED, &shape) {
             let tables = rows
                 .iter()
                 .map(|row| build(lua, &[row], Shape::Row))
@@ -215,16 +211,11 @@ fn build(lua: &Lua, rows: &[&[Value]], shape: Shape) -> mlua::Result<mlua::Table
                     "rows",
                     mlua::Value::Table(lua.create_sequence_from(tables)?),
                 ),
-                ("affected", mlua::Value::Integer(affected as i64)),
+                ("affected", mlua::Value::Integer(*affected as i64)),
             ]);
         }
+        boxed.push_back(to_lua(lua, v)?);
     }
-    let boxed = rows
-        .iter()
-        .flat_map(|row| row.iter())
-        .filter(is_boxed)
-        .map(|v| to_lua(lua, v))
-        .collect::<mlua::Result<MultiValue>>()?;
     let n_boxed = boxed.len() as i32;
     // SAFETY: `f` runs in protected mode on a stack holding the `n_boxed`
     // userdata at 1..=n_boxed, with LUA_MINSTACK (20) free slots, of which
