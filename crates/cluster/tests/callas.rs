@@ -21,7 +21,7 @@ const FIG_4_2: &str = "g1:chop=t1,t2;g2:2pl=t3";
 
 /// Fig. 4.2: T1 writes a and pauses; T2 (T1's group) writes a after it and
 /// writes b, and commits; T3 (the other group) reads b and writes c; T1
-/// reads c. Returns (whether T3 had to wait for T1, what T3 read of b, what
+/// reads c (a, b, c: `callas_common::app`). Returns (whether T3 had to wait for T1, what T3 read of b, what
 /// T1 read of c, the checker's report).
 async fn fig_4_2(mutation: Option<Mutation>) -> (bool, i64, i64, brine_check::Report) {
     let dir = tempfile::tempdir().expect("tmp");
@@ -138,6 +138,30 @@ async fn a_grouping_naming_an_unknown_procedure_is_refused() {
         .expect("refused")
         .to_string();
     assert!(e.contains("`nope`"), "{e}");
+}
+
+/// `chop` commits every statement on its own: a group whose finest
+/// chopping has an SC-cycle (two `stocked` calls each write stock rows
+/// and add to and read the district counter) could have two transactions
+/// each depend on the other, which no release order can serve. It is
+/// refused, with the cycle and what runs the group instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chop_group_whose_chopping_has_an_sc_cycle_is_refused() {
+    let e = Cluster::start(
+        config("g1:chop=stocked;g2:2pl=t3", None, None),
+        app(Gates::default()),
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(e.contains("group `g1`") && e.contains("SC-cycle"), "{e}");
+    assert!(e.contains("stocked") && e.contains("`sc`"), "{e}");
+    // The same procedures chopped without SC-cycles run.
+    let c = Cluster::start(
+        config("g1:sc=stocked;g2:2pl=t3", None, None),
+        app(Gates::default()),
+    );
+    assert!(c.is_ok(), "{:?}", c.err());
 }
 
 // Classic transaction chopping (`sc`): the group's chopping cuts sc_set

@@ -20,16 +20,22 @@ CREATE TABLE district (d INT NOT NULL, next INT NOT NULL, PRIMARY KEY (d)) PARTI
 CREATE TABLE orders (o INT NOT NULL, d INT NOT NULL, PRIMARY KEY (o)) PARTITION BY (o);
 CREATE TABLE stock (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
 CREATE TABLE wh (w INT NOT NULL, ytd INT NOT NULL, name INT NOT NULL, PRIMARY KEY (w)) PARTITION BY (w);
+CREATE TABLE cell (k INT NOT NULL, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);
 ";
 
 pub const A: i64 = 1;
 pub const B: i64 = 2;
 pub const C: i64 = 3;
 
-/// T1 writes a, waits at gate `t1`, then reads c (returned). T2 writes a
-/// and b. T3 reads b (returned) and writes c. T1 and T2 are in group
+/// Seed 000 Fig. 4.2's transactions, with a = kv row A, b = district 1's
+/// `next` and c = cell row C (a table only T1 and T3 use): T1 writes a,
+/// waits at gate `t1`, then reads c (returned). T2 adds 20 to a and to b.
+/// T3 reads b (returned) and writes 30 into c. T1 and T2 are in group
 /// `g1` (chopped: each statement commits on its own, so T2 can go ahead
-/// of the unfinished T1), T3 in group `g2` (2PL).
+/// of the unfinished T1), T3 in group `g2` (2PL). Their finest chopping
+/// has no SC-cycle (T2's increments commute with each other, and no
+/// statement of the group writes c), so `chop` runs them; the cycle the
+/// figure is about spans the two groups.
 pub fn app(gates: Gates) -> Application {
     let gates_for_order = gates.clone();
     let gates_for_sc = gates.clone();
@@ -39,7 +45,7 @@ pub fn app(gates: Gates) -> Application {
         procedures: vec![
             ProcedureDef::new("t1")
                 .statement("set", "UPDATE kv SET v = $v WHERE k = $k")
-                .statement("get", "SELECT v FROM kv WHERE k = $k")
+                .statement("get", "SELECT v FROM cell WHERE k = $k")
                 .body(move |mut ctx, _| {
                     let gates = gates.clone();
                     async move {
@@ -50,17 +56,19 @@ pub fn app(gates: Gates) -> Application {
                     }
                 }),
             ProcedureDef::new("t2")
-                .statement("set", "UPDATE kv SET v = $v WHERE k = $k")
+                .statement("add", "UPDATE kv SET v = v + $n WHERE k = $k")
+                .statement("bump", "UPDATE district SET next = next + $n WHERE d = $d")
                 .body(|mut ctx, _| async move {
-                    ctx.exec("set", vec![Value::Int(20), Value::Int(A)]).await?;
-                    ctx.exec("set", vec![Value::Int(20), Value::Int(B)]).await?;
+                    ctx.exec("add", vec![Value::Int(20), Value::Int(A)]).await?;
+                    ctx.exec("bump", vec![Value::Int(20), Value::Int(1)])
+                        .await?;
                     Ok(vec![])
                 }),
             ProcedureDef::new("t3")
-                .statement("set", "UPDATE kv SET v = $v WHERE k = $k")
-                .statement("get", "SELECT v FROM kv WHERE k = $k")
+                .statement("get", "SELECT next FROM district WHERE d = $d")
+                .statement("set", "UPDATE cell SET v = $v WHERE k = $k")
                 .body(|mut ctx, _| async move {
-                    let b = ctx.exec("get", vec![Value::Int(B)]).await?;
+                    let b = ctx.exec("get", vec![Value::Int(1)]).await?;
                     ctx.exec("set", vec![Value::Int(30), Value::Int(C)]).await?;
                     Ok(vec![b.rows[0][0].clone()])
                 }),
@@ -324,6 +332,8 @@ pub async fn start(cfg: ClusterConfig, gates: Gates) -> Cluster {
     c.load("kv", rows).await.expect("load");
     let rows = (0..8).map(|k| vec![Value::Int(k), Value::Int(0)]).collect();
     c.load("stock", rows).await.expect("load");
+    let rows = (0..8).map(|k| vec![Value::Int(k), Value::Int(0)]).collect();
+    c.load("cell", rows).await.expect("load");
     let districts = (1..=2)
         .map(|d| vec![Value::Int(d), Value::Int(0)])
         .collect();

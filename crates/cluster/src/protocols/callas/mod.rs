@@ -215,8 +215,9 @@ impl CallasMsg {
 /// Callas' counters. At the coordinators: times a Runtime Pipelining group
 /// went rollback-safe; pieces that waited for a transaction they depend on
 /// to reach their rank (or commit), and for how long; commits that waited
-/// for a transaction they depend on to commit, and for how long. At the
-/// partitions: rank waits held there (`CallasStmt::after_rank`), and for
+/// for a transaction they depend on to commit, and for how long; cycles of
+/// nexus release waits (a bug if ever counted). At the partitions: rank
+/// waits held there (`CallasStmt::after_rank`), and for
 /// how long.
 const COUNTERS: &[Counter] = &[
     counter(
@@ -234,6 +235,10 @@ const COUNTERS: &[Counter] = &[
         COMMIT_WAIT_NS,
         1000,
     ),
+    // Cycles of nexus release waits: none in any execution (see
+    // `NexusBoard::wait_in_order`); one counted here is a bug, and fails
+    // `brine bench --check`.
+    counter("release_cycles", Kept::Coordinator, RELEASE_CYCLES, 1),
     counter("rank_holds", Kept::Partition, RANK_HOLDS, 1),
     counter("rank_hold_us_total", Kept::Partition, RANK_HOLD_NS, 1000),
 ];
@@ -242,6 +247,7 @@ const RANK_WAITS: usize = 1;
 const RANK_WAIT_NS: usize = 2;
 const COMMIT_WAITS: usize = 3;
 const COMMIT_WAIT_NS: usize = 4;
+const RELEASE_CYCLES: usize = 5;
 const RANK_HOLDS: usize = 0;
 const RANK_HOLD_NS: usize = 1;
 

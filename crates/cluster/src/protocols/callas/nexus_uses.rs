@@ -36,10 +36,15 @@ use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 
 /// The columns one transaction used on one row or range (bit `c` for
-/// column `c`; columns past 63 share bit 63).
+/// column `c`; columns past 63 share bit 63), in one of its pieces.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ColUse {
     pub txn: TxnId,
+    /// The piece that used them: under `chop` and `sc` a piece is a
+    /// transaction of its own (`Ending::Sub`), which may roll back while
+    /// the pieces before it stay committed; its uses then go, and only
+    /// its own ([`NexusUses::forget_piece`]). Otherwise `txn` itself.
+    pub piece: TxnId,
     pub read: u64,
     /// Written other than by a blind increment.
     pub write: u64,
@@ -51,7 +56,7 @@ pub(crate) struct ColUse {
 }
 
 impl ColUse {
-    pub fn of(txn: TxnId, a: &AccessDescriptor) -> ColUse {
+    pub fn of(txn: TxnId, piece: TxnId, a: &AccessDescriptor) -> ColUse {
         let mask = |cols: &[usize]| cols.iter().fold(0u64, |m, &c| m | 1u64 << c.min(63));
         let written = mask(&a.columns_written);
         // A blind increment reads the column it adds to only to add: it
@@ -65,6 +70,7 @@ impl ColUse {
         };
         ColUse {
             txn,
+            piece,
             read: mask(&a.columns_read) & !unread,
             write,
             add,
@@ -212,14 +218,22 @@ impl NexusUses {
     }
 
     /// Records that `mine.txn` used `target` as `mine` says (merged with
-    /// what it used there before).
+    /// what the same piece used there before).
     pub fn record(&mut self, target: &LockTarget, mine: ColUse) {
         if let Some(uses) = self.by_target.get_mut(target) {
-            if let Some(u) = uses.iter_mut().find(|u| u.txn == mine.txn) {
+            if let Some(u) = uses
+                .iter_mut()
+                .find(|u| u.txn == mine.txn && u.piece == mine.piece)
+            {
                 u.merge(&mine);
                 return;
             }
+            let listed = uses.iter().any(|u| u.txn == mine.txn);
             uses.push(mine);
+            if listed {
+                // Another piece of it used the target: listed already.
+                return;
+            }
         } else {
             self.by_target
                 .insert(target.clone(), SmallVec::from_elem(mine, 1));
@@ -231,33 +245,52 @@ impl NexusUses {
             .push(target.clone());
     }
 
-    /// `txn` no longer holds `targets`: what it used there is forgotten
-    /// (the rest of what it used stays).
-    pub fn forget_targets(&mut self, txn: TxnId, targets: &[LockTarget]) {
+    /// `piece` of `txn` rolled back: what it used is forgotten, and only
+    /// that. The transaction's earlier pieces stay committed, and what
+    /// they used stays, on the same rows too: a dependency on the
+    /// rolled-back piece alone would tie later transactions to one that
+    /// never wrote what they depend on, and could close a cycle of
+    /// release waits that no execution had.
+    pub fn forget_piece(&mut self, txn: TxnId, piece: TxnId) {
+        let Some(targets) = self.by_txn.remove(&txn) else {
+            return;
+        };
+        let mut kept = Vec::with_capacity(targets.len());
         for t in targets {
-            self.forget_use(txn, t);
+            if self.forget_use(&t, txn, |u| u.piece == piece) {
+                kept.push(t);
+            }
         }
-        if let Some(rows) = self.by_txn.get_mut(&txn) {
-            rows.retain(|r| !targets.contains(r));
+        if !kept.is_empty() {
+            self.by_txn.insert(txn, kept);
         }
     }
 
     /// `txn` holds nothing here any more.
     pub fn forget_txn(&mut self, txn: TxnId) {
         for t in self.by_txn.remove(&txn).unwrap_or_default() {
-            self.forget_use(txn, &t);
+            self.forget_use(&t, txn, |_| true);
         }
     }
 
-    fn forget_use(&mut self, txn: TxnId, target: &LockTarget) {
+    /// Drops the uses of `target` by `txn` that `gone` picks; whether a
+    /// use by `txn` is left there.
+    fn forget_use(
+        &mut self,
+        target: &LockTarget,
+        txn: TxnId,
+        gone: impl Fn(&ColUse) -> bool,
+    ) -> bool {
         let Some(uses) = self.by_target.get_mut(target) else {
-            return;
+            return false;
         };
-        uses.retain(|u| u.txn != txn);
+        uses.retain(|u| u.txn != txn || !gone(u));
+        let left = uses.iter().any(|u| u.txn == txn);
         if uses.is_empty() {
             self.by_target.remove(target);
             self.unindex(target);
         }
+        left
     }
 
     /// A target got its first use.
@@ -379,6 +412,7 @@ mod tests {
     fn scan(txn: u64) -> ColUse {
         ColUse {
             txn: t(txn),
+            piece: t(txn),
             read: 0b11,
             write: 0,
             add: 0,
@@ -389,6 +423,7 @@ mod tests {
     fn update(txn: u64) -> ColUse {
         ColUse {
             txn: t(txn),
+            piece: t(txn),
             read: 0,
             write: 0b10,
             add: 0,
@@ -399,6 +434,7 @@ mod tests {
     fn insert(txn: u64) -> ColUse {
         ColUse {
             txn: t(txn),
+            piece: t(txn),
             read: 0,
             write: 0,
             add: 0,
@@ -501,10 +537,55 @@ mod tests {
             conflicts(&mut uses, &point(3), &update(3), true),
             [(2, SEES)]
         );
-        uses.forget_targets(t(2), &[point(3)]);
-        assert!(uses.by_target.is_empty() && uses.by_txn.get(&t(2)).is_none_or(Vec::is_empty));
+        uses.forget_txn(t(2));
+        assert!(uses.by_target.is_empty() && uses.by_txn.is_empty());
         let space = &uses.spaces[&(TABLE, IndexId::PRIMARY)];
         assert!(space.ranges.is_empty());
         assert!(space.ordered.as_ref().is_some_and(BTreeSet::is_empty));
+    }
+
+    /// A rolled-back piece's uses go, and only its own: the piece before
+    /// it stays committed, and so does what it used on the same row.
+    #[test]
+    fn a_rolled_back_piece_leaves_the_uses_of_the_pieces_before_it() {
+        let mut uses = NexusUses::default();
+        let (owner, first, second) = (t(1), t(11), t(12));
+        // The first piece read row 3 and committed; the second wrote rows
+        // 3 and 4, then rolled back.
+        uses.record(
+            &point(3),
+            ColUse {
+                piece: first,
+                ..scan(1)
+            },
+        );
+        uses.record(
+            &point(3),
+            ColUse {
+                piece: second,
+                ..update(1)
+            },
+        );
+        uses.record(
+            &point(4),
+            ColUse {
+                piece: second,
+                ..update(1)
+            },
+        );
+        assert_eq!(conflicts(&mut uses, &point(3), &scan(2), true), [(1, SEES)]);
+        uses.forget_piece(owner, second);
+        // No write of row 3 or 4 is left to depend on; the first piece's
+        // read still counts against a writer.
+        assert_eq!(conflicts(&mut uses, &point(3), &scan(2), true), []);
+        assert_eq!(conflicts(&mut uses, &point(4), &scan(2), true), []);
+        assert_eq!(
+            conflicts(&mut uses, &point(3), &update(2), true),
+            [(1, ANTI)]
+        );
+        assert!(!uses.by_target.contains_key(&point(4)));
+        assert_eq!(uses.by_txn[&owner], [point(3)]);
+        uses.forget_txn(owner);
+        assert!(uses.by_target.is_empty() && uses.by_txn.is_empty());
     }
 }

@@ -166,12 +166,14 @@ fn end_incremented_rows(p: &mut Partition<CallasRules>, stmt: &Stmt) {
         if p.needs[i].access != Access::Write {
             continue;
         }
-        let only_added = p
+        let (write, add) = p
             .rules
             .nexus
             .on(&p.needs[i].target)
             .iter()
-            .any(|u| u.txn == owner && u.write == 0 && u.add != 0);
+            .filter(|u| u.txn == owner)
+            .fold((0, 0), |(w, a), u| (w | u.write, a | u.add));
+        let only_added = write == 0 && add != 0;
         if only_added {
             let target = p.needs[i].target.clone();
             p.locks.downgrade(
@@ -195,7 +197,7 @@ fn end_incremented_rows(p: &mut Partition<CallasRules>, stmt: &Stmt) {
 /// (Runtime Pipelining) take this transaction down if they abort.
 fn member_granted(p: &mut Partition<CallasRules>, stmt: &mut Stmt, need: &LockNeed, g: u32) {
     let owner = stmt.owner;
-    let mine = ColUse::of(owner, stmt.plan.access());
+    let mine = ColUse::of(owner, stmt.txn, stmt.plan.access());
     let serializable = stmt.lock.serializable;
     let ranges = !p.rules.exact;
     let rules = &mut p.rules;
@@ -353,9 +355,9 @@ impl Rules for CallasRules {
     /// them as its group's nexus locks until the release order lets them
     /// go (`Release`), and so does every committed piece of a chopped one;
     /// a rolled-back piece's locks go (the nexus locks of the pieces
-    /// before it stay), and with them what it was recorded to have used;
-    /// a transaction that keeps nothing (nothing to wait for), or aborts,
-    /// lets them go now.
+    /// before it stay), and with them what it was recorded to have used,
+    /// on those rows too (`NexusUses::forget_piece`); a transaction that
+    /// keeps nothing (nothing to wait for), or aborts, lets them go now.
     fn end_locks(p: &mut Partition<Self>, txn: TxnId, ending: Ending, commit: bool) {
         let owner = ending.owner(txn);
         let Some(&g) = p.rules.groups.get(&owner) else {
@@ -367,10 +369,9 @@ impl Rules for CallasRules {
         };
         match ending {
             Ending::Sub { .. } if !commit => {
-                let gone = p
-                    .locks
+                p.locks
                     .release_class(owner, LockClass::Member(g), &mut p.wakeups);
-                p.rules.nexus.forget_targets(owner, &gone);
+                p.rules.nexus.forget_piece(owner, txn);
             }
             Ending::Sub { .. } | Ending::Keep if commit => {
                 p.locks.downgrade_all(

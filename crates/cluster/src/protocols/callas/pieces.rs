@@ -327,6 +327,72 @@ impl SafeMode {
 /// group"). The notes the analysis keeps for the built-in workloads
 /// (`brine_analysis::workloads`) are used when the application is one of
 /// them.
+/// A `chop` group commits every statement on its own, so its executions
+/// are serializable only if that finest chopping has no SC-cycle among
+/// the group's procedures (two instances of each, as any mix of them may
+/// run at once; a statement in a loop counts as two pieces, one per
+/// iteration). Otherwise two of its transactions can each depend on the
+/// other, after both committed pieces that cannot be undone; their nexus
+/// release waits would then form a cycle that neither the release order
+/// nor an abort can resolve. Such a group is refused, naming the cycle;
+/// `sc` (the finest chopping without SC-cycles) runs it.
+fn check_chop(
+    g: &super::GroupDef,
+    app: &str,
+    ddl: &str,
+    procedures: &[crate::ProcedureDef],
+) -> Result<()> {
+    use brine_analysis::{classic, Piece, ProcChopping, ProcSource, Refinements};
+    let sources: Vec<ProcSource> = g
+        .procedures
+        .iter()
+        .filter_map(|name| procedures.iter().find(|d| &d.name == name))
+        .map(crate::ProcedureDef::source)
+        .collect();
+    let (_, specs) =
+        brine_analysis::workloads::specs_with_notes(app, ddl, &sources).map_err(|e| {
+            Error::Config(format!(
+                "group `{}`: the chopping analysis failed: {e}",
+                g.name
+            ))
+        })?;
+    let choppings: Vec<ProcChopping> = specs
+        .iter()
+        .map(|spec| {
+            let looped: HashSet<usize> = spec.loops().iter().flatten().copied().collect();
+            let pieces = (0..spec.ops.len())
+                .flat_map(|op| {
+                    let runs = if looped.contains(&op) { 2 } else { 1 };
+                    (0..runs).map(move |_| Piece {
+                        ops: vec![op],
+                        ranks: None,
+                    })
+                })
+                .collect();
+            ProcChopping {
+                procedure: spec.name.clone(),
+                pieces,
+            }
+        })
+        .collect();
+    let refs: Vec<&brine_analysis::ProcSpec> = specs.iter().collect();
+    let refinements = Refinements {
+        larger_first: false,
+        ..Refinements::ALL
+    };
+    let instances = classic::two_of_each(specs.len());
+    match classic::find_sc_cycle(&refs, &choppings, &instances, refinements, false) {
+        None => Ok(()),
+        Some(cycle) => Err(Error::Config(format!(
+            "group `{}`: `chop` commits each statement on its own, but these pieces form an \
+             SC-cycle, so two of the group's transactions could each depend on the other (not \
+             serializable, and no release order between them): {cycle}. Run the group as `sc` \
+             (the finest chopping without SC-cycles) or `rp`",
+            g.name
+        ))),
+    }
+}
+
 pub fn plan_pieces(
     grouping: &Grouping,
     app: &str,
@@ -337,6 +403,13 @@ pub fn plan_pieces(
     use brine_analysis::workloads::specs_with_notes;
     use brine_analysis::{analyze_group, classic, ProcSource, Refinements};
     let mut out = HashMap::new();
+    for g in grouping
+        .groups
+        .iter()
+        .filter(|g| g.mechanism == Mechanism::Chop)
+    {
+        check_chop(g, app, ddl, procedures)?;
+    }
     for g in grouping
         .groups
         .iter()

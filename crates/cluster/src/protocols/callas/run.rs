@@ -266,7 +266,10 @@ async fn release_in_order(
 ) {
     let board = callas_of(&shared).board.clone();
     for t in after {
-        board.wait_in_order(txn, t).await;
+        let counters = &shared.counters.protocol;
+        board
+            .wait_in_order(txn, t, || counters.add(super::RELEASE_CYCLES, 1))
+            .await;
     }
     let acks = futures::future::join_all(participants.iter().map(|&p| {
         shared.request(node, p, move |reply| PartitionMsg::Release {

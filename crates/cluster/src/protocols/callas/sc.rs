@@ -65,6 +65,10 @@ pub struct ScRun {
     cursor: usize,
     /// Length of the attempt's recorded history when the piece opened.
     rec_mark: usize,
+    /// How many same-group transactions it depended on when the piece
+    /// opened (`CallasState::after`): a rolled-back piece's dependencies
+    /// go with it.
+    after_mark: usize,
     /// Re-runs of the current piece.
     reruns: u32,
     /// The open piece has a statement that writes.
@@ -181,6 +185,7 @@ pub(super) async fn exec(
         let lock_class = st.lock_class;
         let c = state_mut(&mut st).expect("callas state");
         c.piece = Some((k, None));
+        let after_mark = c.after.len();
         let seq = c.seq;
         c.seq += 1;
         let run = c.sc.as_mut().expect("sc state");
@@ -197,6 +202,7 @@ pub(super) async fn exec(
                 let sub = shared.new_txn(Some(owner.ts));
                 run.sub = Some(sub);
                 run.rec_mark = mark;
+                run.after_mark = after_mark;
                 run.open_writes = false;
                 sub
             }
@@ -308,11 +314,17 @@ pub(super) async fn body_done<T>(
     let (protected, reruns) = {
         let mut st = state.lock();
         let (mark, protected, reruns) = {
-            let run = run_of(&mut st);
+            let c = state_mut(&mut st).expect("callas state");
+            let run = c.sc.as_mut().expect("sc state");
             run.results.truncate(run.committed);
             run.cursor = 0;
             run.reruns += 1;
-            (run.rec_mark, run.protected, run.reruns)
+            let (marks, after_mark) = ((run.rec_mark, run.protected, run.reruns), run.after_mark);
+            // What only the rolled-back piece depended on is no dependency
+            // of the transaction (its partitions forgot the piece's uses
+            // likewise, `NexusUses::forget_piece`).
+            c.forget_after(after_mark);
+            marks
         };
         if let Some(rec) = &mut st.rec {
             rec.ops.truncate(mark);

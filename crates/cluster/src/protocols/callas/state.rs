@@ -54,6 +54,22 @@ impl CallasState {
         }
     }
 
+    /// Drops the dependencies noted after the first `mark` (those of a
+    /// piece that rolled back).
+    pub fn forget_after(&mut self, mark: usize) {
+        if mark >= self.after.len() {
+            return;
+        }
+        let gone: SmallVec<[Arc<Progress>; 4]> =
+            self.deps[mark..].iter().flatten().cloned().collect();
+        self.after.truncate(mark);
+        self.deps.truncate(mark);
+        self.progress
+            .below
+            .lock()
+            .retain(|p| !gone.iter().any(|g| Arc::ptr_eq(g, p)));
+    }
+
     /// The partitions of the current piece (Runtime Pipelining: they learn
     /// it ended; `sc`: they commit it).
     pub fn touch(&mut self, p: usize) {
