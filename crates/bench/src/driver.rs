@@ -9,10 +9,12 @@
 //!                                          stats snapshot ^                  ^
 //! ```
 //!
-//! Guarantees: every point starts from the same initial data and the same
-//! request streams (client RNGs are seeded from the cluster seed, the
-//! variant, the client count and the client index, not the protocol), so
-//! protocols are compared on identical work. A call completing inside the
+//! Guarantees: every point starts from the same initial data (except a
+//! run against a running cluster that holds its data already, which may
+//! start from it: `prepare_data`) and the same request streams (client
+//! RNGs are seeded from the cluster seed, the variant, the client count
+//! and the client index, not the protocol), so protocols are compared on
+//! identical work. A call completing inside the
 //! measured interval is recorded; the cluster's counters (aborts by cause,
 //! retries, statements, lock waits) and the link's measured delay are
 //! sampled at the interval's edges. A call failing for any reason other
@@ -36,7 +38,7 @@ use crate::cpu::{CpuPoint, CpuSample};
 use crate::error::{BenchError, Result};
 use crate::recorder::{round2, Recorder};
 use crate::report::{BenchReport, PointResult};
-use crate::spec::{deadlock_name, parse_entry, BenchSpec, Label};
+use crate::spec::{deadlock_name, parse_entry, BenchSpec, Label, LoadPolicy};
 use crate::workload::{ClientGen, TxnRequest, Workload};
 
 /// Requests a deferred queue holds before clients handing it more wait.
@@ -162,19 +164,21 @@ async fn measure_point(
     let isolation = config.isolation.to_string();
     let cluster = match &spec.remote {
         Some(remote) => remote
+            .cluster
             .connect(config, workload.application())
             .map_err(BenchError::cluster("connecting to the cluster"))?,
         None => Cluster::start(config, workload.application())
             .map_err(BenchError::cluster("starting the embedded cluster"))?,
     };
     let load_started = Instant::now();
-    workload.load(&cluster).await?;
+    let data = prepare_data(spec, workload, &cluster).await?;
     tracing::info!(
         workload = workload.name(),
         %protocol,
         clients,
         load_ms = load_started.elapsed().as_millis() as u64,
-        "loaded"
+        data,
+        "data ready"
     );
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -259,8 +263,9 @@ async fn measure_point(
 
     let (check, failed_check) = if spec.check {
         // The workload's invariants, then the engine's own: every
-        // secondary index agrees with its rows on every partition, and
-        // every transaction's lock state went with it.
+        // secondary index agrees with its rows on every partition, every
+        // transaction's lock state went with it, and the protocol's
+        // counters show none of its rules broken.
         let settled = cluster.protocol().quiesce(Duration::from_secs(30)).await;
         let checked = match settled.map_err(BenchError::cluster("settling before the check")) {
             Err(e) => Err(e),
@@ -271,7 +276,13 @@ async fn measure_point(
                 Ok(()) => cluster
                     .locks_released(Duration::from_secs(5))
                     .await
-                    .map_err(|e| BenchError::Invariant(format!("lock tables: {e}"))),
+                    .map_err(|e| BenchError::Invariant(format!("lock tables: {e}")))
+                    .and_then(|()| {
+                        cluster
+                            .protocol()
+                            .rules_kept(&cluster.stats())
+                            .map_err(|e| BenchError::Invariant(format!("protocol rules: {e}")))
+                    }),
                 Err(e) => Err(BenchError::Invariant(format!("storage verification: {e}"))),
             },
             Err(e) => Err(e),
@@ -317,10 +328,94 @@ async fn measure_point(
         wal,
         cpu,
         check,
+        data,
     });
     // Flush and stop the log writers before the data directory goes.
     cluster.close_logs();
     Ok((result, failed_check))
+}
+
+/// Makes the point's data ready: loads it into an embedded cluster, and
+/// into a running one as `--load` says (`LoadPolicy`). Data a running
+/// cluster holds already is reused, and with `--check` checked before the
+/// run, so a run on data that is not intact fails before it starts rather
+/// than after. Returns how the data came to be there, for the report.
+async fn prepare_data(
+    spec: &BenchSpec,
+    workload: &dyn Workload,
+    cluster: &Cluster,
+) -> Result<String> {
+    let policy = spec.remote.as_ref().map(|r| r.load);
+    let reason = match policy {
+        None | Some(LoadPolicy::Always) => None,
+        Some(LoadPolicy::Never) => Some("--load never"),
+        Some(LoadPolicy::IfEmpty) => {
+            let rows = stored_rows(cluster).await?;
+            (rows > 0).then_some("--load if-empty: the workload's tables hold rows")
+        }
+    };
+    let Some(reason) = reason else {
+        return match workload.load(cluster).await {
+            Ok(()) => Ok("loaded".to_string()),
+            Err(BenchError::Cluster {
+                context,
+                source: source @ Error::DuplicateKey { .. },
+            }) if policy.is_some() => {
+                let why = if policy == Some(LoadPolicy::Always) {
+                    "--load always, but the cluster holds this data already; --load if-empty \
+                     runs on it"
+                } else {
+                    "the workload's tables were empty when this run looked: another load \
+                     ran meanwhile?"
+                };
+                Err(BenchError::Cluster {
+                    context: format!("{context} ({why})"),
+                    source,
+                })
+            }
+            Err(e) => Err(e),
+        };
+    };
+    workload.reuse(cluster).await?;
+    if !spec.check {
+        return Ok(format!(
+            "reused ({reason}); not checked before the run (no --check)"
+        ));
+    }
+    check_every_replica(workload, cluster)
+        .await
+        .map_err(|e| match e {
+            BenchError::Invariant(m) => BenchError::Invariant(format!(
+                "the data the cluster holds, checked before the run ({reason}): {m}"
+            )),
+            other => other,
+        })?;
+    Ok(format!("reused ({reason}); checked before the run: passed"))
+}
+
+/// Rows in the cluster's tables, over every partition. Every partition
+/// must answer: one that is down or still recovering might hold the rows
+/// that decide between loading and not.
+async fn stored_rows(cluster: &Cluster) -> Result<usize> {
+    let status = cluster
+        .status()
+        .await
+        .map_err(BenchError::cluster("counting the rows the cluster holds"))?;
+    // A partition answers with a count for each table of the schema (one
+    // at least); a remote one that did not answer shows none.
+    if let Some(p) = status.iter().position(|p| p.rows_per_table.is_empty()) {
+        return Err(BenchError::Cluster {
+            context: "counting the rows the cluster holds (--load if-empty)".into(),
+            source: Error::Transport(format!(
+                "partition {p} did not answer: is every node up and done recovering \
+                 (brine status --cluster FILE)?"
+            )),
+        });
+    }
+    Ok(status
+        .iter()
+        .map(|p| p.rows_per_table.iter().sum::<usize>())
+        .sum())
 }
 
 struct PointInputs {
@@ -346,6 +441,7 @@ struct PointInputs {
     durability: String,
     wal: Option<crate::durability::WalPoint>,
     cpu: Option<CpuPoint>,
+    data: String,
 }
 
 /// The workload's check; where every node holds a full replica (Elia),
@@ -466,6 +562,7 @@ fn point_result(p: PointInputs) -> PointResult {
         durability: p.durability,
         wal: p.wal,
         cpu: p.cpu,
+        data: p.data,
     }
 }
 

@@ -124,6 +124,11 @@ pub struct PointResult {
     /// driver's process only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<crate::cpu::CpuPoint>,
+    /// Where the point's data came from: `loaded` by this run, or
+    /// `reused (why)` when it ran on what a running cluster held already
+    /// (`--cluster` with `--load`), saying whether `--check` checked it
+    /// before the run.
+    pub data: String,
 }
 
 /// Statements that waited for a lock on one table during a point, and
@@ -631,6 +636,9 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         r.clients
     );
     let _ = writeln!(s, "topology: {}", r.topology);
+    if r.data != "loaded" {
+        let _ = writeln!(s, "data: {}", r.data);
+    }
     let _ = writeln!(
         s,
         "measured {:.2} s after {:.2} s warm-up; link delay measured {:.1} us mean one-way over {} messages",

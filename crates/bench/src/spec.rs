@@ -51,13 +51,49 @@ pub struct BenchSpec {
     /// `cluster.lock.policy` (what `brine bench` does without --deadlock).
     pub deadlock_per_protocol: bool,
     /// Drive a running multi-process cluster instead of starting an
-    /// embedded one (one point; the data must not be loaded yet).
-    pub remote: Option<brine_cluster::remote::RemoteCluster>,
+    /// embedded one (one point), loading its data or not as it says.
+    pub remote: Option<Remote>,
     /// Times to measure every point (at least 1). With more than one, the
     /// protocols take turns at each client count, round after round, so a
     /// slow stretch of the machine falls on all of them; the report's
     /// peaks and ratios use each point's median over the rounds.
     pub rounds: u32,
+}
+
+/// A running multi-process cluster a run drives (`brine bench --cluster`),
+/// and whether the run loads the workload's data into it. An embedded
+/// cluster starts empty and is always loaded.
+#[derive(Clone, Debug)]
+pub struct Remote {
+    pub cluster: brine_cluster::remote::RemoteCluster,
+    pub load: LoadPolicy,
+}
+
+/// Whether a run against a running cluster loads the workload's data
+/// (`--load`). A cluster that keeps its data (durable, or restarted nodes
+/// recovered from their logs) still holds what an earlier load wrote, and
+/// loading it again fails on the first duplicate key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LoadPolicy {
+    /// Load only when the workload's tables hold no row; otherwise run on
+    /// the data they hold (checked first with `--check`).
+    #[default]
+    IfEmpty,
+    /// Load, whatever the tables hold (a duplicate key fails the run).
+    Always,
+    /// Never load: run on the data the tables hold.
+    Never,
+}
+
+impl LoadPolicy {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoadPolicy::IfEmpty => "if-empty",
+            LoadPolicy::Always => "always",
+            LoadPolicy::Never => "never",
+        }
+    }
 }
 
 /// `callas@LABEL` -> (`callas`, Some(`LABEL`)); other names as they are.
@@ -251,7 +287,7 @@ impl BenchSpec {
         }
         if self.remote.is_some() && (self.protocols.len() > 1 || self.clients.len() > 1) {
             return Err(BenchError::Config(
-                "--cluster drives one run against data it loads once: give one protocol and one client count".into(),
+                "--cluster drives one run against the cluster's data: give one protocol and one client count".into(),
             ));
         }
         self.cluster
@@ -360,6 +396,9 @@ impl BenchSpec {
         m.insert("warmup_s".into(), json!(self.warmup.as_secs_f64()));
         m.insert("duration_s".into(), json!(self.duration.as_secs_f64()));
         m.insert("check".into(), json!(self.check));
+        if let Some(remote) = &self.remote {
+            m.insert("load".into(), json!(remote.load.name()));
+        }
         let mut shown = c.clone();
         if let Some(p) = self.protocols.first() {
             shown.protocol = p.clone();

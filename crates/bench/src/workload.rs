@@ -4,6 +4,9 @@
 //!  driver, per measured point (fresh cluster, fresh data):
 //!    Cluster::start(config, workload.application())
 //!    workload.load(&cluster)            -- initial data; resets run counters
+//!      (or, on a running cluster that holds the data already:
+//!       workload.reuse(&cluster)        -- resets run counters; then, with
+//!       workload.check(&cluster)           --check, the data is checked first)
 //!    for each client i: workload.client(i, seeded rng) -> ClientGen
 //!        loop { req = gen.next(); outcome = call(req); gen.observe(..) }
 //!          (or, if gen.defer(req) = Some(q): hand req to queue q, go on)
@@ -82,6 +85,24 @@ pub trait Workload: Send + Sync {
     /// Loads the initial data into a freshly started cluster. Called once
     /// per measured point; also starts a new run, so run counters reset here.
     fn load<'a>(&'a self, cluster: &'a Cluster) -> BoxFuture<'a, Result<()>>;
+
+    /// Starts a run on the data the cluster already holds instead of
+    /// loading it (`brine bench --cluster` with `--load if-empty` finding
+    /// the tables full, or `--load never`): resets the run counters as
+    /// `load` does. The data an earlier run left must be valid input for
+    /// this run's requests and its check; a workload that cannot promise
+    /// that (a check counting this run's commits, keys it inserts that a
+    /// second run would insert again) refuses, which is the default.
+    fn reuse<'a>(&'a self, _cluster: &'a Cluster) -> BoxFuture<'a, Result<()>> {
+        let name = self.name();
+        Box::pin(async move {
+            Err(crate::BenchError::Config(format!(
+                "workload `{name}` cannot run on data an earlier run left (its requests or its \
+                 check assume the data its own load wrote): run it on a cluster with empty tables \
+                 (e.g. `brine cluster up` on a new --dir)"
+            )))
+        })
+    }
 
     /// The transaction source of client `index`.
     fn client(&self, index: u32, rng: SmallRng) -> Box<dyn ClientGen>;

@@ -13,6 +13,7 @@ mod group;
 mod metrics;
 mod node;
 mod service;
+mod supervise;
 mod up;
 mod workloads;
 
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brine_bench::list::{parse_counts, parse_names, parse_percents, parse_ratios};
-use brine_bench::spec::BenchSpec;
+use brine_bench::spec::{BenchSpec, LoadPolicy};
 use brine_bench::workloads::base::BaseSet;
 use brine_bench::workloads::ticket::{self, Ticket, TicketParams};
 use brine_bench::workloads::{
@@ -130,7 +131,9 @@ brine bench micro --rows 10,100,1000,10000 --compare acid,salt-nolocal,salt --cl
 brine bench micro2 --position 1,4,7,10 --compare acid,salt-nolocal,salt --clients 64\n  \
 brine bench micro3 --read-only-percent 0,50,95 --compare acid,salt --clients 64\n  \
 brine bench tpcc --mix salt --base new_order,payment --compare acid,salt --check\n  \
-brine bench register --clients 64 --history h.jsonl && brine check h.jsonl --level serializable"
+brine bench register --clients 64 --history h.jsonl && brine check h.jsonl --level serializable\n  \
+brine bench bank --cluster D/cluster.toml --clients 8 --check   (D from brine cluster up: loads \
+the accounts, or runs on those the cluster holds, checked first)"
     )]
     // Boxed: the bench flags make this variant far larger than the others.
     Bench(Box<BenchArgs>),
@@ -270,6 +273,16 @@ enum IsolationArg {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum LoadArg {
+    /// Load when the workload's tables hold no row; otherwise run on the rows they hold.
+    IfEmpty,
+    /// Load, whatever the tables hold (a duplicate key fails the run).
+    Always,
+    /// Never load: run on the rows the tables hold.
+    Never,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 enum PlacementArg {
     /// Coordinators on a node of their own: every statement crosses the link.
     Separate,
@@ -406,9 +419,19 @@ struct BenchArgs {
 
     /// Drive a running multi-process cluster (its cluster file, e.g. from
     /// `brine cluster up`) instead of an embedded one: this process loads
-    /// the data and coordinates the calls; one protocol, one client count.
+    /// the data (see --load) and coordinates the calls; one protocol, one
+    /// client count.
     #[arg(long, value_name = "FILE")]
     cluster: Option<std::path::PathBuf>,
+
+    /// With --cluster: whether this run loads the workload's data into the running cluster.
+    /// if-empty: load when the workload's tables hold no row, otherwise run on the data they
+    /// hold (a cluster that keeps its data, e.g. a durable one after a restart), checking it
+    /// before the run with --check; always: load (fails on a duplicate key if the data is
+    /// there); never: run on the data the tables hold. An embedded cluster starts empty and is
+    /// always loaded (never is refused there).
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = LoadArg::IfEmpty)]
+    load: LoadArg,
 
     /// Record the run's history (every transaction's reads and writes with
     /// versions, JSON lines) to this file, for `brine check`. One protocol
@@ -771,6 +794,19 @@ async fn bench(args: BenchArgs) -> Result<(), BenchError> {
             args.compare.is_some() || args.protocol.is_some(),
             isolation_of(args.isolation),
         )?;
+    }
+    if let Some(remote) = &mut spec.remote {
+        remote.load = match args.load {
+            LoadArg::IfEmpty => LoadPolicy::IfEmpty,
+            LoadArg::Always => LoadPolicy::Always,
+            LoadArg::Never => LoadPolicy::Never,
+        };
+    } else if args.load == LoadArg::Never {
+        return Err(BenchError::Config(
+            "--load never runs on the data of a running cluster (--cluster FILE); an embedded \
+             cluster starts empty and is always loaded"
+                .into(),
+        ));
     }
     let workloads = workloads_from(&args)?;
     spec.validate()?;

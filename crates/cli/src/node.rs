@@ -917,8 +917,11 @@ pub fn use_cluster_file(
     spec.cluster.partitions_per_node = file.partitions_per_node;
     spec.cluster.link.delay_us = 0;
     spec.cluster.link.jitter_us = 0;
-    spec.remote = Some(brine_cluster::remote::RemoteCluster {
-        addresses: file.nodes.iter().map(|n| n.address.clone()).collect(),
+    spec.remote = Some(brine_bench::spec::Remote {
+        cluster: brine_cluster::remote::RemoteCluster {
+            addresses: file.nodes.iter().map(|n| n.address.clone()).collect(),
+        },
+        load: brine_bench::spec::LoadPolicy::default(),
     });
     spec.validate()
 }

@@ -1,13 +1,18 @@
 //! `brine cluster up`: a cluster of `brine server` processes on loopback,
-//! its cluster file, and its processes watched until one exits or the
-//! user stops them (moved out of `node.rs`, which serves one node).
+//! its cluster file, and its processes kept running (`supervise.rs`)
+//! until the user stops them (moved out of `node.rs`, which serves one
+//! node).
+//!
+//! Durable by default: every node keeps a write-ahead log under
+//! DIR/data/node-<n>, so a node that exits is restarted from it and a
+//! cluster started again on the same DIR finds its data.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
 
-use crate::node::{application, wait_for_stop, ClusterFile, NodeEntry, NodeError};
+use crate::node::{application, ClusterFile, NodeEntry, NodeError};
+use crate::supervise::{Process, Supervisor};
 
 /// Node n of `brine cluster up` serves metrics on port + 100 + n.
 const METRICS_PORT_OFFSET: u32 = 100;
@@ -48,11 +53,16 @@ pub struct UpArgs {
     /// timeout (the cluster file's `deadlock`; default: the protocol's).
     #[arg(long)]
     pub deadlock: Option<String>,
-    /// `none` (in memory) or `wal`: write-ahead logs and checkpoints under
-    /// DIR/data/node-<n>, recovered when a node restarts.
-    #[arg(long, default_value = "none")]
-    pub durability: String,
+    /// `wal`: write-ahead logs and checkpoints under DIR/data/node-<n>,
+    /// recovered when a node restarts (and when the cluster is started
+    /// again on the same DIR); `none`: in memory, a node that restarts
+    /// comes back empty. [default: wal]
+    #[arg(long, value_name = "MODE")]
+    pub durability: Option<String>,
 }
+
+/// The durability of a cluster started without `--durability`.
+const DEFAULT_DURABILITY: &str = "wal";
 
 /// `path` made absolute (the nodes run in another directory), as text.
 fn absolute(path: &std::path::Path) -> Result<String, NodeError> {
@@ -71,7 +81,11 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         return Err(NodeError::Config("--nodes must be between 1 and 64".into()));
     }
     let io = |context: String| move |source| NodeError::Io { context, source };
-    std::fs::create_dir_all(&args.dir).map_err(io(format!("creating {}", args.dir.display())))?;
+    let durability = args
+        .durability
+        .clone()
+        .unwrap_or_else(|| DEFAULT_DURABILITY.to_string());
+    let durable = durability == "wal";
     // A protocol that cannot run across processes is refused here, before
     // any process starts (not by each node, after "up").
     let protocol = brine_cluster::protocols::build(
@@ -83,9 +97,26 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         &[],
     );
     if let Ok(p) = &protocol {
-        p.check_deployment(true, args.durability == "wal")
-            .map_err(|e| NodeError::Config(e.to_string()))?;
+        if let Err(e) = p.check_deployment(true, durable) {
+            // Durable only because nobody said otherwise, and the protocol
+            // would run in memory: say so, rather than fall back silently.
+            let in_memory_runs = p.check_deployment(true, false).is_ok();
+            return Err(NodeError::Config(
+                if durable && args.durability.is_none() && in_memory_runs {
+                    format!(
+                        "protocol `{}` does not yet run durably across processes, and `brine \
+                         cluster up` is durable by default (--durability {DEFAULT_DURABILITY}): \
+                         {e}. `--durability none` runs it in memory (a node that restarts comes \
+                         back empty)",
+                        args.protocol
+                    )
+                } else {
+                    e.to_string()
+                },
+            ));
+        }
     }
+    std::fs::create_dir_all(&args.dir).map_err(io(format!("creating {}", args.dir.display())))?;
     // The protocol's own services (Mediator's TSO) get processes of their
     // own, on the ports after the nodes'.
     let own: &[&str] = protocol.map(|p| p.own_processes()).unwrap_or(&[]);
@@ -115,8 +146,8 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         isolation: args.isolation.clone(),
         partitions_per_node: args.partitions_per_node,
         deadlock: args.deadlock.clone(),
-        durability: args.durability.clone(),
-        data_dir: (args.durability == "wal").then(|| "data".to_string()),
+        durability: durability.clone(),
+        data_dir: durable.then(|| "data".to_string()),
         nodes: (0..args.nodes)
             .map(|id| NodeEntry {
                 id,
@@ -140,38 +171,34 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
     std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
     let exe = std::env::current_exe().map_err(io("finding the brine executable".into()))?;
     // Each child runs `brine server --config FILE` with its role, its
-    // output in its log.
-    let spawn = |role: [String; 2], log_name: String| {
-        let log_path = args.dir.join(log_name);
-        let log = std::fs::File::create(&log_path)
-            .map_err(io(format!("creating {}", log_path.display())))?;
-        let err = log
-            .try_clone()
-            .map_err(io(format!("opening {}", log_path.display())))?;
-        tokio::process::Command::new(&exe)
-            .arg("server")
-            .arg("--config")
-            .arg(&path)
-            .args(&role)
-            .stdout(log)
-            .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(io(format!("starting {}", role.join(" "))))
-    };
-    let mut children = Vec::new();
+    // output in its log, its pid in DIR/<name>.pid.
+    let mut processes = Vec::new();
     for n in 0..args.nodes {
-        children.push(spawn(
-            ["--node".into(), n.to_string()],
-            format!("node-{n}.log"),
-        )?);
+        processes.push(Process {
+            name: format!("node {n}"),
+            role: vec!["--node".into(), n.to_string()],
+            log: args.dir.join(format!("node-{n}.log")),
+            pid_file: args.dir.join(format!("node-{n}.pid")),
+            restart_warning: (!durable).then(|| {
+                format!(
+                    "node {n} keeps no log (--durability none): it restarts empty, and the rows \
+                     of its partitions are lost"
+                )
+            }),
+        });
     }
     for name in services.keys() {
-        children.push(spawn(
-            ["--service".into(), name.clone()],
-            format!("service-{name}.log"),
-        )?);
+        processes.push(Process {
+            name: format!("service {name}"),
+            role: vec!["--service".into(), name.clone()],
+            log: args.dir.join(format!("service-{name}.log")),
+            pid_file: args.dir.join(format!("service-{name}.pid")),
+            restart_warning: Some(format!(
+                "service {name} keeps its state in memory only: it restarts without it"
+            )),
+        });
     }
+    let supervisor = Supervisor::start(exe, path.clone(), processes)?;
     println!(
         "cluster of {} nodes{} up: {} (logs in {}); Ctrl-C stops it",
         args.nodes,
@@ -196,63 +223,15 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
             );
         }
     }
-    // Stop on a signal, or as soon as any node exits on its own.
-    let mut exited = None;
-    tokio::select! {
-        _ = wait_for_stop() => {}
-        n = first_exit(&mut children) => { exited = Some(n); }
+    if durable {
+        println!(
+            "durability wal: each node's log in {}; a node that exits is restarted from it",
+            args.dir.join("data").join("node-<n>").display()
+        );
+    } else {
+        println!("durability none: in memory; a node that exits is restarted empty");
     }
-    for child in &children {
-        if let Some(pid) = child.id() {
-            terminate(pid);
-        }
-    }
-    for (n, child) in children.iter_mut().enumerate() {
-        match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
-            Ok(_) => {}
-            Err(_) => {
-                eprintln!("node {n} did not stop within 10 s; killing it");
-                let _ = child.kill().await;
-            }
-        }
-    }
-    match exited {
-        Some((n, status)) => {
-            let (what, log) = match services.keys().nth(n.saturating_sub(args.nodes as usize)) {
-                Some(name) if n >= args.nodes as usize => {
-                    (format!("service {name}"), format!("service-{name}.log"))
-                }
-                _ => (format!("node {n}"), format!("node-{n}.log")),
-            };
-            Err(NodeError::Config(format!(
-                "{what} exited ({status}); see {}",
-                args.dir.join(log).display()
-            )))
-        }
-        None => {
-            println!("cluster stopped");
-            Ok(())
-        }
-    }
-}
-
-async fn first_exit(children: &mut [tokio::process::Child]) -> (usize, String) {
-    loop {
-        for (n, c) in children.iter_mut().enumerate() {
-            if let Ok(Some(status)) = c.try_wait() {
-                return (n, status.to_string());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn terminate(pid: u32) {
-    #[cfg(unix)]
-    // SAFETY: kill(2) with a child's pid and SIGTERM has no memory effects.
-    unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGTERM);
-    }
-    #[cfg(not(unix))]
-    let _ = pid;
+    supervisor.run().await?;
+    println!("cluster stopped");
+    Ok(())
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod processes;
 use processes::{
-    brine, client_runtime, free_port_block, free_ports, path, seen, spawn_server, start, start_as,
+    brine, client_runtime, cluster_up, free_ports, path, seen, spawn_server, start, start_as,
     start_loaded, text, wait_up, Nodes, Seen, BRINE,
 };
 
@@ -161,24 +161,9 @@ fn a_stopped_node_shows_as_down_and_the_others_keep_serving() {
 
 #[test]
 fn cluster_up_starts_and_stops_cleanly_on_sigterm() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    // Nodes on port..port+2, their metrics on port+100..port+102.
-    let port = free_port_block(&[0, 1, 2, 100, 101, 102]);
-    let mut up = Command::new(BRINE)
-        .args(["cluster", "up", "--nodes", "3", "--dir"])
-        .arg(dir.path())
-        .args(["--port", &port.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting brine cluster up");
-    let config = dir.path().join("cluster.toml");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !config.exists() {
-        assert!(Instant::now() < deadline, "no cluster file written");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    wait_up(&config);
+    let mut cluster = cluster_up(3, &[]);
+    let config = cluster.config.clone();
+    let port = cluster.port;
     // Node 0 coordinates one call; its metrics endpoint counts it.
     let c = brine(&["call", "--cluster", path(&config), "total"]);
     assert!(c.status.success(), "{}", text(&c));
@@ -207,28 +192,111 @@ fn cluster_up_starts_and_stops_cleanly_on_sigterm() {
     );
     let missing = http_get(&format!("127.0.0.1:{}", u32::from(port) + 100), "/nope");
     assert!(missing.starts_with("HTTP/1.0 404"), "{missing}");
-    // SAFETY: kill(2) on our own child with SIGTERM.
-    unsafe {
-        libc::kill(up.id() as libc::pid_t, libc::SIGTERM);
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = up.try_wait().expect("waiting") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "cluster up did not stop");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut out = String::new();
-    if let Some(mut o) = up.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
+    let status = cluster.stop();
+    let out = cluster.output();
     assert!(status.success(), "exit {status:?}: {out}");
+    // Durable unless asked otherwise.
+    assert!(out.contains("durability wal"), "{out}");
     assert!(out.contains("cluster stopped"), "{out}");
     for n in 0..3 {
-        let log = std::fs::read_to_string(dir.path().join(format!("node-{n}.log"))).expect("log");
+        let log = cluster.node_log(n);
         assert!(log.contains("stopped (Graceful)"), "node {n}: {log}");
+        assert!(
+            cluster.node_pid(n).is_none(),
+            "node {n}'s pid file outlived the cluster"
+        );
     }
+}
+
+/// Issue 38: a node of `brine cluster up` killed with SIGKILL is restarted
+/// from its log while the others serve on, and a second bench run finds
+/// the data the first loaded, intact, instead of loading it again.
+#[test]
+fn cluster_up_restarts_a_killed_node_and_a_bench_reuses_its_data() {
+    let accounts = ["--accounts", "300"];
+    let mut cluster = cluster_up(3, &["--workload-args", "--accounts 300"]);
+    let config = cluster.config.clone();
+    let bench = || {
+        let mut args = vec!["bench", "bank"];
+        args.extend(accounts);
+        args.extend(["--cluster", path(&config), "--clients", "4"]);
+        args.extend(["--duration", "2", "--warmup", "0", "--check"]);
+        brine(&args)
+    };
+    let o = bench();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("check: passed"), "{out}");
+    assert!(!out.contains("data: reused"), "the first run loads: {out}");
+
+    let old = cluster.node_pid(1).expect("node 1's pid file");
+    // SAFETY: kill(2) with SIGKILL on a node this test's cluster started.
+    unsafe {
+        libc::kill(old as libc::pid_t, libc::SIGKILL);
+    }
+    // Restarted: a new pid, and a call coordinated by node 1 (reading
+    // every partition, its own recovered from its log) answers.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let total = loop {
+        let new = cluster.node_pid(1);
+        if new.is_some_and(|p| p != old) {
+            let c = brine(&["call", "--cluster", path(&config), "--node", "1", "total"]);
+            if c.status.success() {
+                break String::from_utf8_lossy(&c.stdout).to_string();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 1 was not restarted (pid file: {new:?}):\n{}\n{}",
+            cluster.output(),
+            cluster.node_log(1)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(total.contains("300000.00"), "{total}");
+    let up = cluster.output();
+    assert!(
+        up.contains("node 1 exited (signal: 9") && up.contains("restarting it (restart 1)"),
+        "{up}"
+    );
+    assert!(
+        cluster.up.try_wait().expect("polling").is_none() && !up.contains("error"),
+        "cluster up keeps running: {up}"
+    );
+    // The restarted node's log follows the first run's, not over it.
+    let log = cluster.node_log(1);
+    let restart = log.find("restart 1 of node 1").expect("restart line");
+    assert!(log[..restart].contains("serving on"), "{log}");
+    assert!(log[restart..].contains("serving on"), "{log}");
+
+    // Loading it again is refused at the first duplicate, with the way out.
+    let mut again = vec![
+        "bench",
+        "bank",
+        "--cluster",
+        path(&config),
+        "--clients",
+        "1",
+    ];
+    again.extend(["--load", "always"]);
+    again.extend(accounts);
+    let o = brine(&again);
+    let out = text(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains("duplicate key") && out.contains("--load if-empty"),
+        "{out}"
+    );
+
+    let o = bench();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("data: reused") && out.contains("checked before the run: passed"),
+        "the second run reuses the data: {out}"
+    );
+    assert!(out.contains("check: passed"), "{out}");
+    assert!(out.contains("total_violations=0"), "{out}");
 }
 
 fn http_get(addr: &str, target: &str) -> String {

@@ -94,6 +94,12 @@ pub struct ClusterConfig {
     /// Per-pair delays between the nodes (and between a client and the
     /// server of its own site), overriding `link` where it has them.
     pub topology: Option<Arc<crate::topology::Topology>>,
+    /// The link's clock: its own thread (benchmarks), or the runtime's
+    /// (with a paused single-threaded runtime, a run replays from `seed`).
+    pub link_clock: crate::link::LinkClock,
+    /// Faults the embedded link injects (lost messages, partitions),
+    /// seeded by `seed`.
+    pub faults: crate::link::FaultConfig,
     /// Across processes: the addresses of the protocol's services that run
     /// in processes of their own (`Protocol::own_processes`), by name.
     pub services: std::collections::BTreeMap<String, String>,
@@ -128,6 +134,8 @@ impl Default for ClusterConfig {
             mediator: Default::default(),
             elia: Default::default(),
             topology: None,
+            link_clock: Default::default(),
+            faults: Default::default(),
             services: Default::default(),
             hosts_service: None,
         }
@@ -395,7 +403,13 @@ impl Cluster {
             hosting.is_some(),
             config.durability.mode == DurabilityMode::Wal,
         )?;
-        let link = Link::with_topology(config.link, config.seed, config.topology.clone());
+        let link = Link::build(
+            config.link,
+            config.seed,
+            config.topology.clone(),
+            config.link_clock,
+            &config.faults,
+        );
         // With a log: recover what the data directory holds first.
         let (wal, mut recovered) = if config.durability.mode == DurabilityMode::Wal {
             let opened = match &hosting {
@@ -641,6 +655,11 @@ impl Cluster {
 
     pub fn link_stats(&self) -> &crate::link::LinkStats {
         &self.shared.link.stats
+    }
+
+    /// What the link's faults did so far (`ClusterConfig::faults`).
+    pub fn fault_stats(&self) -> &crate::link::FaultStats {
+        &self.shared.link.fault_stats
     }
 
     /// Names of the registered procedures, sorted.

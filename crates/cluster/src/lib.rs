@@ -45,7 +45,7 @@ pub use client::{Client, Submitted, Txn};
 pub use cluster::{Cluster, ClusterConfig, Placement, TableLocks};
 pub use coordinator::{CallOutcome, ProcCtx, RetryPolicy};
 pub use durability::{DurabilityConfig, DurabilityMode, RecoveryReport, WalStats};
-pub use link::LinkConfig;
+pub use link::{Cut, FaultConfig, FaultStats, LinkClock, LinkConfig};
 pub use procedure::{Application, ProcBody, ProcedureDef, Reordering};
 pub use protocol::{Isolation, Layout, Mutation, Protocol};
 pub use protocols::callas::{Callas, GroupDef, Grouping, Mechanism, SafeModeConfig};

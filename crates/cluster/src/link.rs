@@ -18,6 +18,20 @@
 //! timer slack, wakes early by the oversleep it has measured so far, and
 //! spins only through the last few microseconds before a due time.
 //! The measured one-way delay is reported with every benchmark result.
+//!
+//! On the runtime's clock instead (`LinkClock::Runtime`), each directed
+//! pair of nodes has a task of the runtime that delivers its messages in
+//! order at their due times on tokio's clock. On a paused single-threaded
+//! runtime that clock is virtual: the same seed then gives the same run,
+//! delays and jitter included, so a failing trial replays exactly.
+//!
+//! Faults (`FaultConfig`, seeded): a message between two nodes may be lost,
+//! and chosen nodes may be cut off from the others for chosen intervals
+//! (every message across the cut is lost). A lost message is dropped with
+//! what it carries, a reply's channel included: whoever waits for the
+//! answer learns at once that none will come, as a broken connection
+//! tells it. Reordering needs no fault of its own: messages on one pair
+//! stay in order (TCP), and jitter reorders those of different pairs.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -31,6 +45,81 @@ use std::time::{Duration, Instant};
 use brine_core::NodeId;
 
 use crate::topology::Topology;
+
+/// How the link keeps time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LinkClock {
+    /// A thread of its own on the machine's clock, precise to a few
+    /// microseconds (benchmarks).
+    #[default]
+    Thread,
+    /// Tasks of the runtime on tokio's clock: with a paused
+    /// single-threaded runtime, the run replays from its seed.
+    Runtime,
+}
+
+/// Faults the link injects, drawn from the cluster's seed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FaultConfig {
+    /// Chance that a message between two nodes is lost (0 to 1).
+    pub loss: f64,
+    /// Intervals during which nodes are cut off from the others.
+    pub cuts: Vec<Cut>,
+}
+
+impl FaultConfig {
+    pub fn is_none(&self) -> bool {
+        self.loss <= 0.0 && self.cuts.is_empty()
+    }
+}
+
+/// A network partition: `side` (nodes) cannot reach the other nodes, nor
+/// they it, from `from` to `until` after the link started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cut {
+    pub side: Vec<NodeId>,
+    pub from: Duration,
+    pub until: Duration,
+}
+
+impl Cut {
+    fn separates(&self, a: NodeId, b: NodeId, at: Duration) -> bool {
+        at >= self.from && at < self.until && self.side.contains(&a) != self.side.contains(&b)
+    }
+}
+
+/// What the faults did so far.
+#[derive(Debug, Default)]
+pub struct FaultStats {
+    /// Messages lost at random.
+    pub lost: AtomicU64,
+    /// Messages lost to a cut.
+    pub cut: AtomicU64,
+}
+
+/// The faults of one link and their random source.
+struct Faults {
+    config: FaultConfig,
+    start: Instant,
+    rng: parking_lot::Mutex<SmallRng>,
+    stats: Arc<FaultStats>,
+}
+
+impl Faults {
+    /// Whether a message from `from` to `to` sent now gets through.
+    fn passes(&self, from: NodeId, to: NodeId) -> bool {
+        let at = crate::partition::now().saturating_duration_since(self.start);
+        if self.config.cuts.iter().any(|c| c.separates(from, to, at)) {
+            self.stats.cut.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if self.config.loss > 0.0 && self.rng.lock().gen_bool(self.config.loss.min(1.0)) {
+            self.stats.lost.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
 
 /// Link settings. `delay_us = 0` makes every message immediate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,8 +192,66 @@ impl LinkStats {
 pub struct Link {
     config: LinkConfig,
     topology: Option<Arc<Topology>>,
+    /// The delivery thread (`LinkClock::Thread`, delayed).
     tx: Option<crossbeam_channel::Sender<(NodeId, NodeId, Instant, Delivery)>>,
+    /// The delivery tasks (`LinkClock::Runtime`, delayed).
+    tasks: Option<Arc<RuntimeLink>>,
+    faults: Option<Arc<Faults>>,
     pub stats: Arc<LinkStats>,
+    pub fault_stats: Arc<FaultStats>,
+}
+
+/// The link on the runtime's clock: one delivery task per directed pair.
+struct RuntimeLink {
+    config: LinkConfig,
+    topology: Option<Arc<Topology>>,
+    state: parking_lot::Mutex<RuntimeState>,
+    stats: Arc<LinkStats>,
+}
+
+/// A message on its way over one pair: when sent, when due, its delivery.
+type InFlight = (Instant, Instant, Delivery);
+
+struct RuntimeState {
+    rng: SmallRng,
+    /// Per directed pair: its task's queue and the last due time given.
+    pairs: HashMap<(NodeId, NodeId), (tokio::sync::mpsc::UnboundedSender<InFlight>, Instant)>,
+}
+
+impl RuntimeLink {
+    fn send(&self, from: NodeId, to: NodeId, deliver: Delivery) {
+        let sent = crate::partition::now();
+        let mut st = self.state.lock();
+        let jitter = if self.config.jitter_us > 0 {
+            Duration::from_micros(st.rng.gen_range(0..=self.config.jitter_us))
+        } else {
+            Duration::ZERO
+        };
+        let pair = self.topology.as_ref().and_then(|t| t.one_way(from.0, to.0));
+        let mut due = sent + pair.unwrap_or(Duration::from_micros(self.config.delay_us)) + jitter;
+        let stats = self.stats.clone();
+        let (queue, last) = st.pairs.entry((from, to)).or_insert_with(|| {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<InFlight>();
+            tokio::spawn(async move {
+                while let Some((sent, due, deliver)) = rx.recv().await {
+                    tokio::time::sleep_until(due.into()).await;
+                    let took = crate::partition::now().saturating_duration_since(sent);
+                    let ns = took.as_nanos() as u64;
+                    stats.messages.fetch_add(1, Ordering::Relaxed);
+                    stats.total_delay_ns.fetch_add(ns, Ordering::Relaxed);
+                    stats.max_delay_ns.fetch_max(ns, Ordering::Relaxed);
+                    deliver();
+                }
+            });
+            (tx, due)
+        });
+        // In order per pair, as over one connection.
+        due = due.max(*last);
+        *last = due;
+        // If the task is gone the runtime is shutting down: the message is
+        // lost, as on a dead network.
+        let _ = queue.send((sent, due, deliver));
+    }
 }
 
 /// Deliveries happen in batches at least this far apart, so a busy link
@@ -128,13 +275,58 @@ impl Link {
     /// A link whose messages between two sites of `topology` take their
     /// pair's delay (every other message the uniform one).
     pub fn with_topology(config: LinkConfig, seed: u64, topology: Option<Arc<Topology>>) -> Link {
+        Link::build(
+            config,
+            seed,
+            topology,
+            LinkClock::Thread,
+            &FaultConfig::default(),
+        )
+    }
+
+    /// A link on `clock`, with `faults`.
+    pub fn build(
+        config: LinkConfig,
+        seed: u64,
+        topology: Option<Arc<Topology>>,
+        clock: LinkClock,
+        faults: &FaultConfig,
+    ) -> Link {
         let stats = Arc::new(LinkStats::default());
+        let fault_stats = Arc::new(FaultStats::default());
+        let faults = (!faults.is_none()).then(|| {
+            Arc::new(Faults {
+                config: faults.clone(),
+                start: crate::partition::now(),
+                // Its own stream, apart from the jitter's.
+                rng: parking_lot::Mutex::new(SmallRng::seed_from_u64(seed ^ 0x6661_756c_7473)),
+                stats: fault_stats.clone(),
+            })
+        });
+        let immediate = Link {
+            config,
+            topology: topology.clone(),
+            tx: None,
+            tasks: None,
+            faults,
+            stats: stats.clone(),
+            fault_stats,
+        };
         if config.delay_us == 0 && config.jitter_us == 0 && topology.is_none() {
+            return immediate;
+        }
+        if clock == LinkClock::Runtime {
             return Link {
-                config,
-                topology,
-                tx: None,
-                stats,
+                tasks: Some(Arc::new(RuntimeLink {
+                    config,
+                    topology,
+                    state: parking_lot::Mutex::new(RuntimeState {
+                        rng: SmallRng::seed_from_u64(seed),
+                        pairs: HashMap::new(),
+                    }),
+                    stats,
+                })),
+                ..immediate
             };
         }
         let (tx, rx) = crossbeam_channel::unbounded::<(NodeId, NodeId, Instant, Delivery)>();
@@ -145,10 +337,8 @@ impl Link {
             .spawn(move || run_link(config, pairs, seed, rx, thread_stats))
             .expect("spawning the link thread");
         Link {
-            config,
-            topology,
             tx: Some(tx),
-            stats,
+            ..immediate
         }
     }
 
@@ -186,18 +376,30 @@ impl Link {
 
     /// True if messages between different nodes are delayed.
     pub fn is_delayed(&self) -> bool {
-        self.tx.is_some()
+        self.tx.is_some() || self.tasks.is_some()
     }
 
-    /// Delivers `deliver` after the link delay if `from != to`, else now.
+    /// Delivers `deliver` after the link delay if `from != to`, else now;
+    /// or drops it, if a fault loses it (between two nodes only).
     pub fn send(&self, from: NodeId, to: NodeId, deliver: impl FnOnce() + Send + 'static) {
+        if from == to {
+            return deliver();
+        }
+        if let Some(f) = &self.faults {
+            if !f.passes(from, to) {
+                return;
+            }
+        }
+        if let Some(tasks) = &self.tasks {
+            return tasks.send(from, to, Box::new(deliver));
+        }
         match &self.tx {
-            Some(tx) if from != to => {
+            Some(tx) => {
                 // If the link thread is gone the cluster is shutting down;
                 // dropping the message is what a dead network does.
                 let _ = tx.send((from, to, Instant::now(), Box::new(deliver)));
             }
-            _ => deliver(),
+            None => deliver(),
         }
     }
 }

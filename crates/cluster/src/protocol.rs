@@ -136,6 +136,13 @@ pub trait Protocol: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// Whether the protocol's counters show one of its rules broken (Callas:
+    /// a cycle of nexus release waits), as an error saying which; checked
+    /// with the workload's invariants (`brine bench --check`).
+    fn rules_kept(&self, _stats: &crate::stats::StatsSnapshot) -> Result<()> {
+        Ok(())
+    }
+
     /// Where the data lives: partitioned by key (the engine's way), a full
     /// replica in every partition (Elia), or all of it in partition 0 (a
     /// centralized server).

@@ -164,6 +164,37 @@ async fn a_chop_group_whose_chopping_has_an_sc_cycle_is_refused() {
     assert!(c.is_ok(), "{:?}", c.err());
 }
 
+/// With a log, `2pl` and `rp` groups run; a group that commits its pieces
+/// one by one (`chop`, `sc`) is refused with the reason (a crash between
+/// two pieces would need the rest rolled forward), not run without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_log_piecewise_groups_are_refused_and_the_others_run() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let durable = |grouping: &str| {
+        let mut c = config(grouping, None, None);
+        c.durability = brine_cluster::DurabilityConfig {
+            mode: brine_cluster::DurabilityMode::Wal,
+            data_dir: Some(dir.path().join(grouping.replace([':', '=', ';', ','], "-"))),
+            ..brine_cluster::DurabilityConfig::default()
+        };
+        c
+    };
+    for refused in ["g1:chop=t1,t2;g2:2pl=t3", "g1:sc=sc_set,bump"] {
+        let e = Cluster::start(durable(refused), app(Gates::default()))
+            .err()
+            .unwrap_or_else(|| panic!("{refused}: refused"))
+            .to_string();
+        assert!(
+            e.contains("rolled forward") && e.contains("--durability none"),
+            "{e}"
+        );
+    }
+    for runs in ["g1:rp=order", "g1:2pl=t1,t2"] {
+        let c = Cluster::start(durable(runs), app(Gates::default()));
+        assert!(c.is_ok(), "{runs}: {:?}", c.err());
+    }
+}
+
 // Classic transaction chopping (`sc`): the group's chopping cuts sc_set
 // into <set><next>. Its first piece commits when the second starts: a
 // same-group transaction then updates the row (the nexus lock is shared

@@ -149,6 +149,9 @@ pub struct PartitionStore {
     undo_seq: u64,
     /// Row versions for history recording; `None` unless enabled.
     recorder: Option<Box<Recorder>>,
+    /// Several running transactions may change one row (Callas' Runtime
+    /// Pipelining): their redo is computed per row (`redo.rs`).
+    shared_rows: bool,
 }
 
 /// One change of a transaction for the log: the row's after-image, `None`
@@ -171,6 +174,7 @@ impl PartitionStore {
             undo: HashMap::new(),
             undo_seq: 0,
             recorder: None,
+            shared_rows: false,
         }
     }
 
@@ -279,6 +283,13 @@ impl PartitionStore {
 
     /// True if `txn` changed anything here (read-only participants skip the
     /// second phase of 2PC).
+    /// Lets several running transactions change one row (Callas' Runtime
+    /// Pipelining), so that their redo and the checkpoints' before-images
+    /// account for each other (`redo.rs`).
+    pub fn set_shared_rows(&mut self, shared: bool) {
+        self.shared_rows = shared;
+    }
+
     pub fn has_writes(&self, txn: TxnId) -> bool {
         self.undo.get(&txn).is_some_and(|u| !u.is_empty())
     }

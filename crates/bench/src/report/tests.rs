@@ -55,6 +55,7 @@ pub(crate) fn point(
         durability: "none".into(),
         wal: None,
         cpu: None,
+        data: "loaded".into(),
     }
 }
 

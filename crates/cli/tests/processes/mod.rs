@@ -187,3 +187,121 @@ pub fn seen(r: &Result<brine_client::Called, brine_client::ClientError>) -> Seen
         Err(e) => Seen::Aborted(e.to_string()),
     }
 }
+
+/// A running `brine cluster up`: its directory (cluster file, logs, pid
+/// files) and its output in DIR/up.out. Dropped, it is stopped with
+/// SIGTERM, and any node it leaves behind is killed.
+pub struct ClusterUp {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    /// Node n listens on port + n, its metrics on port + 100 + n.
+    pub port: u16,
+    pub up: Child,
+}
+
+/// Starts `brine cluster up --nodes N --dir DIR --port P ARGS` and waits
+/// until `brine status` sees every node up.
+pub fn cluster_up(nodes: u16, args: &[&str]) -> ClusterUp {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let offsets: Vec<u16> = [0, 100, 200]
+        .iter()
+        .flat_map(|o| (0..nodes).map(move |n| o + n))
+        .collect();
+    let port = free_port_block(&offsets);
+    let out = std::fs::File::create(dir.path().join("up.out")).expect("up.out");
+    let err = out.try_clone().expect("up.out");
+    let up = Command::new(BRINE)
+        .args(["cluster", "up", "--nodes", &nodes.to_string(), "--dir"])
+        .arg(dir.path())
+        .args(["--port", &port.to_string()])
+        .args(args)
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .expect("starting brine cluster up");
+    let config = dir.path().join("cluster.toml");
+    let cluster = ClusterUp {
+        dir,
+        config,
+        port,
+        up,
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cluster.config.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no cluster file written:\n{}",
+            cluster.output()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_up(&cluster.config);
+    cluster
+}
+
+impl ClusterUp {
+    /// What `cluster up` printed so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("up.out")).unwrap_or_default()
+    }
+
+    /// The pid in node `n`'s pid file, if it holds one.
+    pub fn node_pid(&self, n: u32) -> Option<u32> {
+        std::fs::read_to_string(self.dir.path().join(format!("node-{n}.pid")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    pub fn node_log(&self, n: u32) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("node-{n}.log"))).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits (up to 30 s) for `cluster up` to exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child with SIGTERM.
+        unsafe {
+            libc::kill(self.up.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(s) = self.up.try_wait().expect("waiting") {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster up did not stop:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for ClusterUp {
+    fn drop(&mut self) {
+        if self.up.try_wait().ok().flatten().is_none() {
+            // SAFETY: kill(2) on our own child with SIGTERM.
+            unsafe {
+                libc::kill(self.up.id() as libc::pid_t, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while self.up.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = self.up.kill();
+            let _ = self.up.wait();
+        }
+        // Whatever it could not stop (its nodes run in a process group of
+        // their own, so they outlive a killed `cluster up`).
+        for n in 0..64 {
+            if let Some(pid) = self.node_pid(n) {
+                // SAFETY: kill(2) with SIGKILL on a node this test started.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}

@@ -12,6 +12,10 @@ use crate::partition::{Ending, Prepared};
 impl<R: Rules> Partition<R> {
     /// Phase one of two-phase commit here (`PartitionMsg::Prepare`).
     pub(super) fn prepare(&mut self, txn: TxnId, ending: Ending, hold: bool, reply: Reply<Vote>) {
+        if R::prepare_waits(self, txn) {
+            self.held_prepares.push((txn, ending, hold, reply));
+            return;
+        }
         // Nothing can make a live participant refuse yet (no constraint is
         // deferred to commit, and no log can fail) but its rules (a
         // transaction aborted here meanwhile); a participant that wrote
@@ -75,8 +79,32 @@ impl<R: Rules> Partition<R> {
         }
     }
 
+    /// Asks the rules again about the phase-one requests they held back
+    /// (a transaction ended here), until none more can go.
+    fn retry_held_prepares(&mut self) {
+        if self.retrying_prepares || self.held_prepares.is_empty() {
+            return;
+        }
+        self.retrying_prepares = true;
+        loop {
+            let held = std::mem::take(&mut self.held_prepares);
+            let before = held.len();
+            for (txn, ending, hold, reply) in held {
+                self.prepare(txn, ending, hold, reply);
+            }
+            if self.held_prepares.is_empty() || self.held_prepares.len() == before {
+                break;
+            }
+        }
+        self.retrying_prepares = false;
+    }
+
     /// `txn` aborted (or was abandoned): its rules and the log forget it.
     pub fn forget_aborted(&mut self, txn: TxnId) {
+        if let Some(i) = self.held_prepares.iter().position(|h| h.0 == txn) {
+            let (_, _, _, reply) = self.held_prepares.swap_remove(i);
+            reply.send(Vote::No);
+        }
         R::aborted(self, txn);
         if let Some(wal) = &mut self.wal {
             wal.abort(txn);
@@ -103,6 +131,7 @@ impl<R: Rules> Partition<R> {
         }
         R::end_locks(self, txn, ending, commit);
         self.process_wakeups();
+        self.retry_held_prepares();
     }
 
     /// Releases every lock `owner` holds here (what release-order

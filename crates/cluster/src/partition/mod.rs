@@ -174,9 +174,23 @@ pub struct Partition<R> {
     /// changed it, so a cycle through this and another partition is looked
     /// for at once instead of at the detector's next period.
     nudge: Option<(crate::message::Nudge, u64)>,
+    /// Phase-one requests the rules hold back (`Rules::prepare_waits`),
+    /// asked again whenever a transaction ends here.
+    held_prepares: Vec<HeldPrepare>,
+    /// Held phase-one requests are being asked again.
+    retrying_prepares: bool,
     /// The protocol's rules and their state here.
     pub rules: R,
 }
+
+/// A phase-one request held back by the rules: the transaction, its
+/// ending, whether to hold its locks, and where its vote goes.
+pub(crate) type HeldPrepare = (
+    TxnId,
+    Ending,
+    bool,
+    crate::message::Reply<crate::message::Vote>,
+);
 
 /// What a partition is made of before its protocol's rules join
 /// (`Protocol::spawn_partition`).
@@ -243,6 +257,8 @@ impl<R: Rules> Partition<R> {
             gate_changes: Vec::new(),
             held_since: HashMap::default(),
             nudge: None,
+            held_prepares: Vec::new(),
+            retrying_prepares: false,
             rules,
         };
         if record {

@@ -103,6 +103,15 @@ pub trait Rules: Sized + Send + 'static {
     /// `stmt` ends with `result`, before its answer goes.
     fn finishing(_p: &mut Partition<Self>, _stmt: &Stmt, _result: &Result<QueryResult>) {}
 
+    /// Phase one of `txn` must wait until another transaction ends here
+    /// (asked again whenever one does). With a log, a Runtime Pipelining
+    /// dependant prepares only once the transactions whose uncommitted
+    /// writes it saw here have ended here, so the log holds their records
+    /// in dependency order and recovery applies them in that order.
+    fn prepare_waits(_p: &Partition<Self>, _txn: TxnId) -> bool {
+        false
+    }
+
     /// Phase one for `txn`.
     fn prepare(_p: &mut Partition<Self>, _txn: TxnId) -> Prepared {
         Prepared::Go { context: None }

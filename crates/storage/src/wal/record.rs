@@ -83,8 +83,29 @@ impl RecordKind {
 /// One row change to redo: the after-image, or a delete.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RedoOp {
-    Put { table: TableId, row: Row },
-    Delete { table: TableId, key: Key },
+    Put {
+        table: TableId,
+        row: Row,
+    },
+    Delete {
+        table: TableId,
+        key: Key,
+    },
+    /// An update of one row, column by column: the values of the columns
+    /// the transaction set (as it left them) and the total delta of those
+    /// it only incremented (`SET c = c + e`). Logged instead of a whole
+    /// after-image where several running transactions may change one row
+    /// (Callas' Runtime Pipelining): an image would carry, or lose, the
+    /// others' changes, whichever commits first, while a column another
+    /// sets after it waits for it (that one depends on it), and deltas
+    /// commute. Applied once: a checkpoint holds only the rows as
+    /// committed before its position, so every record after it is new.
+    Update {
+        table: TableId,
+        key: Key,
+        set: Vec<(usize, brine_core::Value)>,
+        add: Vec<(usize, brine_core::Value)>,
+    },
 }
 
 /// A decoded record.
@@ -227,6 +248,7 @@ pub fn decode_base_context(d: &mut Decoder<'_>) -> DecodeResult<BaseContext> {
 /// Redo op tags inside a redo list.
 const OP_DELETE: u8 = 0;
 const OP_PUT: u8 = 1;
+const OP_UPDATE: u8 = 2;
 
 /// Appends one put to a redo list being encoded (the count is patched by
 /// [`RedoWriter::finish`]).
@@ -254,6 +276,27 @@ impl RedoWriter {
         put_u8(buf, OP_DELETE);
         put_u32(buf, table.0);
         super::codec::put_values(buf, key.values());
+        self.count += 1;
+    }
+
+    pub fn update(
+        &mut self,
+        buf: &mut Vec<u8>,
+        table: TableId,
+        key: &Key,
+        set: &[(usize, brine_core::Value)],
+        add: &[(usize, brine_core::Value)],
+    ) {
+        put_u8(buf, OP_UPDATE);
+        put_u32(buf, table.0);
+        super::codec::put_values(buf, key.values());
+        for columns in [set, add] {
+            put_u16(buf, columns.len() as u16);
+            for (c, v) in columns {
+                put_u16(buf, *c as u16);
+                super::codec::put_value(buf, v);
+            }
+        }
         self.count += 1;
     }
 
@@ -288,6 +331,23 @@ pub fn decode_redo(d: &mut Decoder<'_>) -> DecodeResult<Vec<RedoOp>> {
                 table,
                 key: d.key()?,
             },
+            OP_UPDATE => {
+                let key = d.key()?;
+                let mut columns = || -> DecodeResult<Vec<(usize, brine_core::Value)>> {
+                    let n = d.u16("redo columns")? as usize;
+                    (0..n)
+                        .map(|_| Ok((d.u16("redo column")? as usize, d.value()?)))
+                        .collect()
+                };
+                let set = columns()?;
+                let add = columns()?;
+                RedoOp::Update {
+                    table,
+                    key,
+                    set,
+                    add,
+                }
+            }
             t => return Err(DecodeError(format!("unknown redo op {t}"))),
         });
     }
@@ -444,6 +504,13 @@ mod tests {
         let mut w = RedoWriter::start(&mut buf);
         w.put(&mut buf, TableId(0), &[Value::Int(1), Value::str("a")]);
         w.delete(&mut buf, TableId(1), &Key::new([Value::Int(5)]));
+        w.update(
+            &mut buf,
+            TableId(2),
+            &Key::new([Value::Int(6)]),
+            &[(2, Value::str("b"))],
+            &[(1, Value::Int(-3))],
+        );
         w.finish(&mut buf);
         let crc = seal_frame(&mut buf, at, 100, 42, RecordKind::Prepare);
         let h = FrameHeader::parse(&buf).unwrap();
@@ -463,6 +530,12 @@ mod tests {
                     RedoOp::Delete {
                         table: TableId(1),
                         key: Key::new([Value::Int(5)])
+                    },
+                    RedoOp::Update {
+                        table: TableId(2),
+                        key: Key::new([Value::Int(6)]),
+                        set: vec![(2, Value::str("b"))],
+                        add: vec![(1, Value::Int(-3))]
                     }
                 ]
             }

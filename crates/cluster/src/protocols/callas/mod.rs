@@ -304,12 +304,25 @@ impl Protocol for Callas {
     }
 
     fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
-        if multi_process || durable {
+        if multi_process {
             return Err(Error::Config(
-                "Callas runs in the embedded cluster without a log for now: its nexus release order \
-                 is kept by the coordinators of one process"
+                "Callas runs in the embedded cluster only for now: its nexus release order is kept \
+                 by the coordinators of one process"
                     .into(),
             ));
+        }
+        let chopped = self
+            .grouping
+            .groups
+            .iter()
+            .find(|g| matches!(g.mechanism, Mechanism::Chop | Mechanism::Sc));
+        if let (true, Some(g)) = (durable, chopped) {
+            return Err(Error::Config(format!(
+                "Callas group `{}` ({}) commits its pieces one by one: with durability `wal` a crash \
+                 between two pieces would leave the rest to be rolled forward at recovery, which is \
+                 not built yet; run it as `rp` or `2pl`, or with --durability none",
+                g.name, g.mechanism
+            )));
         }
         Ok(())
     }
@@ -325,9 +338,28 @@ impl Protocol for Callas {
         COUNTERS
     }
 
+    fn rules_kept(&self, stats: &crate::StatsSnapshot) -> Result<()> {
+        match stats.counter("release_cycles") {
+            0 => Ok(()),
+            n => Err(Error::Internal(format!(
+                "{n} cycle(s) of nexus release waits: the group's dependencies were not those of \
+                 a serializable execution (a bug; see the log)"
+            ))),
+        }
+    }
+
     fn spawn_partition(&self, parts: PartitionParts, rx: mpsc::UnboundedReceiver<PartitionMsg>) {
         let rules = CallasRules::new(self.exact_deps);
-        tokio::spawn(Partition::new(parts, rules).run(rx));
+        let mut p = Partition::new(parts, rules);
+        // Runtime Pipelining lets several running transactions change one
+        // row: the log's redo and the checkpoints account for that.
+        let pipelined = self
+            .grouping
+            .groups
+            .iter()
+            .any(|g| g.mechanism == Mechanism::Rp);
+        p.store.set_shared_rows(pipelined);
+        tokio::spawn(p.run(rx));
     }
 
     fn describe(&self, m: &mut serde_json::Map<String, serde_json::Value>) {

@@ -281,6 +281,19 @@ impl Rules for CallasRules {
         }
     }
 
+    /// With a log, a dependant prepares once every transaction whose
+    /// uncommitted writes it saw here ended here: their commit records
+    /// then come before its prepare record, and recovery, which applies
+    /// them in log order, rebuilds a row they both wrote as the later one
+    /// left it (its redo is that row as it left it, `redo.rs`).
+    fn prepare_waits(p: &Partition<Self>, txn: TxnId) -> bool {
+        p.wal.is_some()
+            && p.rules
+                .dependants
+                .iter()
+                .any(|(u, ds)| ds.contains(&txn) && p.store.has_writes(*u))
+    }
+
     fn prepare(p: &mut Partition<Self>, txn: TxnId) -> Prepared {
         if p.rules.cascaded.remove(&txn) {
             Prepared::Refuse

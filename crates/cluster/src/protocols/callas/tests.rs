@@ -306,3 +306,24 @@ fn a_rolled_back_piece_s_dependencies_are_forgotten() {
     let below = st.progress.below.lock();
     assert!(below.len() == 1 && Arc::ptr_eq(&below[0], &board.get(kept).expect("kept")));
 }
+
+/// A counted cycle of release waits fails the protocol's rule check
+/// (`brine bench --check` runs it), naming the count.
+#[test]
+fn a_counted_release_cycle_breaks_the_rules_check() {
+    let callas = Callas {
+        grouping: Grouping::parse("g:2pl=p").expect("grouping"),
+        safe_mode: SafeModeConfig::default(),
+        rank_holds: false,
+        exact_deps: false,
+        release_order: true,
+        pieces: HashMap::new(),
+        board: Arc::default(),
+    };
+    let mut stats = crate::StatsSnapshot::default();
+    stats.protocol.insert("release_cycles", 0);
+    assert!(callas.rules_kept(&stats).is_ok());
+    stats.protocol.insert("release_cycles", 2);
+    let e = callas.rules_kept(&stats).expect_err("broken").to_string();
+    assert!(e.contains("2 cycle(s) of nexus release waits"), "{e}");
+}
