@@ -37,7 +37,7 @@ use tokio::task::JoinSet;
 use crate::cpu::{CpuPoint, CpuSample};
 use crate::error::{BenchError, Result};
 use crate::recorder::{round2, Recorder};
-use crate::report::{BenchReport, PointResult};
+use crate::report::{BenchReport, FaultsPoint, PointResult};
 use crate::spec::{deadlock_name, parse_entry, BenchSpec, Label, LoadPolicy};
 use crate::workload::{ClientGen, TxnRequest, Workload};
 
@@ -182,6 +182,8 @@ async fn measure_point(
     );
 
     let stop = Arc::new(AtomicBool::new(false));
+    // The link's faults (`--loss`, `--cut`), if any, from the warm-up on.
+    cluster.begin_faults();
     let start = Instant::now();
     let measure_start = start + spec.warmup;
     let measure_end = measure_start + spec.duration;
@@ -252,6 +254,12 @@ async fn measure_point(
         }
     };
     drain(&mut set, &mut done).await?;
+    // Every call has ended: the faults end before the checks.
+    cluster.end_faults();
+    let faults = (!spec.cluster.faults.is_none()).then(|| FaultsPoint {
+        lost: cluster.fault_stats().lost.load(Ordering::Relaxed),
+        cut: cluster.fault_stats().cut.load(Ordering::Relaxed),
+    });
 
     let mut merged = Recorder::new();
     for r in &done {
@@ -329,6 +337,7 @@ async fn measure_point(
         cpu,
         check,
         data,
+        faults,
     });
     // Flush and stop the log writers before the data directory goes.
     cluster.close_logs();
@@ -442,6 +451,7 @@ struct PointInputs {
     wal: Option<crate::durability::WalPoint>,
     cpu: Option<CpuPoint>,
     data: String,
+    faults: Option<FaultsPoint>,
 }
 
 /// The workload's check; where every node holds a full replica (Elia),
@@ -471,6 +481,7 @@ fn point_result(p: PointInputs) -> PointResult {
     aborts_by_cause.insert("lock_timeout".to_string(), d.aborts_timeout);
     aborts_by_cause.insert("cascade".to_string(), d.aborts_cascade);
     aborts_by_cause.insert("validation".to_string(), d.aborts_validation);
+    aborts_by_cause.insert("unreachable".to_string(), d.aborts_unreachable);
     aborts_by_cause.insert("user".to_string(), d.user_aborts);
     let per_s = |n: u64| {
         if p.stats_s > 0.0 {
@@ -563,6 +574,7 @@ fn point_result(p: PointInputs) -> PointResult {
         wal: p.wal,
         cpu: p.cpu,
         data: p.data,
+        faults: p.faults,
     }
 }
 

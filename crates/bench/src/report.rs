@@ -28,6 +28,16 @@ use crate::recorder::ProcSummary;
 pub mod plot;
 
 /// One measured point: one protocol, one client count, one workload variant.
+/// Messages the link's faults lost over a point's run (warm-up and
+/// measured interval).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FaultsPoint {
+    /// Lost at random (`--loss`).
+    pub lost: u64,
+    /// Lost to cuts (`--cut`).
+    pub cut: u64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct PointResult {
     pub protocol: String,
@@ -119,6 +129,9 @@ pub struct PointResult {
     /// Log statistics of the measured interval, with `wal`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wal: Option<crate::durability::WalPoint>,
+    /// What the link's faults did over the run (`--loss`, `--cut`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<FaultsPoint>,
     /// How busy this process's threads were in the measured interval
     /// (Linux; absent elsewhere). With a remote cluster this is the
     /// driver's process only.
@@ -746,6 +759,14 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
             .map(|(k, v)| format!("{k}={}", json_short(v)))
             .collect();
         let _ = writeln!(s, "workload: {}", m.join(", "));
+    }
+    if let Some(f) = &r.faults {
+        let unreachable = r.aborts_by_cause.get("unreachable").copied().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "faults: {} messages lost at random, {} to cuts; {unreachable} attempts aborted on a participant that did not answer",
+            f.lost, f.cut
+        );
     }
     if let Some(w) = &r.wal {
         let _ = writeln!(

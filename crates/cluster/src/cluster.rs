@@ -662,6 +662,17 @@ impl Cluster {
         &self.shared.link.fault_stats
     }
 
+    /// Begins the link's faults, when they wait to be begun
+    /// (`FaultConfig::on_demand`): a benchmark's once its data is loaded.
+    pub fn begin_faults(&self) {
+        self.shared.link.begin_faults();
+    }
+
+    /// Ends the link's faults (a benchmark's before its checks).
+    pub fn end_faults(&self) {
+        self.shared.link.end_faults();
+    }
+
     /// Names of the registered procedures, sorted.
     pub fn procedure_names(&self) -> Vec<String> {
         let mut v: Vec<_> = self.procedures.keys().cloned().collect();
@@ -772,13 +783,14 @@ impl Cluster {
     /// is left after `within`: a lock, wait or protection that outlived its
     /// transaction.
     pub async fn locks_released(&self, within: std::time::Duration) -> Result<()> {
-        let until = std::time::Instant::now() + within;
+        // Tokio's clock, as the partitions': virtual on a paused runtime.
+        let until = crate::partition::now() + within;
         loop {
             let left: Vec<usize> = self.status().await?.iter().map(|p| p.lock_txns).collect();
             if left.iter().all(|&n| n == 0) {
                 return Ok(());
             }
-            if std::time::Instant::now() >= until {
+            if crate::partition::now() >= until {
                 return Err(Error::Internal(format!(
                     "lock tables still keep transactions {} s after the last call (per partition: {left:?})",
                     within.as_secs_f64()
@@ -813,6 +825,7 @@ impl Cluster {
             aborts_timeout: c.aborts_timeout.load(Ordering::Relaxed),
             aborts_cascade: c.aborts_cascade.load(Ordering::Relaxed),
             aborts_validation: c.aborts_validation.load(Ordering::Relaxed),
+            aborts_unreachable: c.aborts_unreachable.load(Ordering::Relaxed),
             ..Default::default()
         };
         for k in self.shared.protocol.counters() {

@@ -63,8 +63,17 @@ pub enum LinkClock {
 pub struct FaultConfig {
     /// Chance that a message between two nodes is lost (0 to 1).
     pub loss: f64,
+    /// Messages are lost at random from this long after the link started
+    /// (a cluster loads its data first, say) ...
+    pub loss_from: Duration,
+    /// ... until this long after it (`None`: for as long as it runs).
+    pub loss_until: Option<Duration>,
     /// Intervals during which nodes are cut off from the others.
     pub cuts: Vec<Cut>,
+    /// The faults begin when `Cluster::start_faults` is called (a
+    /// benchmark: once its data is loaded), not when the link starts;
+    /// their times count from then.
+    pub on_demand: bool,
 }
 
 impl FaultConfig {
@@ -74,7 +83,7 @@ impl FaultConfig {
 }
 
 /// A network partition: `side` (nodes) cannot reach the other nodes, nor
-/// they it, from `from` to `until` after the link started.
+/// they it, from `from` to `until` after the faults began.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cut {
     pub side: Vec<NodeId>,
@@ -100,20 +109,35 @@ pub struct FaultStats {
 /// The faults of one link and their random source.
 struct Faults {
     config: FaultConfig,
-    start: Instant,
+    /// When the link started; the faults began `began_ns` after it
+    /// (`NOT_BEGUN`: not yet), and stop once `ended`.
+    base: Instant,
+    began_ns: AtomicU64,
+    ended: std::sync::atomic::AtomicBool,
     rng: parking_lot::Mutex<SmallRng>,
     stats: Arc<FaultStats>,
 }
 
+const NOT_BEGUN: u64 = u64::MAX;
+
 impl Faults {
     /// Whether a message from `from` to `to` sent now gets through.
     fn passes(&self, from: NodeId, to: NodeId) -> bool {
-        let at = crate::partition::now().saturating_duration_since(self.start);
+        let began = self.began_ns.load(Ordering::Acquire);
+        if began == NOT_BEGUN || self.ended.load(Ordering::Acquire) {
+            return true;
+        }
+        let at = crate::partition::now()
+            .saturating_duration_since(self.base)
+            .saturating_sub(Duration::from_nanos(began));
         if self.config.cuts.iter().any(|c| c.separates(from, to, at)) {
             self.stats.cut.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        if self.config.loss > 0.0 && self.rng.lock().gen_bool(self.config.loss.min(1.0)) {
+        let lossy = self.config.loss > 0.0
+            && at >= self.config.loss_from
+            && self.config.loss_until.is_none_or(|u| at < u);
+        if lossy && self.rng.lock().gen_bool(self.config.loss.min(1.0)) {
             self.stats.lost.fetch_add(1, Ordering::Relaxed);
             return false;
         }
@@ -297,7 +321,9 @@ impl Link {
         let faults = (!faults.is_none()).then(|| {
             Arc::new(Faults {
                 config: faults.clone(),
-                start: crate::partition::now(),
+                base: crate::partition::now(),
+                began_ns: AtomicU64::new(if faults.on_demand { NOT_BEGUN } else { 0 }),
+                ended: Default::default(),
                 // Its own stream, apart from the jitter's.
                 rng: parking_lot::Mutex::new(SmallRng::seed_from_u64(seed ^ 0x6661_756c_7473)),
                 stats: fault_stats.clone(),
@@ -372,6 +398,26 @@ impl Link {
 
     pub fn config(&self) -> LinkConfig {
         self.config
+    }
+
+    /// Begins the faults of an on-demand `FaultConfig` now (their times
+    /// count from here); nothing if they began already.
+    pub fn begin_faults(&self) {
+        if let Some(f) = &self.faults {
+            let ns = crate::partition::now()
+                .saturating_duration_since(f.base)
+                .as_nanos() as u64;
+            let _ = f
+                .began_ns
+                .compare_exchange(NOT_BEGUN, ns, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// Ends the faults: every message gets through from now on.
+    pub fn end_faults(&self) {
+        if let Some(f) = &self.faults {
+            f.ended.store(true, Ordering::Release);
+        }
     }
 
     /// True if messages between different nodes are delayed.

@@ -74,6 +74,7 @@ pub struct ClusterCounters {
     pub aborts_timeout: AtomicU64,
     pub aborts_cascade: AtomicU64,
     pub aborts_validation: AtomicU64,
+    pub aborts_unreachable: AtomicU64,
     /// The protocol's own counters (`Protocol::counters` names them).
     pub protocol: ProtocolCounters,
 }
@@ -86,6 +87,7 @@ impl ClusterCounters {
             AbortCause::LockTimeout => &self.aborts_timeout,
             AbortCause::Cascade => &self.aborts_cascade,
             AbortCause::Validation => &self.aborts_validation,
+            AbortCause::Unreachable => &self.aborts_unreachable,
         };
         c.fetch_add(1, Ordering::Relaxed);
     }
@@ -103,6 +105,7 @@ pub struct StatsSnapshot {
     pub aborts_timeout: u64,
     pub aborts_cascade: u64,
     pub aborts_validation: u64,
+    pub aborts_unreachable: u64,
     pub statements: u64,
     pub lock_waits: u64,
     pub lock_wait_us_total: u64,
@@ -132,6 +135,7 @@ impl StatsSnapshot {
             + self.aborts_timeout
             + self.aborts_cascade
             + self.aborts_validation
+            + self.aborts_unreachable
     }
 
     /// The difference `self - earlier`, for measuring an interval.
@@ -145,6 +149,7 @@ impl StatsSnapshot {
             aborts_timeout: self.aborts_timeout - earlier.aborts_timeout,
             aborts_cascade: self.aborts_cascade - earlier.aborts_cascade,
             aborts_validation: self.aborts_validation - earlier.aborts_validation,
+            aborts_unreachable: self.aborts_unreachable - earlier.aborts_unreachable,
             statements: self.statements - earlier.statements,
             lock_waits: self.lock_waits - earlier.lock_waits,
             lock_wait_us_total: self.lock_wait_us_total - earlier.lock_wait_us_total,

@@ -19,11 +19,7 @@ const BUMP: &str = "UPDATE account SET balance = balance + $a WHERE id = $id";
 
 #[test]
 fn a_cycle_through_two_partitions_is_broken_by_the_detector_at_once() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
+    let rt = paused_runtime();
     rt.block_on(async {
         let mut config = config(Isolation::Serializable, DeadlockPolicy::Detect);
         // The backstop is out of reach: only the detector can end it.

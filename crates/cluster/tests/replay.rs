@@ -17,11 +17,7 @@ type Outcomes = Vec<Vec<Result<u32, String>>>;
 
 /// `None`: an immediate link; else this one, on the runtime's clock.
 fn run(seed: u64, link: Option<LinkConfig>) -> (Outcomes, StatsSnapshot, Vec<Value>) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
+    let rt = paused_runtime();
     rt.block_on(async move {
         let mut config = config(Isolation::Serializable, DeadlockPolicy::WaitDie);
         if let Some(link) = link {

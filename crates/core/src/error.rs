@@ -22,6 +22,10 @@ pub enum AbortCause {
     /// (Mediator: with a transaction that committed since, or with a
     /// native put).
     Validation,
+    /// A participant did not answer a statement or a vote (the message or
+    /// its answer was lost, or the node is cut off): the transaction was
+    /// aborted everywhere and may run again.
+    Unreachable,
 }
 
 impl AbortCause {
@@ -32,6 +36,7 @@ impl AbortCause {
             AbortCause::LockTimeout => "lock_timeout",
             AbortCause::Cascade => "cascade",
             AbortCause::Validation => "validation",
+            AbortCause::Unreachable => "unreachable",
         }
     }
 }

@@ -56,6 +56,7 @@ pub(crate) fn point(
         wal: None,
         cpu: None,
         data: "loaded".into(),
+        faults: None,
     }
 }
 

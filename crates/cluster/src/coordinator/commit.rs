@@ -5,8 +5,8 @@ use brine_check::Outcome;
 use brine_core::{AbortCause, Error, NodeId, Result, TxnId};
 use parking_lot::Mutex;
 
-use super::{Shared, TxnState};
-use crate::message::{PartitionMsg, Reply, Vote};
+use super::{until_acked, Shared, TxnState};
+use crate::message::{PartitionMsg, Vote};
 use crate::partition::Ending;
 
 /// Commits an attempt whose body succeeded. On a `No` vote the attempt is
@@ -88,19 +88,28 @@ async fn commit_at_with(
     match participants.len() {
         0 => after.await,
         1 if !hold => {
-            shared
-                .request(node, participants[0], |reply| PartitionMsg::Commit {
-                    txn,
-                    ending,
-                    decided: false,
-                    reply,
-                })
-                .await
-                // The commit may have been applied and its answer lost.
-                .map_err(|e| match e {
-                    Error::Transport(m) => Error::Transport(format!("commit outcome unknown: {m}")),
-                    e => e,
-                })
+            // A decision, like phase two: sent again until acknowledged
+            // (a commit of a transaction the participant already
+            // committed is a no-op), so a lost message or answer leaves no
+            // doubt. Only a participant unheard of for DECISION_PATIENCE
+            // leaves the outcome unknown.
+            let p = participants[0];
+            let commit = move |reply| PartitionMsg::Commit {
+                txn,
+                ending,
+                decided: false,
+                reply,
+            };
+            until_acked(
+                shared.route(node, p),
+                None::<std::future::Ready<Result<()>>>,
+                commit,
+            )
+            .await
+            .map_err(|e| match e {
+                Error::Transport(m) => Error::Transport(format!("commit outcome unknown: {m}")),
+                e => e,
+            })
         }
         _ => {
             // A multi-process node records the decision's progress, so a
@@ -143,34 +152,61 @@ async fn commit_at_with(
                 b.decided(txn, decision_commit && any_yes);
             }
             // Phase two goes to every participant that still holds state
-            // (voted Yes, or could not be heard from). It is not awaited: the
-            // decision is made, and per-link FIFO delivery orders it before
-            // anything this coordinator sends next.
+            // (voted Yes, or could not be heard from), and again until it
+            // is acknowledged (a lost message, a node cut off for a
+            // while). A commit is sent now, so per-link FIFO delivery
+            // orders it before anything this coordinator sends next, and
+            // not awaited: the decision is made, and what comes next can
+            // only wait for its locks. An abort is awaited: a retry (or a
+            // Salt subtransaction run again under the same owner's locks)
+            // must not reach a participant before the abort it resends
+            // after a loss, or the abort would undo the retry's writes.
+            let mut aborts = Vec::new();
             for (&p, v) in participants.iter().zip(&votes) {
                 if matches!(v, Ok(Vote::ReadOnly)) && !hold {
                     continue;
                 }
-                let (reply, _rx) = Reply::channel(&shared.link, shared.partitions[p].node, node);
-                let msg = if decision_commit {
-                    PartitionMsg::Commit {
-                        txn,
-                        ending,
-                        decided: true,
-                        reply,
+                let decision = move |reply| {
+                    if decision_commit {
+                        PartitionMsg::Commit {
+                            txn,
+                            ending,
+                            decided: true,
+                            reply,
+                        }
+                    } else {
+                        PartitionMsg::Abort { txn, ending, reply }
                     }
-                } else {
-                    PartitionMsg::Abort { txn, ending, reply }
                 };
-                shared.send(node, p, msg);
+                let route = shared.route(node, p);
+                let first = route.request(decision);
+                let sent = async move {
+                    if let Err(e) = until_acked(route, Some(first), decision).await {
+                        tracing::error!(%txn, partition = p, "decision not acknowledged: {e}");
+                    }
+                };
+                if decision_commit {
+                    tokio::spawn(sent);
+                } else {
+                    aborts.push(sent);
+                }
             }
+            futures::future::join_all(aborts).await;
             if let Some(e) = log_error {
                 return Err(e);
             }
             after?;
-            // A participant that did not answer (its log failed, or it is
-            // gone) is not a concurrency-control abort: no retry.
+            // A participant whose log failed is not a concurrency-control
+            // abort: no retry (nor once the cluster's logs are down, when
+            // no vote can come). One that did not answer (its vote or the
+            // request was lost, or it is cut off) made the decision an
+            // abort, which may run again.
+            let logs_down = shared.wal.as_ref().is_some_and(|w| w.is_down());
             if let Some(Err(e)) = votes.iter().find(|v| v.is_err()) {
-                return Err(e.clone());
+                return Err(match e {
+                    Error::Transport(_) if !logs_down => Error::Aborted(AbortCause::Unreachable),
+                    e => e.clone(),
+                });
             }
             if decision_commit {
                 Ok(())
@@ -197,8 +233,9 @@ pub async fn abort(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) {
     state.lock().record_end(shared, Outcome::Aborted);
 }
 
-/// Aborts `txn` at `participants` and waits for every acknowledgement
-/// (`ending` as in [`commit_at`]).
+/// Aborts `txn` at `participants` and waits for every acknowledgement,
+/// sending it again where none came (`until_acked`; `ending` as in
+/// [`commit_at`]).
 pub async fn abort_at(
     shared: &Shared,
     node: NodeId,
@@ -207,16 +244,17 @@ pub async fn abort_at(
     participants: &[usize],
 ) {
     let acks = futures::future::join_all(participants.iter().map(|&p| {
-        shared.request(node, p, move |reply| PartitionMsg::Abort {
-            txn,
-            ending,
-            reply,
-        })
+        let abort = move |reply| PartitionMsg::Abort { txn, ending, reply };
+        until_acked(
+            shared.route(node, p),
+            None::<std::future::Ready<Result<()>>>,
+            abort,
+        )
     }))
     .await;
     for a in acks {
         if let Err(e) = a {
-            tracing::warn!(%txn, "abort not acknowledged: {e}");
+            tracing::error!(%txn, "abort not acknowledged: {e}");
         }
     }
 }

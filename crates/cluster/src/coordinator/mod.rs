@@ -83,6 +83,88 @@ pub struct Shared {
     pub ready: tokio::sync::watch::Receiver<bool>,
 }
 
+/// The way from a coordinator to one partition, apart from `Shared`.
+#[derive(Clone)]
+pub(crate) struct PartRoute {
+    /// The cluster's logs: once they are down nothing can commit, and a
+    /// decision is not sent again.
+    wal: Option<Arc<crate::durability::WalSet>>,
+    link: crate::link::Link,
+    from: NodeId,
+    to: NodeId,
+    p: usize,
+    tx: mpsc::UnboundedSender<PartitionMsg>,
+}
+
+impl PartRoute {
+    /// Whether sending again is useless: the partition is gone (the
+    /// cluster shuts down) or the logs are down (nothing commits).
+    fn dead(&self) -> bool {
+        self.tx.is_closed() || self.wal.as_ref().is_some_and(|w| w.is_down())
+    }
+
+    /// Sends the request `make` builds now; the answer, or an error if none
+    /// will come (the message or its answer was lost, or the partition is
+    /// gone).
+    pub(crate) fn request<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> PartitionMsg,
+    ) -> impl Future<Output = Result<T>> + Send + 'static {
+        let (reply, rx) = Reply::channel(&self.link, self.to, self.from);
+        let (tx, msg, p) = (self.tx.clone(), make(reply), self.p);
+        self.link.send(self.from, self.to, move || {
+            let _ = tx.send(msg);
+        });
+        async move {
+            rx.await
+                .map_err(|_| Error::Transport(format!("partition {p} did not answer")))
+        }
+    }
+}
+
+/// How long a decision (commit, abort, release) is sent again to a
+/// participant that did not acknowledge it: a network partition heals, or
+/// a restarted node recovers, within it; past it the participant is given
+/// up on (logged).
+pub const DECISION_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Sends the request `make` builds until it is answered: a decision must
+/// reach its participant, and sending it again is safe (a partition
+/// commits, aborts or releases a transaction it already ended as a no-op).
+/// Not once the partition is gone or the logs are down (`PartRoute::dead`).
+/// `first`: the answer of a first send already made, if any. Waits 1 ms
+/// before the first resend, doubling up to 200 ms, for at most
+/// [`DECISION_PATIENCE`].
+pub(crate) async fn until_acked<T: Send + 'static>(
+    route: PartRoute,
+    first: Option<impl Future<Output = Result<T>>>,
+    make: impl Fn(Reply<T>) -> PartitionMsg,
+) -> Result<T> {
+    let start = crate::partition::now();
+    let mut pause = Duration::from_millis(1);
+    let mut last = match first {
+        Some(f) => f.await,
+        None => route.request(&make).await,
+    };
+    loop {
+        match last {
+            Ok(v) => return Ok(v),
+            Err(e)
+                if route.dead()
+                    || crate::partition::now().saturating_duration_since(start)
+                        >= DECISION_PATIENCE =>
+            {
+                return Err(e)
+            }
+            Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+                last = route.request(&make).await;
+            }
+        }
+    }
+}
+
 /// Where a partition lives and how to send it a message.
 pub struct PartitionRef {
     pub id: PartitionId,
@@ -119,6 +201,20 @@ impl Shared {
             // requester sees its reply channel close.
             let _ = tx.send(msg);
         });
+    }
+
+    /// The way to partition `p` from `from`, for a task of its own
+    /// (`until_acked`).
+    pub(crate) fn route(&self, from: NodeId, p: usize) -> PartRoute {
+        let part = &self.partitions[p];
+        PartRoute {
+            wal: self.wal.clone(),
+            link: self.link.clone(),
+            from,
+            to: part.node,
+            p,
+            tx: part.tx.clone(),
+        }
     }
 
     /// Sends a request built around a reply path and awaits the answer.
@@ -389,6 +485,13 @@ impl ProcCtx {
         gate: Option<Gate>,
     ) -> impl Future<Output = Result<Executed>> + Send + 'static {
         let Sent { sub, call, ext } = how;
+        // A statement that commits where it runs (Salt's local commit, or
+        // one carrying the commit of the subtransaction before it) may
+        // have committed when its answer is lost: its outcome is unknown.
+        // Any other unanswered statement committed nothing: its
+        // transaction is aborted (at every participant, by whoever ends
+        // it) and may run again.
+        let in_doubt = sub.is_some_and(|s| s.autocommit || s.commit_first.is_some());
         let answer = self
             .shared
             .request_now(self.node, p, move |reply| PartitionMsg::Execute {
@@ -402,7 +505,15 @@ impl ProcCtx {
                 gate,
                 reply,
             });
-        async move { answer.await? }
+        async move {
+            match answer.await {
+                Ok(r) => r,
+                Err(Error::Transport(_)) if !in_doubt => {
+                    Err(Error::Aborted(AbortCause::Unreachable))
+                }
+                Err(e) => Err(e),
+            }
+        }
     }
 
     /// Salt: whether a statement of this ACID transaction that spans

@@ -102,7 +102,7 @@ impl PartitionCounters {
             AbortCause::WaitDie => &self.victims_wait_die,
             AbortCause::Deadlock => &self.victims_deadlock,
             AbortCause::LockTimeout => &self.victims_timeout,
-            AbortCause::Cascade | AbortCause::Validation => return,
+            AbortCause::Cascade | AbortCause::Validation | AbortCause::Unreachable => return,
         };
         c.fetch_add(1, Ordering::Relaxed);
     }

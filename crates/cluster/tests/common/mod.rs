@@ -110,6 +110,16 @@ pub fn procedures() -> Vec<ProcedureDef> {
     ]
 }
 
+/// A single-threaded runtime on tokio's paused clock: time is virtual, and
+/// a run is a function of its seed (`replay.rs`).
+pub fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+}
+
 pub fn config(isolation: Isolation, policy: DeadlockPolicy) -> ClusterConfig {
     let mut c = ClusterConfig {
         nodes: 2,

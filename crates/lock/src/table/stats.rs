@@ -41,7 +41,7 @@ impl LockStats {
             AbortCause::WaitDie => self.aborts_wait_die,
             AbortCause::Deadlock => self.aborts_deadlock,
             AbortCause::LockTimeout => self.aborts_lock_timeout,
-            AbortCause::Cascade | AbortCause::Validation => 0,
+            AbortCause::Cascade | AbortCause::Validation | AbortCause::Unreachable => 0,
         }
     }
 
@@ -50,7 +50,7 @@ impl LockStats {
             AbortCause::WaitDie => self.aborts_wait_die += 1,
             AbortCause::Deadlock => self.aborts_deadlock += 1,
             AbortCause::LockTimeout => self.aborts_lock_timeout += 1,
-            AbortCause::Cascade | AbortCause::Validation => {}
+            AbortCause::Cascade | AbortCause::Validation | AbortCause::Unreachable => {}
         }
     }
 }

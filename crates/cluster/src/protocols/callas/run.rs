@@ -272,16 +272,18 @@ async fn release_in_order(
             .await;
     }
     let acks = futures::future::join_all(participants.iter().map(|&p| {
-        shared.request(node, p, move |reply| PartitionMsg::Release {
+        let release = move |reply| PartitionMsg::Release {
             owner: txn,
             stages: vec![crate::message::ReleaseStage::End],
             reply,
-        })
+        };
+        let first = None::<std::future::Ready<Result<()>>>;
+        crate::coordinator::until_acked(shared.route(node, p), first, release)
     }))
     .await;
     for a in acks {
         if let Err(e) = a {
-            tracing::warn!(%txn, "nexus release not acknowledged: {e}");
+            tracing::error!(%txn, "nexus release not acknowledged: {e}");
         }
     }
     board.released(txn);

@@ -363,6 +363,7 @@ fn accepted(ctx: &ProcCtx) {
 
 /// Commits a subtransaction whose statements all succeeded.
 async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
+    let mark = block.mark;
     let Some(sub) = block.live else {
         return Ok(()); // replayed: committed in an earlier run of the body
     };
@@ -383,6 +384,12 @@ async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
         Err(e) => {
             let mut st = ctx.state.lock();
             if let Error::Aborted(cause) = e {
+                // Aborted at its commit (a participant voted no, or did
+                // not answer): it installed nothing, so its recorded
+                // operations go, as a rollback's do.
+                if let Some(rec) = &mut st.rec {
+                    rec.ops.truncate(mark);
+                }
                 st.doomed = Some(cause);
                 base_mut(&mut st).doomed_at = Some(block.start);
             } else if outcome_unknown(&e) {

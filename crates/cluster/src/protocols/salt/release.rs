@@ -129,7 +129,9 @@ pub(super) fn release(
     }
 }
 
-/// Sends one round of `Release` messages now; the answers come later.
+/// Sends one round of `Release` messages now, each again until it is
+/// acknowledged (a lost message; releasing what is released already is a
+/// no-op); the answers come later.
 fn send_round(
     shared: &Shared,
     node: NodeId,
@@ -139,11 +141,14 @@ fn send_round(
     round
         .into_iter()
         .map(|(p, stages)| {
-            shared.request_now(node, p, move |reply| PartitionMsg::Release {
+            let release = move |reply| PartitionMsg::Release {
                 owner,
-                stages,
+                stages: stages.clone(),
                 reply,
-            })
+            };
+            let route = shared.route(node, p);
+            let first = route.request(release.clone());
+            crate::coordinator::until_acked(route, Some(first), release)
         })
         .collect()
 }
@@ -151,7 +156,7 @@ fn send_round(
 async fn acknowledged(owner: TxnId, acks: Vec<impl Future<Output = Result<()>>>) {
     for a in futures::future::join_all(acks).await {
         if let Err(e) = a {
-            tracing::warn!(%owner, "release not acknowledged: {e}");
+            tracing::error!(%owner, "release not acknowledged: {e}");
         }
     }
 }
