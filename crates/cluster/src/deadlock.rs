@@ -131,12 +131,21 @@ pub(crate) async fn run(partitions: Vec<Watched>, link: Link, here: NodeId) {
         }
         let mut graphs = Vec::with_capacity(partitions.len());
         for rx in answers {
-            match rx.await {
-                Ok(g) => graphs.push(g),
-                Err(_) => return,
+            if let Ok(g) = rx.await {
+                graphs.push(g);
             }
         }
-        let breaks = victims(&graphs);
+        // A partition that did not answer (the request or its answer was
+        // lost, or it is cut off): this look sees only part of the graph,
+        // and a queue pass decided on part of it could be wrong, so it
+        // breaks nothing; the next look asks again. (Returning here, as
+        // this once did, stopped the detector for good after one lost
+        // message: cycles then ended only at the lock wait timeout.)
+        let breaks = if graphs.len() == partitions.len() {
+            victims(&graphs)
+        } else {
+            Vec::new()
+        };
         tracing::debug!(
             took_us = look.elapsed().as_micros() as u64,
             edges = graphs.iter().map(|g| g.edges.len()).sum::<usize>(),

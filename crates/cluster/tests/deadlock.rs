@@ -75,6 +75,56 @@ fn a_cycle_through_two_partitions_is_broken_by_the_detector_at_once() {
     });
 }
 
+/// A look whose request or answer is lost sees part of the graph: it
+/// breaks nothing, and the detector goes on looking. (It once stopped for
+/// good at the first lost answer, leaving every later cycle to the lock
+/// wait timeout.) Every message between nodes is lost for two of the
+/// detector's periods; a cycle closed after that is still broken by it.
+#[test]
+fn the_detector_outlives_lost_messages() {
+    let rt = paused_runtime();
+    rt.block_on(async {
+        let mut config = config(Isolation::Serializable, DeadlockPolicy::Detect);
+        config.lock.wait_timeout = Duration::from_secs(3600);
+        config.faults = brine_cluster::FaultConfig {
+            loss: 1.0,
+            loss_from: Duration::ZERO,
+            loss_until: Some(deadlock::PERIOD * 2),
+            cuts: Vec::new(),
+            on_demand: true,
+        };
+        let c = bank_with(config, 4).await;
+        c.begin_faults();
+        tokio::time::sleep(deadlock::PERIOD * 3).await;
+        assert!(
+            c.fault_stats()
+                .lost
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0,
+            "the detector's looks met the loss"
+        );
+        let (mut t1, mut t2) = (c.client().begin(), c.client().begin());
+        t1.execute(BUMP, vec![money(1), Value::Int(1)])
+            .await
+            .expect("t1");
+        t2.execute(BUMP, vec![money(1), Value::Int(2)])
+            .await
+            .expect("t2");
+        let a = tokio::spawn(async move {
+            let r = t1.execute(BUMP, vec![money(1), Value::Int(2)]).await;
+            r.map(|_| ()).and(t1.commit().await)
+        });
+        let b = tokio::spawn(async move {
+            let r = t2.execute(BUMP, vec![money(1), Value::Int(1)]).await;
+            r.map(|_| ()).and(t2.commit().await)
+        });
+        let (r1, r2) = (a.await.expect("t1's task"), b.await.expect("t2's task"));
+        let victims: Vec<_> = [&r1, &r2].into_iter().filter(|r| r.is_err()).collect();
+        assert_eq!(victims.len(), 1, "exactly one victim: {r1:?} {r2:?}");
+        assert_eq!(victims[0], &Err(Error::Aborted(AbortCause::Deadlock)));
+    });
+}
+
 /// The detector's looks cross the simulated link like every other message
 /// between nodes (it runs on node 0; a partition on node 1 is asked for
 /// its wait-for graph over the link, and answers over it), so they count
