@@ -9,6 +9,7 @@
 //! ```
 
 mod analyze;
+mod faults;
 mod group;
 mod metrics;
 mod node;
@@ -680,7 +681,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         history: args.history.clone(),
         grouping: None,
         rank_holds: !args.rank_waits_at_coordinator,
-        faults: fault_config(args.loss, &args.cuts).map_err(BenchError::Config)?,
+        faults: faults::fault_config(args.loss, &args.cuts).map_err(BenchError::Config)?,
         ..ClusterConfig::default()
     };
     if let Some(path) = &args.topology {
@@ -803,54 +804,6 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         rounds: args.rounds,
         baseline,
     })
-}
-
-/// `--loss` and `--cut` as the link's faults, begun by the benchmark once
-/// its data is loaded.
-fn fault_config(loss: f64, cuts: &[String]) -> Result<brine_cluster::FaultConfig, String> {
-    if !(0.0..=1.0).contains(&loss) {
-        return Err(format!("--loss {loss}: a chance between 0 and 1"));
-    }
-    let cuts = cuts
-        .iter()
-        .map(|c| {
-            parse_cut(c)
-                .map_err(|e| format!("--cut {c}: {e} (expected NODE[,NODE...]@FROM-UNTIL, in ms)"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(brine_cluster::FaultConfig {
-        loss,
-        loss_from: std::time::Duration::ZERO,
-        loss_until: None,
-        cuts,
-        on_demand: true,
-    })
-}
-
-/// `NODE[,NODE...]@FROM-UNTIL` (milliseconds).
-fn parse_cut(text: &str) -> Result<brine_cluster::Cut, String> {
-    let (nodes, window) = text.split_once('@').ok_or("no `@`")?;
-    let (from, until) = window.split_once('-').ok_or("no `-` in the interval")?;
-    let ms = |s: &str| {
-        s.trim()
-            .parse::<u64>()
-            .map(std::time::Duration::from_millis)
-            .map_err(|_| format!("`{s}` is not a number of milliseconds"))
-    };
-    let side = nodes
-        .split(',')
-        .map(|n| {
-            n.trim()
-                .parse::<u32>()
-                .map(brine_core::NodeId)
-                .map_err(|_| format!("`{n}` is not a node number"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let (from, until) = (ms(from)?, ms(until)?);
-    if until <= from {
-        return Err("the interval ends before it begins".into());
-    }
-    Ok(brine_cluster::Cut { side, from, until })
 }
 
 fn isolation_of(arg: Option<IsolationArg>) -> Option<Isolation> {
@@ -1236,33 +1189,6 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    #[test]
-    fn fault_flags_parse_and_bad_ones_say_why() {
-        let f = fault_config(0.02, &["1,2@100-250".to_string(), "0@5-6".to_string()]).unwrap();
-        assert_eq!(f.loss, 0.02);
-        assert!(f.on_demand && !f.is_none());
-        assert_eq!(
-            f.cuts[0].side,
-            [brine_core::NodeId(1), brine_core::NodeId(2)]
-        );
-        assert_eq!(f.cuts[0].from, std::time::Duration::from_millis(100));
-        assert_eq!(f.cuts[0].until, std::time::Duration::from_millis(250));
-        assert!(fault_config(0.0, &[]).unwrap().is_none());
-        for (loss, cut, needle) in [
-            (1.5, "", "between 0 and 1"),
-            (0.0, "1-100-200", "no `@`"),
-            (0.0, "1@100", "no `-`"),
-            (0.0, "x@1-2", "`x` is not a node number"),
-            (0.0, "1@5-2", "ends before it begins"),
-        ] {
-            let cuts: Vec<String> = (!cut.is_empty())
-                .then(|| cut.to_string())
-                .into_iter()
-                .collect();
-            let e = fault_config(loss, &cuts).expect_err(cut);
-            assert!(e.contains(needle), "{cut}: {e}");
-        }
-    }
     use clap::CommandFactory;
 
     #[test]

@@ -100,16 +100,12 @@ async fn commit_at_with(
                 decided: false,
                 reply,
             };
-            until_acked(
-                shared.route(node, p),
-                None::<std::future::Ready<Result<()>>>,
-                commit,
-            )
-            .await
-            .map_err(|e| match e {
-                Error::Transport(m) => Error::Transport(format!("commit outcome unknown: {m}")),
-                e => e,
-            })
+            until_acked(shared.route(node, p), commit)
+                .await
+                .map_err(|e| match e {
+                    Error::Transport(m) => Error::Transport(format!("commit outcome unknown: {m}")),
+                    e => e,
+                })
         }
         _ => {
             // A multi-process node records the decision's progress, so a
@@ -178,10 +174,9 @@ async fn commit_at_with(
                         PartitionMsg::Abort { txn, ending, reply }
                     }
                 };
-                let route = shared.route(node, p);
-                let first = route.request(decision);
+                let acked = until_acked(shared.route(node, p), decision);
                 let sent = async move {
-                    if let Err(e) = until_acked(route, Some(first), decision).await {
+                    if let Err(e) = acked.await {
                         tracing::error!(%txn, partition = p, "decision not acknowledged: {e}");
                     }
                 };
@@ -245,11 +240,7 @@ pub async fn abort_at(
 ) {
     let acks = futures::future::join_all(participants.iter().map(|&p| {
         let abort = move |reply| PartitionMsg::Abort { txn, ending, reply };
-        until_acked(
-            shared.route(node, p),
-            None::<std::future::Ready<Result<()>>>,
-            abort,
-        )
+        until_acked(shared.route(node, p), abort)
     }))
     .await;
     for a in acks {

@@ -106,19 +106,40 @@ impl PartRoute {
     /// Sends the request `make` builds now; the answer, or an error if none
     /// will come (the message or its answer was lost, or the partition is
     /// gone).
-    pub(crate) fn request<T: Send + 'static>(
+    fn request<T: Send + 'static>(
         &self,
-        make: impl FnOnce(Reply<T>) -> PartitionMsg,
+        make: &dyn Fn(Reply<T>) -> PartitionMsg,
     ) -> impl Future<Output = Result<T>> + Send + 'static {
         let (reply, rx) = Reply::channel(&self.link, self.to, self.from);
-        let (tx, msg, p) = (self.tx.clone(), make(reply), self.p);
-        self.link.send(self.from, self.to, move || {
-            let _ = tx.send(msg);
-        });
-        async move {
-            rx.await
-                .map_err(|_| Error::Transport(format!("partition {p} did not answer")))
-        }
+        deliver(
+            &self.link,
+            self.from,
+            (self.to, self.p, &self.tx),
+            make(reply),
+            rx,
+        )
+    }
+}
+
+/// Sends `msg` from node `from` to partition `p` (on node `to`, fed by
+/// `tx`) over the link, now; the answer `rx` waits for, or an error if none
+/// will come (the message or its answer was lost, or the partition is gone).
+fn deliver<T: Send + 'static>(
+    link: &crate::link::Link,
+    from: NodeId,
+    (to, p, tx): (NodeId, usize, &mpsc::UnboundedSender<PartitionMsg>),
+    msg: PartitionMsg,
+    rx: tokio::sync::oneshot::Receiver<T>,
+) -> impl Future<Output = Result<T>> + Send + 'static {
+    let tx = tx.clone();
+    link.send(from, to, move || {
+        // A closed partition means the cluster is shutting down; the
+        // requester sees its reply channel close.
+        let _ = tx.send(msg);
+    });
+    async move {
+        rx.await
+            .map_err(|_| Error::Transport(format!("partition {p} did not answer (shut down?)")))
     }
 }
 
@@ -128,38 +149,37 @@ impl PartRoute {
 /// up on (logged).
 pub const DECISION_PATIENCE: Duration = Duration::from_secs(30);
 
-/// Sends the request `make` builds until it is answered: a decision must
-/// reach its participant, and sending it again is safe (a partition
-/// commits, aborts or releases a transaction it already ended as a no-op).
-/// Not once the partition is gone or the logs are down (`PartRoute::dead`).
-/// `first`: the answer of a first send already made, if any. Waits 1 ms
-/// before the first resend, doubling up to 200 ms, for at most
-/// [`DECISION_PATIENCE`].
-pub(crate) async fn until_acked<T: Send + 'static>(
-    route: PartRoute,
-    first: Option<impl Future<Output = Result<T>>>,
-    make: impl Fn(Reply<T>) -> PartitionMsg,
-) -> Result<T> {
-    let start = crate::partition::now();
-    let mut pause = Duration::from_millis(1);
-    let mut last = match first {
-        Some(f) => f.await,
-        None => route.request(&make).await,
-    };
-    loop {
-        match last {
-            Ok(v) => return Ok(v),
-            Err(e)
-                if route.dead()
-                    || crate::partition::now().saturating_duration_since(start)
-                        >= DECISION_PATIENCE =>
-            {
-                return Err(e)
-            }
-            Err(_) => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(200));
-                last = route.request(&make).await;
+/// Sends the request `make` builds now, and again until it is answered: a
+/// decision must reach its participant, and sending it again is safe (a
+/// partition commits, aborts or releases a transaction it already ended as
+/// a no-op). Not once the partition is gone or the logs are down
+/// (`PartRoute::dead`). Waits 1 ms before the first resend, doubling up
+/// to 200 ms, for at most [`DECISION_PATIENCE`].
+pub(crate) fn until_acked<T, F>(route: PartRoute, make: F) -> impl Future<Output = Result<T>> + Send
+where
+    T: Send + 'static,
+    F: Fn(Reply<T>) -> PartitionMsg + Send,
+{
+    let first = route.request(&make);
+    async move {
+        let start = crate::partition::now();
+        let mut pause = Duration::from_millis(1);
+        let mut last = first.await;
+        loop {
+            match last {
+                Ok(v) => return Ok(v),
+                Err(e)
+                    if route.dead()
+                        || crate::partition::now().saturating_duration_since(start)
+                            >= DECISION_PATIENCE =>
+                {
+                    return Err(e)
+                }
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                    last = route.request(&make).await;
+                }
             }
         }
     }
@@ -235,12 +255,9 @@ impl Shared {
         p: usize,
         make: impl FnOnce(Reply<T>) -> PartitionMsg,
     ) -> impl Future<Output = Result<T>> + Send + 'static {
-        let (reply, rx) = Reply::channel(&self.link, self.partitions[p].node, from);
-        self.send(from, p, make(reply));
-        async move {
-            rx.await
-                .map_err(|_| Error::Transport(format!("partition {p} did not answer (shut down?)")))
-        }
+        let part = &self.partitions[p];
+        let (reply, rx) = Reply::channel(&self.link, part.node, from);
+        deliver(&self.link, from, (part.node, p, &part.tx), make(reply), rx)
     }
 
     /// The partitions a statement with `params` goes to: the one its

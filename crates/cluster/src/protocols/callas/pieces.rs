@@ -327,6 +327,28 @@ impl SafeMode {
 /// group"). The notes the analysis keeps for the built-in workloads
 /// (`brine_analysis::workloads`) are used when the application is one of
 /// them.
+/// The analyses' refinements for Callas' groups: all of them but larger
+/// pieces first, which is the sources' tool reordering the code; brine
+/// runs each body as written, so within one body the pieces keep its
+/// order, and larger pieces first chooses among the bodies a procedure
+/// offers (`brine_analysis::order`).
+const REFINEMENTS: brine_analysis::Refinements = brine_analysis::Refinements {
+    larger_first: false,
+    ..brine_analysis::Refinements::ALL
+};
+
+/// The analysis' sources of group `g`'s procedures.
+fn group_sources(
+    g: &super::GroupDef,
+    procedures: &[crate::ProcedureDef],
+) -> Vec<brine_analysis::ProcSource> {
+    g.procedures
+        .iter()
+        .filter_map(|name| procedures.iter().find(|d| &d.name == name))
+        .map(crate::ProcedureDef::source)
+        .collect()
+}
+
 /// A `chop` group commits every statement on its own, so its executions
 /// are serializable only if that finest chopping has no SC-cycle among
 /// the group's procedures (two instances of each, as any mix of them may
@@ -342,13 +364,8 @@ fn check_chop(
     ddl: &str,
     procedures: &[crate::ProcedureDef],
 ) -> Result<()> {
-    use brine_analysis::{classic, Piece, ProcChopping, ProcSource, Refinements};
-    let sources: Vec<ProcSource> = g
-        .procedures
-        .iter()
-        .filter_map(|name| procedures.iter().find(|d| &d.name == name))
-        .map(crate::ProcedureDef::source)
-        .collect();
+    use brine_analysis::{classic, Piece, ProcChopping};
+    let sources = group_sources(g, procedures);
     let (_, specs) =
         brine_analysis::workloads::specs_with_notes(app, ddl, &sources).map_err(|e| {
             Error::Config(format!(
@@ -376,10 +393,7 @@ fn check_chop(
         })
         .collect();
     let refs: Vec<&brine_analysis::ProcSpec> = specs.iter().collect();
-    let refinements = Refinements {
-        larger_first: false,
-        ..Refinements::ALL
-    };
+    let refinements = REFINEMENTS;
     let instances = classic::two_of_each(specs.len());
     match classic::find_sc_cycle(&refs, &choppings, &instances, refinements, false) {
         None => Ok(()),
@@ -401,7 +415,7 @@ pub fn plan_pieces(
     safe_mode: SafeModeConfig,
 ) -> Result<HashMap<String, Arc<ProcPieces>>> {
     use brine_analysis::workloads::specs_with_notes;
-    use brine_analysis::{analyze_group, classic, ProcSource, Refinements};
+    use brine_analysis::{analyze_group, classic, ProcSource};
     let mut out = HashMap::new();
     for g in grouping
         .groups
@@ -415,12 +429,7 @@ pub fn plan_pieces(
         .iter()
         .filter(|g| matches!(g.mechanism, Mechanism::Rp | Mechanism::Sc))
     {
-        let sources: Vec<ProcSource> = g
-            .procedures
-            .iter()
-            .filter_map(|name| procedures.iter().find(|d| &d.name == name))
-            .map(crate::ProcedureDef::source)
-            .collect();
+        let sources = group_sources(g, procedures);
         let fail = |e: brine_analysis::AnalysisError| {
             Error::Config(format!(
                 "group `{}`: the {} analysis failed: {e}",
@@ -434,14 +443,7 @@ pub fn plan_pieces(
         };
         let (catalog, specs) = specs_with_notes(app, ddl, &sources).map_err(fail)?;
         let refs: Vec<&brine_analysis::ProcSpec> = specs.iter().collect();
-        // Larger pieces first is the sources' tool reordering the code;
-        // brine runs each body as written, so within one body the pieces
-        // keep its order, and larger pieces first chooses among the
-        // bodies a procedure offers (`brine_analysis::order`).
-        let refinements = Refinements {
-            larger_first: false,
-            ..Refinements::ALL
-        };
+        let refinements = REFINEMENTS;
         if g.mechanism == Mechanism::Sc {
             for (spec, chopping) in specs
                 .iter()

@@ -277,8 +277,7 @@ async fn release_in_order(
             stages: vec![crate::message::ReleaseStage::End],
             reply,
         };
-        let first = None::<std::future::Ready<Result<()>>>;
-        crate::coordinator::until_acked(shared.route(node, p), first, release)
+        crate::coordinator::until_acked(shared.route(node, p), release)
     }))
     .await;
     for a in acks {

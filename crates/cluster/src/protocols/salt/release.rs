@@ -146,9 +146,7 @@ fn send_round(
                 stages: stages.clone(),
                 reply,
             };
-            let route = shared.route(node, p);
-            let first = route.request(release.clone());
-            crate::coordinator::until_acked(route, Some(first), release)
+            crate::coordinator::until_acked(shared.route(node, p), release)
         })
         .collect()
 }
