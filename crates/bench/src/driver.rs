@@ -259,6 +259,7 @@ async fn measure_point(
     let faults = (!spec.cluster.faults.is_none()).then(|| FaultsPoint {
         lost: cluster.fault_stats().lost.load(Ordering::Relaxed),
         cut: cluster.fault_stats().cut.load(Ordering::Relaxed),
+        reordered: cluster.fault_stats().reordered.load(Ordering::Relaxed),
     });
 
     let mut merged = Recorder::new();

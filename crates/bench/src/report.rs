@@ -36,6 +36,8 @@ pub struct FaultsPoint {
     pub lost: u64,
     /// Lost to cuts (`--cut`).
     pub cut: u64,
+    /// Held back so later ones overtook them (`--reorder`).
+    pub reordered: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -764,8 +766,8 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         let unreachable = r.aborts_by_cause.get("unreachable").copied().unwrap_or(0);
         let _ = writeln!(
             s,
-            "faults: {} messages lost at random, {} to cuts; {unreachable} attempts aborted on a participant that did not answer",
-            f.lost, f.cut
+            "faults: {} messages lost at random, {} to cuts, {} held back (reordered); {unreachable} attempts aborted on a participant that did not answer",
+            f.lost, f.cut, f.reordered
         );
     }
     if let Some(w) = &r.wal {

@@ -1,12 +1,18 @@
-//! `brine bench --loss P --cut NODES@FROM-UNTIL`: the embedded link's
+//! `brine bench --loss P --cut NODES@FROM-UNTIL --reorder P`: the embedded link's
 //! faults (`brine_cluster::FaultConfig`), begun by the benchmark once its
 //! data is loaded.
 
-/// `--loss` and `--cut` as the link's faults, begun by the benchmark once
-/// its data is loaded.
-pub fn fault_config(loss: f64, cuts: &[String]) -> Result<brine_cluster::FaultConfig, String> {
-    if !(0.0..=1.0).contains(&loss) {
-        return Err(format!("--loss {loss}: a chance between 0 and 1"));
+/// `--loss`, `--cut` and `--reorder` as the link's faults, begun by the
+/// benchmark once its data is loaded.
+pub fn fault_config(
+    loss: f64,
+    cuts: &[String],
+    reorder: f64,
+) -> Result<brine_cluster::FaultConfig, String> {
+    for (flag, p) in [("--loss", loss), ("--reorder", reorder)] {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(format!("{flag} {p}: a chance between 0 and 1"));
+        }
     }
     let cuts = cuts
         .iter()
@@ -21,6 +27,8 @@ pub fn fault_config(loss: f64, cuts: &[String]) -> Result<brine_cluster::FaultCo
         loss_until: None,
         cuts,
         on_demand: true,
+        reorder,
+        reorder_window: std::time::Duration::from_millis(2),
     })
 }
 
@@ -56,7 +64,7 @@ mod tests {
 
     #[test]
     fn fault_flags_parse_and_bad_ones_say_why() {
-        let f = fault_config(0.02, &["1,2@100-250".to_string(), "0@5-6".to_string()]).unwrap();
+        let f = fault_config(0.02, &["1,2@100-250".to_string(), "0@5-6".to_string()], 0.1).unwrap();
         assert_eq!(f.loss, 0.02);
         assert!(f.on_demand && !f.is_none());
         assert_eq!(
@@ -65,7 +73,11 @@ mod tests {
         );
         assert_eq!(f.cuts[0].from, std::time::Duration::from_millis(100));
         assert_eq!(f.cuts[0].until, std::time::Duration::from_millis(250));
-        assert!(fault_config(0.0, &[]).unwrap().is_none());
+        assert_eq!(f.reorder, 0.1);
+        assert!(fault_config(0.0, &[], 0.0).unwrap().is_none());
+        assert!(!fault_config(0.0, &[], 0.5).unwrap().is_none());
+        let e = fault_config(0.0, &[], 2.0).expect_err("reorder 2");
+        assert!(e.contains("--reorder 2"), "{e}");
         for (loss, cut, needle) in [
             (1.5, "", "between 0 and 1"),
             (0.0, "1-100-200", "no `@`"),
@@ -77,7 +89,7 @@ mod tests {
                 .then(|| cut.to_string())
                 .into_iter()
                 .collect();
-            let e = fault_config(loss, &cuts).expect_err(cut);
+            let e = fault_config(loss, &cuts, 0.0).expect_err(cut);
             assert!(e.contains(needle), "{cut}: {e}");
         }
     }

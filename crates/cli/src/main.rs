@@ -207,6 +207,13 @@ See docs/operations.md for the cluster file.")]
     /// Show the nodes of a running cluster: up or down, commits, lock waits,
     /// and per partition its rows, active transactions and waiting statements.
     Status(node::StatusArgs),
+    /// Fault tests: cut nodes off from the rest of a running cluster for a
+    /// while, as a network partition would (each node refuses to reach the
+    /// other side at its transport until then).
+    #[command(
+        after_long_help = "Example:\n  brine cut --cluster DIR/cluster.toml --nodes 2 --for-ms 3000"
+    )]
+    Cut(node::CutArgs),
     /// Run SQL statements in one interactive transaction on a running
     /// cluster, print their results, and commit (or --abort).
     #[command(after_long_help = "Example:\n  \
@@ -397,6 +404,11 @@ struct BenchArgs {
     /// (e.g. `1@2000-4000`). Repeat for several.
     #[arg(long = "cut", value_name = "CUT")]
     cuts: Vec<String>,
+    /// Faults of the embedded link: the chance that a message between two
+    /// nodes is held back up to 2 ms, so later ones on the same pair
+    /// overtake it (as two requests on brine's transport may).
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    reorder: f64,
 
     /// Per-pair delays between the nodes from FILE (node i is site i), and
     /// between a client and the server of its site under elia, central and
@@ -681,7 +693,8 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         history: args.history.clone(),
         grouping: None,
         rank_holds: !args.rank_waits_at_coordinator,
-        faults: faults::fault_config(args.loss, &args.cuts).map_err(BenchError::Config)?,
+        faults: faults::fault_config(args.loss, &args.cuts, args.reorder)
+            .map_err(BenchError::Config)?,
         ..ClusterConfig::default()
     };
     if let Some(path) = &args.topology {
@@ -1107,6 +1120,7 @@ fn run_process_command(command: &Command) -> Option<ExitCode> {
         Command::Cluster(ClusterCommand::Up(a)) => run(&|rt| rt.block_on(up::up(a))),
         Command::Call(a) => run(&|rt| rt.block_on(node::call(a))),
         Command::Status(a) => run(&|rt| rt.block_on(node::status(a))),
+        Command::Cut(a) => run(&|rt| rt.block_on(node::cut(a))),
         Command::Sql(a) => run(&|rt| rt.block_on(node::sql(a))),
         Command::Load(a) => run(&|rt| rt.block_on(node::load(a))),
         _ => return None,

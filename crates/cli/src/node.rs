@@ -77,6 +77,7 @@ pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
         })?,
     };
     config.services = file.services.clone();
+    config.grouping = grouping_of(&file.protocol, file.grouping.as_deref())?;
     if file.protocol == "elia" {
         // Every process routes calls alike: by the workload's routes, as
         // `brine bench` gives them.
@@ -85,6 +86,24 @@ pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
         }
     }
     Ok(config)
+}
+
+/// The cluster file's Callas grouping, parsed (only `callas` has one).
+pub fn grouping_of(
+    protocol: &str,
+    grouping: Option<&str>,
+) -> Result<Option<brine_cluster::Grouping>, NodeError> {
+    let Some(text) = grouping else {
+        return Ok(None);
+    };
+    if protocol != "callas" {
+        return Err(NodeError::Config(format!(
+            "grouping `{text}`: groupings are Callas' (protocol `callas`), not `{protocol}`'s"
+        )));
+    }
+    brine_cluster::Grouping::parse(text)
+        .map(Some)
+        .map_err(|e| NodeError::Config(format!("grouping `{text}`: {e}")))
 }
 
 /// The application named by the file's `workload` and `workload_args`.
@@ -245,6 +264,7 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
     cluster.wait_ready().await;
     let service = Arc::new(service);
     service.announce_restart().await;
+    cluster.protocol().announced();
     let _ = ready.set((cluster.clone(), service.clone()));
     eprintln!(
         "brine node {me} serving on {} ({} nodes, workload {}, durability {})",
@@ -805,6 +825,43 @@ pub struct StatusArgs {
     pub cluster: PathBuf,
 }
 
+/// `brine cut`.
+#[derive(Args, Debug)]
+pub struct CutArgs {
+    /// The cluster file.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// The nodes cut off from the others (comma-separated ids).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub nodes: Vec<u32>,
+    /// How long the cut lasts, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub for_ms: u64,
+}
+
+pub async fn cut(args: &CutArgs) -> Result<(), NodeError> {
+    let file = read_file(&args.cluster)?;
+    if let Some(n) = args.nodes.iter().find(|n| file.address(**n).is_err()) {
+        return Err(NodeError::Config(format!(
+            "--nodes: the cluster has no node {n}"
+        )));
+    }
+    if args.nodes.len() >= file.nodes.len() {
+        return Err(NodeError::Config(
+            "--nodes: name fewer nodes than the cluster has (the others are the other side)".into(),
+        ));
+    }
+    let client = brine_client::Client::new(&file)?;
+    client
+        .cut(&args.nodes, Duration::from_millis(args.for_ms))
+        .await?;
+    println!(
+        "nodes {:?} cut off from the others for {} ms",
+        args.nodes, args.for_ms
+    );
+    Ok(())
+}
+
 pub async fn status(args: &StatusArgs) -> Result<(), NodeError> {
     let file = read_file(&args.cluster)?;
     println!(
@@ -895,6 +952,19 @@ pub fn use_cluster_file(
             path.display()
         )));
     }
+    let grouping = grouping_of(&file.protocol, file.grouping.as_deref())
+        .map_err(|e| BenchError::Config(e.to_string()))?;
+    if let Some(asked) = &spec.cluster.grouping {
+        if grouping.as_ref().map(|g| g.to_string()) != Some(asked.to_string()) {
+            return Err(BenchError::Config(format!(
+                "the cluster at {} runs grouping `{}`, not `{asked}` (leave out --grouping to \
+                 use it)",
+                path.display(),
+                file.grouping.as_deref().unwrap_or("(none)")
+            )));
+        }
+    }
+    spec.cluster.grouping = grouping;
     spec.protocols = vec![file.protocol.clone()];
     spec.cluster.protocol = file.protocol.clone();
     spec.cluster.isolation = isolation;

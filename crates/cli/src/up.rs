@@ -53,6 +53,10 @@ pub struct UpArgs {
     /// timeout (the cluster file's `deadlock`; default: the protocol's).
     #[arg(long)]
     pub deadlock: Option<String>,
+    /// Callas: the grouping (as `brine bench --grouping` takes it, e.g.
+    /// "orders:rp=new_order,payment"); the cluster file's `grouping`.
+    #[arg(long, value_name = "SPEC")]
+    pub grouping: Option<String>,
     /// `wal`: write-ahead logs and checkpoints under DIR/data/node-<n>,
     /// recovered when a node restarts (and when the cluster is started
     /// again on the same DIR); `none`: in memory, a node that restarts
@@ -88,10 +92,12 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
     let durable = durability == "wal";
     // A protocol that cannot run across processes is refused here, before
     // any process starts (not by each node, after "up").
+    let grouping = crate::node::grouping_of(&args.protocol, args.grouping.as_deref())?;
     let protocol = brine_cluster::protocols::build(
         &args.protocol,
         &brine_cluster::ClusterConfig {
             protocol: args.protocol.clone(),
+            grouping,
             ..Default::default()
         },
         &[],
@@ -146,6 +152,7 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         isolation: args.isolation.clone(),
         partitions_per_node: args.partitions_per_node,
         deadlock: args.deadlock.clone(),
+        grouping: args.grouping.clone(),
         durability: durability.clone(),
         data_dir: durable.then(|| "data".to_string()),
         nodes: (0..args.nodes)

@@ -95,10 +95,16 @@ fn bank_under_salt_over_three_processes_keeps_its_invariant_and_frees_its_locks(
     assert!(out.contains("total_violations=0"), "{out}");
 }
 
-/// Starts three server processes with TPC-C (`args`), loads it with `brine
-/// bench`, runs it (`run`: clients, duration, warm-up) and checks it.
-fn tpcc_over_three_processes(args: &[&str], run: &[&str]) {
-    let cluster = start(3, "tpcc", args);
+/// Starts three server processes with TPC-C (`args`) under `protocol`
+/// (`extra`: more cluster-file lines), loads it with `brine bench`, runs it
+/// (`run`: clients, duration, warm-up) and checks it; the bench's output.
+fn tpcc_over_three_processes_as(
+    protocol: &str,
+    extra: &str,
+    args: &[&str],
+    run: &[&str],
+) -> String {
+    let cluster = start_as(protocol, 3, "tpcc", args, extra);
     let mut bench = vec!["bench", "tpcc"];
     bench.extend(args);
     bench.extend(["--cluster", path(&cluster.config), "--check"]);
@@ -107,6 +113,36 @@ fn tpcc_over_three_processes(args: &[&str], run: &[&str]) {
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains("check: passed"), "{out}");
+    out
+}
+
+/// [`tpcc_over_three_processes_as`] under acid.
+fn tpcc_over_three_processes(args: &[&str], run: &[&str]) {
+    tpcc_over_three_processes_as("acid", "", args, run);
+}
+
+/// Issue 38: Callas across processes. New-order and payment pipelined
+/// (Runtime Pipelining) while their coordinators and partitions are in
+/// three processes: each process mirrors the other processes'
+/// transactions it depends on (`NexusBoard::multi_process`), and the TPC-C
+/// consistency checks pass.
+#[test]
+fn tpcc_under_callas_over_three_processes_passes_the_consistency_checks() {
+    let out = tpcc_over_three_processes_as(
+        "callas",
+        "grouping = \"orders:rp=new_order,payment\"\n",
+        &["--warehouses", "1", "--tpcc-scale", "small"],
+        &["--clients", "8", "--duration", "4", "--warmup", "1"],
+    );
+    let waits = out
+        .lines()
+        .find_map(|l| l.strip_prefix("pipelining waits: commit "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(
+        waits.is_some_and(|n| n > 0),
+        "new-orders of one district pipelined, with commit dependencies: {out}"
+    );
 }
 
 #[test]
@@ -565,13 +601,25 @@ fn classify(r: &Result<brine_client::Called, brine_client::ClientError>) -> Seen
 }
 
 /// Balances in cents by account id, read in one transaction.
+/// A read that is a concurrency-control victim (work a fault left, such as
+/// a roll-forward, may still run) is read again, for up to 30 s.
 fn balances(config: &Path) -> std::collections::BTreeMap<i64, i64> {
-    let o = brine(&[
-        "sql",
-        "--cluster",
-        path(config),
-        "SELECT id, balance FROM account WHERE id >= 0",
-    ]);
+    let read = || {
+        brine(&[
+            "sql",
+            "--cluster",
+            path(config),
+            "SELECT id, balance FROM account WHERE id >= 0",
+        ])
+    };
+    let mut o = read();
+    for _ in 0..300 {
+        if o.status.success() || !text(&o).contains("aborted by concurrency control") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        o = read();
+    }
     assert!(o.status.success(), "{}", text(&o));
     let mut out = std::collections::BTreeMap::new();
     for line in String::from_utf8_lossy(&o.stdout).lines() {
@@ -594,11 +642,88 @@ fn balances(config: &Path) -> std::collections::BTreeMap<i64, i64> {
 
 #[test]
 fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
+    // The issue's scenario: the bank workload for 30 s in all, one node
+    // killed with SIGKILL and restarted in the middle.
+    fault_under_transfers(
+        "acid",
+        Fault::Kill(1),
+        Duration::from_secs(20),
+        Duration::from_secs(8),
+    );
+}
+
+/// Issue 38: Salt on a three-process cluster with the log. BASE transfers
+/// (accepted at the debit) under load, a random node killed with SIGKILL
+/// and restarted, `BRINE_SALT_KILL_TRIALS` times (default 2; 50 in
+/// `docs/results/salt-processes-2026-11-27/`): every acknowledged
+/// transfer is there once, each of unknown outcome wholly or not at all,
+/// and the total holds (an accepted transfer the kill interrupted is
+/// rolled forward: by its restarted coordinator, from the contexts of
+/// every process, or by its live coordinator once the node it was in
+/// doubt on restarted).
+#[test]
+fn accepted_base_transfers_complete_once_after_a_node_is_killed() {
+    use rand::{Rng, SeedableRng};
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    // BRINE_SALT_KILL_FROM replays trials from that one on.
+    let (trials, from) = (
+        var("BRINE_SALT_KILL_TRIALS", 2),
+        var("BRINE_SALT_KILL_FROM", 0),
+    );
+    for trial in from..from + trials {
+        let victim = rand::rngs::SmallRng::seed_from_u64(trial).gen_range(0..3);
+        eprintln!("trial {trial}: node {victim} killed");
+        fault_under_transfers(
+            "salt",
+            Fault::Kill(victim),
+            Duration::from_secs(3),
+            Duration::from_secs(3),
+        );
+    }
+}
+
+/// Issue 38: a network partition between processes (`brine cut`, at the
+/// transport). Node 2 is cut off from the others for 2 s in the middle of
+/// bank transfers, under acid, Salt (BASE transfers) and Callas (one `2pl`
+/// group): what was blocked resolves once the cut healed, every
+/// acknowledged transfer is there once, each of unknown outcome wholly or
+/// not at all, and the total holds.
+#[test]
+fn transfers_survive_a_cut_between_processes() {
+    for protocol in ["acid", "salt", "callas"] {
+        eprintln!("{protocol}: node 2 cut off for 2 s");
+        fault_under_transfers(
+            protocol,
+            Fault::Cut(2, Duration::from_secs(2)),
+            Duration::from_secs(2),
+            Duration::from_secs(3),
+        );
+    }
+}
+
+/// What [`fault_under_transfers`] does to the cluster in the middle.
+enum Fault {
+    /// SIGKILL of that node, restarted at once.
+    Kill(usize),
+    /// That node cut off from the others for a while (`brine cut`).
+    Cut(u32, Duration),
+}
+
+/// Three durable processes of `protocol` under bank transfers from four
+/// clients; `fault` after `before`; the load goes on for `after` once it
+/// is over. Then the balances must be the initial ones plus every
+/// acknowledged transfer plus any subset of those of unknown outcome.
+fn fault_under_transfers(protocol: &str, fault: Fault, before: Duration, after: Duration) {
     use rand::{Rng, SeedableRng};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     const ACCOUNTS: i64 = 30;
-    let mut cluster = start_loaded("acid", "bank", &["--accounts", "30"]);
+    let mut cluster = start_loaded(protocol, "bank", &["--accounts", "30"]);
     let config = cluster.config.clone();
     let runtime = client_runtime();
     let client = brine_client::Client::from_file(&config).expect("client");
@@ -635,17 +760,33 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
             })
         })
         .collect();
-    // The issue's scenario: the bank workload for 30 s in all, one node
-    // killed with SIGKILL and restarted in the middle.
-    std::thread::sleep(Duration::from_secs(20));
-    let victim = &mut cluster.children[1];
-    victim.kill().expect("SIGKILL");
-    victim.wait().expect("reaped");
-    std::thread::sleep(Duration::from_secs(1));
-    cluster.children[1] = spawn_server(&config, cluster.dir.path(), 1);
-    wait_up(&config);
+    std::thread::sleep(before);
+    match fault {
+        Fault::Kill(victim) => {
+            let killed = &mut cluster.children[victim];
+            killed.kill().expect("SIGKILL");
+            killed.wait().expect("reaped");
+            std::thread::sleep(Duration::from_millis(500));
+            cluster.children[victim] = spawn_server(&config, cluster.dir.path(), victim);
+            wait_up(&config);
+        }
+        Fault::Cut(node, d) => {
+            let (node, ms) = (node.to_string(), d.as_millis().to_string());
+            let cut = brine(&[
+                "cut",
+                "--cluster",
+                path(&config),
+                "--nodes",
+                &node,
+                "--for-ms",
+                &ms,
+            ]);
+            assert!(cut.status.success(), "{}", text(&cut));
+            std::thread::sleep(d);
+        }
+    }
     restarted.store(true, Ordering::Relaxed);
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(after);
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         runtime.block_on(t).expect("a load task");
@@ -673,7 +814,7 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
         log.len() - committed.len() - unknown.len()
     );
     assert!(
-        committed.len() > 100,
+        committed.len() > 20,
         "too little load: {} commits",
         committed.len()
     );
@@ -685,11 +826,19 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
     );
 
     // Every acknowledged transfer is there, plus some subset of the ones
-    // whose outcome the client could not know, and nothing else.
-    let got = balances(&config);
+    // whose outcome the client could not know, and nothing else. Accepted
+    // BASE transfers may still be rolling forward: the balances are read
+    // until the total holds (no transfer half done), for at most 60 s.
+    let settle = std::time::Instant::now() + Duration::from_secs(60);
+    let got = loop {
+        let got = balances(&config);
+        if got.values().sum::<i64>() == ACCOUNTS * 100_000 || std::time::Instant::now() > settle {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(got.len(), ACCOUNTS as usize, "{got:?}");
     let total: i64 = got.values().sum();
-    assert_eq!(total, ACCOUNTS * 100_000, "money created or lost: {got:?}");
     let mut base: std::collections::BTreeMap<i64, i64> =
         (0..ACCOUNTS).map(|a| (a, 100_000)).collect();
     for (from, to) in &committed {
@@ -706,13 +855,13 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
         }
         b == got
     });
-    if !explained {
+    if !explained || total != ACCOUNTS * 100_000 {
         let off: Vec<i64> = got
             .iter()
             .filter(|(a, b)| base.get(a) != Some(b))
             .map(|(a, _)| *a)
             .collect();
-        eprintln!("accounts off: {off:?}");
+        eprintln!("accounts off: {off:?}; of unknown outcome: {unknown:?}");
         for (i, (from, to, seen, after)) in log.iter().enumerate() {
             if off.contains(from) && off.contains(to) {
                 let what = match seen {
@@ -731,6 +880,7 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
             }
         }
     }
+    assert_eq!(total, ACCOUNTS * 100_000, "money created or lost: {got:?}");
     assert!(
         explained,
         "balances do not match the {} acknowledged transfers plus any subset of the {} unknown ones:\nexpected (acknowledged only) {base:?}\ngot {got:?}",

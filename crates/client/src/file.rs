@@ -31,6 +31,12 @@ pub struct ClusterFile {
     /// protocol's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadlock: Option<String>,
+    /// Callas (`protocol = "callas"`): which procedures run in which group
+    /// under which mechanism, as `brine bench --grouping` takes it (e.g.
+    /// `orders:rp=new_order,payment`). Unset: every procedure in one `2pl`
+    /// group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grouping: Option<String>,
     /// `none` (in memory) or `wal` (write-ahead log, checkpoints,
     /// recovery at start).
     #[serde(default = "default_durability")]

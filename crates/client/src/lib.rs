@@ -180,6 +180,34 @@ impl Client {
         }
     }
 
+    /// Fault tests (`brine cut`): cuts nodes `side` off from the others
+    /// for `d`, at every node's transport (each refuses to reach the other
+    /// side until then).
+    pub async fn cut(&self, side: &[u32], d: std::time::Duration) -> Result<(), ClientError> {
+        for node in self.nodes.iter() {
+            let inside = side.contains(&node.id);
+            let peers: Vec<u32> = self
+                .nodes
+                .iter()
+                .map(|n| n.id)
+                .filter(|id| *id != node.id && side.contains(id) != inside)
+                .collect();
+            if peers.is_empty() {
+                continue;
+            }
+            let req = WireRequest::Cut {
+                peers,
+                millis: d.as_millis() as u64,
+            };
+            match node.client.request(req).await {
+                Ok(WireResponse::Done(r)) => r?,
+                Ok(other) => return Err(unexpected(other)),
+                Err(e) => return Err(Client::net_error(node, e)),
+            }
+        }
+        Ok(())
+    }
+
     /// Every node's status, or why it could not be had.
     pub async fn status(&self) -> Vec<(u32, Result<NodeStatus, ClientError>)> {
         let mut out = Vec::new();
@@ -200,6 +228,7 @@ fn never_sent(e: &NetError) -> bool {
     matches!(
         e,
         NetError::Connect { .. }
+            | NetError::Cut { .. }
             | NetError::ConnectTimeout { .. }
             | NetError::Unreachable { .. }
             | NetError::Handshake { .. }

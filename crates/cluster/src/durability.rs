@@ -202,6 +202,11 @@ pub struct WalSet {
     /// Salt: the accepted BASE transactions that had not ended, merged
     /// over the partitions, to roll forward (taken once at start).
     pub(crate) unfinished_contexts: parking_lot::Mutex<Vec<BaseContext>>,
+    /// Salt: the BASE transactions whose end this process's coordinators
+    /// logged. Across processes a peer's partition may still hold part of
+    /// such a transaction's context (the end's release never reached it):
+    /// it is done all the same, never rolled forward.
+    pub(crate) base_ended: HashSet<TxnId>,
     /// The data directory.
     root: PathBuf,
     /// Every log's settings but its directory and id.
@@ -362,7 +367,7 @@ impl WalSet {
             let (c, a) = rec.resolve(&decided)?;
             // A BASE transaction whose end its coordinator logged is done,
             // whatever this partition logged of its end.
-            for owner in &base_ended {
+            for owner in base_ended.iter() {
                 rec.base.end(*owner);
             }
             report.in_doubt_committed += c;
@@ -472,6 +477,7 @@ impl WalSet {
                 txn_base: epoch << EPOCH_SHIFT,
                 recovered_base: parking_lot::Mutex::new(recovered_base),
                 unfinished_contexts: parking_lot::Mutex::new(unfinished.into_values().collect()),
+                base_ended,
                 root,
                 template,
                 protocol_logs: parking_lot::Mutex::new(Vec::new()),
@@ -724,6 +730,18 @@ impl PartitionWal {
         } else {
             self.base.pending.insert(c.sub, c);
         }
+    }
+
+    /// Salt: what the BASE transactions that have not ended ran here (the
+    /// contexts of their committed subtransactions), of those `which`
+    /// picks.
+    pub fn open_contexts(&self, which: impl Fn(TxnId) -> bool) -> Vec<BaseContext> {
+        self.base
+            .open
+            .values()
+            .filter(|c| which(c.owner))
+            .cloned()
+            .collect()
     }
 
     /// Salt: the BASE transaction `owner` ended (its coordinator logged it

@@ -70,6 +70,14 @@ pub struct FaultConfig {
     pub loss_until: Option<Duration>,
     /// Intervals during which nodes are cut off from the others.
     pub cuts: Vec<Cut>,
+    /// Chance that a message between two nodes is held back for up to
+    /// `reorder_window` before it enters the link, so messages sent after
+    /// it on the same pair may overtake it (0 to 1). One connection keeps
+    /// its order, but brine's transport sends each request on its own
+    /// task: two requests from one node to one partition may arrive in
+    /// either order, and so may a request and a one-way message.
+    pub reorder: f64,
+    pub reorder_window: Duration,
     /// The faults begin when `Cluster::start_faults` is called (a
     /// benchmark: once its data is loaded), not when the link starts;
     /// their times count from then.
@@ -78,7 +86,7 @@ pub struct FaultConfig {
 
 impl FaultConfig {
     pub fn is_none(&self) -> bool {
-        self.loss <= 0.0 && self.cuts.is_empty()
+        self.loss <= 0.0 && self.cuts.is_empty() && self.reorder <= 0.0
     }
 }
 
@@ -104,6 +112,16 @@ pub struct FaultStats {
     pub lost: AtomicU64,
     /// Messages lost to a cut.
     pub cut: AtomicU64,
+    /// Messages held back so later ones could overtake them.
+    pub reordered: AtomicU64,
+}
+
+/// What the faults do to one message.
+enum Fate {
+    Passes,
+    Lost,
+    /// Held back this long before it enters the link.
+    HeldBack(Duration),
 }
 
 /// The faults of one link and their random source.
@@ -121,27 +139,36 @@ struct Faults {
 const NOT_BEGUN: u64 = u64::MAX;
 
 impl Faults {
-    /// Whether a message from `from` to `to` sent now gets through.
-    fn passes(&self, from: NodeId, to: NodeId) -> bool {
+    /// What becomes of a message from `from` to `to` sent now.
+    fn fate(&self, from: NodeId, to: NodeId) -> Fate {
         let began = self.began_ns.load(Ordering::Acquire);
         if began == NOT_BEGUN || self.ended.load(Ordering::Acquire) {
-            return true;
+            return Fate::Passes;
         }
         let at = crate::partition::now()
             .saturating_duration_since(self.base)
             .saturating_sub(Duration::from_nanos(began));
         if self.config.cuts.iter().any(|c| c.separates(from, to, at)) {
             self.stats.cut.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Fate::Lost;
         }
         let lossy = self.config.loss > 0.0
             && at >= self.config.loss_from
             && self.config.loss_until.is_none_or(|u| at < u);
         if lossy && self.rng.lock().gen_bool(self.config.loss.min(1.0)) {
             self.stats.lost.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Fate::Lost;
         }
-        true
+        if self.config.reorder > 0.0 && !self.config.reorder_window.is_zero() {
+            let mut rng = self.rng.lock();
+            if rng.gen_bool(self.config.reorder.min(1.0)) {
+                let us = self.config.reorder_window.as_micros().max(1) as u64;
+                let held = Duration::from_micros(rng.gen_range(1..=us));
+                self.stats.reordered.fetch_add(1, Ordering::Relaxed);
+                return Fate::HeldBack(held);
+            }
+        }
+        Fate::Passes
     }
 }
 
@@ -432,18 +459,34 @@ impl Link {
             return deliver();
         }
         if let Some(f) = &self.faults {
-            if !f.passes(from, to) {
-                return;
+            match f.fate(from, to) {
+                Fate::Passes => {}
+                Fate::Lost => return,
+                Fate::HeldBack(held) => {
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        let link = self.clone();
+                        rt.spawn(async move {
+                            tokio::time::sleep(held).await;
+                            link.enter(from, to, Box::new(deliver));
+                        });
+                        return;
+                    }
+                }
             }
         }
+        self.enter(from, to, Box::new(deliver));
+    }
+
+    /// Puts a message on the link (past its faults).
+    fn enter(&self, from: NodeId, to: NodeId, deliver: Delivery) {
         if let Some(tasks) = &self.tasks {
-            return tasks.send(from, to, Box::new(deliver));
+            return tasks.send(from, to, deliver);
         }
         match &self.tx {
             Some(tx) => {
                 // If the link thread is gone the cluster is shutting down;
                 // dropping the message is what a dead network does.
-                let _ = tx.send((from, to, Instant::now(), Box::new(deliver)));
+                let _ = tx.send((from, to, Instant::now(), deliver));
             }
             None => deliver(),
         }

@@ -58,7 +58,7 @@ impl LockSpec {
 
 /// What a protocol adds to a statement for its rules at the partition
 /// (Callas: how Runtime Pipelining places it), which only those rules read.
-/// In-process only: a statement that carries one does not cross processes.
+/// Across processes the protocol encodes it (`Protocol::encode_ext`).
 pub type StmtExt = Option<Arc<dyn std::any::Any + Send + Sync>>;
 
 /// A statement's answer: its result and, when the run records a history,
@@ -194,7 +194,10 @@ pub enum PartitionMsg {
         /// takes. A one-round commit (false) that cannot be delivered has
         /// an unknown outcome and is never resent.
         decided: bool,
-        reply: Reply<()>,
+        /// `Err`: a participant in another process refused it (it restarted
+        /// since the transaction ran there): the outcome is unknown, and
+        /// sending it again changes nothing.
+        reply: Reply<Result<()>>,
     },
     Abort {
         txn: TxnId,
@@ -214,7 +217,8 @@ pub enum PartitionMsg {
     },
     /// A message of the protocol's own for its rules here
     /// (`Rules::message`; Callas: a piece ended, a rank hold may go).
-    /// In-process only.
+    /// Across processes the protocol encodes it
+    /// (`Protocol::encode_message`).
     Protocol(Box<dyn std::any::Any + Send>),
     /// `owner` can no longer roll back (Salt: it was accepted; Callas
     /// `chop` and `sc`: a piece of it that wrote committed); it is

@@ -234,6 +234,30 @@ pub trait Protocol: Send + Sync + 'static {
         )))
     }
 
+    /// Across processes, this process told its peers it (re)started, and
+    /// they ended what its previous run left open with them
+    /// (`NodeService::announce_restart`). Salt's roll-forward of this
+    /// node's BASE transactions waits for it, so the peers' clean-up of
+    /// the previous run never meets the roll-forward's work.
+    fn announced(&self) {}
+
+    /// Across processes, a statement's protocol words
+    /// (`PartitionMsg::Execute`'s `ext`) as bytes; [`Protocol::decode_ext`]
+    /// reads them at the partition's process.
+    fn encode_ext(&self, _ext: &(dyn Any + Send + Sync)) -> Result<Vec<u8>> {
+        Err(Error::Config(format!(
+            "protocol `{}` has no statement words that cross processes",
+            self.name()
+        )))
+    }
+
+    fn decode_ext(&self, _bytes: &[u8]) -> Result<crate::message::StmtExt> {
+        Err(Error::Config(format!(
+            "protocol `{}` has no statement words that cross processes",
+            self.name()
+        )))
+    }
+
     /// The services of the protocol's own that run in a process of their
     /// own in a multi-process cluster (Mediator: `tso`), by name: `brine
     /// cluster up` starts one `brine server --service NAME` for each, and
@@ -252,6 +276,27 @@ pub trait Protocol: Send + Sync + 'static {
             )))
         })
     }
+}
+
+/// [`Protocol::encode_message`] for a protocol whose messages are of type
+/// `M` (`name`: the protocol's, for the error on any other).
+pub fn encode_message_as<M: 'static>(
+    name: &str,
+    msg: Box<dyn Any + Send>,
+    encode: impl FnOnce(M) -> Result<(Vec<u8>, WireAnswer)>,
+) -> Result<(Vec<u8>, WireAnswer)> {
+    let msg = msg
+        .downcast::<M>()
+        .map_err(|_| Error::Internal(format!("a message {name} does not know")))?;
+    encode(*msg)
+}
+
+/// [`Protocol::decode_message`] from a protocol's own decoding.
+pub fn decoded_message<M: Send + 'static>(
+    decoded: Result<(M, WireAnswering)>,
+) -> Result<(Box<dyn Any + Send>, WireAnswering)> {
+    let (msg, answer) = decoded?;
+    Ok((Box::new(msg), answer))
 }
 
 /// Delivers the bytes of a protocol message's answer to its reply (an

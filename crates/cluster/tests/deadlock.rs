@@ -92,6 +92,7 @@ fn the_detector_outlives_lost_messages() {
             loss_until: Some(deadlock::PERIOD * 2),
             cuts: Vec::new(),
             on_demand: true,
+            ..Default::default()
         };
         let c = bank_with(config, 4).await;
         c.begin_faults();

@@ -160,6 +160,10 @@ fn trial(seed: u64, protocol: &str, bank: Bank) -> Trial {
                 until: from + Duration::from_millis(rng.gen_range(20..200)),
             }],
             on_demand: true,
+            // Some messages are overtaken by later ones on the same pair,
+            // as requests on brine's transport may be.
+            reorder: 0.02,
+            reorder_window: Duration::from_millis(2),
         };
         let c = bank.start(config).await;
         c.begin_faults();

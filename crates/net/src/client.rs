@@ -89,6 +89,8 @@ struct Inner {
     reconnect: tokio::sync::Mutex<Option<(Instant, NetError)>>,
     next_id: AtomicU64,
     in_flight: Semaphore,
+    /// Until when the client is cut off from its server (`Client::cut_for`).
+    cut_until: parking_lot::Mutex<Option<Instant>>,
 }
 
 /// One established connection. Dropping the last `Conn` ends its writer,
@@ -196,6 +198,35 @@ impl<Req, Resp> Client<Req, Resp> {
         &self.inner.addr
     }
 
+    /// Cuts the client off from its server for `d`, as a network partition
+    /// would (fault tests, `brine cut`): the connection is dropped, the
+    /// requests in flight on it fail, and every request until then fails
+    /// at once with [`NetError::Cut`], as one to an unreachable server
+    /// would; afterwards the next request connects again.
+    pub fn cut_for(&self, d: Duration) {
+        *self.inner.cut_until.lock() = Some(Instant::now() + d);
+        if let Some(conn) = self.inner.current.lock().take() {
+            conn.pending.fail_all(NetError::Cut {
+                addr: self.inner.addr.clone(),
+            });
+        }
+    }
+
+    /// The error of a request while the client is cut off.
+    fn cut_off(&self) -> Option<NetError> {
+        let mut until = self.inner.cut_until.lock();
+        match *until {
+            Some(t) if Instant::now() < t => Some(NetError::Cut {
+                addr: self.inner.addr.clone(),
+            }),
+            Some(_) => {
+                *until = None;
+                None
+            }
+            None => None,
+        }
+    }
+
     /// Whether a connection is established and not known to be lost.
     pub fn is_connected(&self) -> bool {
         self.inner
@@ -224,6 +255,7 @@ where
                 reconnect: tokio::sync::Mutex::new(None),
                 next_id: AtomicU64::new(1),
                 in_flight,
+                cut_until: parking_lot::Mutex::new(None),
             }),
             _types: PhantomData,
         })
@@ -253,6 +285,9 @@ where
         req: Req,
         timeout: Duration,
     ) -> Result<Resp, NetError> {
+        if let Some(cut) = self.cut_off() {
+            return Err(cut);
+        }
         let inner = &*self.inner;
         let addr = &inner.addr;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);

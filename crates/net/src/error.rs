@@ -63,6 +63,9 @@ pub enum NetError {
     #[error("connection to {addr} lost: {reason}")]
     ConnectionLost { addr: String, reason: String },
 
+    #[error("cut off from {addr} (a network partition injected for a fault test)")]
+    Cut { addr: String },
+
     #[error(
         "request {id} to {addr} timed out after {after:?} \
          (no reply yet; the server may still carry it out)"
@@ -113,6 +116,7 @@ impl NetError {
             | NetError::ConnectTimeout { .. }
             | NetError::Handshake { .. }
             | NetError::ConnectionLost { .. }
+            | NetError::Cut { .. }
             | NetError::Timeout { .. } => true,
             NetError::Unreachable { last, .. } => last.is_transient(),
             NetError::Config { .. }

@@ -3,6 +3,7 @@
 
 use brine_check::Outcome;
 use brine_core::{AbortCause, Error, NodeId, Result, TxnId};
+use futures::FutureExt;
 use parking_lot::Mutex;
 
 use super::{until_acked, Shared, TxnState};
@@ -102,6 +103,7 @@ async fn commit_at_with(
             };
             until_acked(shared.route(node, p), commit)
                 .await
+                .and_then(|refused| refused)
                 .map_err(|e| match e {
                     Error::Transport(m) => Error::Transport(format!("commit outcome unknown: {m}")),
                     e => e,
@@ -162,19 +164,21 @@ async fn commit_at_with(
                 if matches!(v, Ok(Vote::ReadOnly)) && !hold {
                     continue;
                 }
-                let decision = move |reply| {
-                    if decision_commit {
-                        PartitionMsg::Commit {
-                            txn,
-                            ending,
-                            decided: true,
-                            reply,
-                        }
-                    } else {
-                        PartitionMsg::Abort { txn, ending, reply }
-                    }
+                let route = shared.route(node, p);
+                let acked = if decision_commit {
+                    let commit = move |reply| PartitionMsg::Commit {
+                        txn,
+                        ending,
+                        decided: true,
+                        reply,
+                    };
+                    futures::future::Either::Left(
+                        until_acked(route, commit).map(|r| r.and_then(|refused| refused)),
+                    )
+                } else {
+                    let abort = move |reply| PartitionMsg::Abort { txn, ending, reply };
+                    futures::future::Either::Right(until_acked(route, abort))
                 };
-                let acked = until_acked(shared.route(node, p), decision);
                 let sent = async move {
                     if let Err(e) = acked.await {
                         tracing::error!(%txn, partition = p, "decision not acknowledged: {e}");

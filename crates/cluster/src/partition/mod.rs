@@ -26,6 +26,8 @@
 //! - `rules.rs`: the rules interface and the engine's plain rules.
 
 mod ending;
+#[cfg(test)]
+pub(crate) mod harness;
 mod owned;
 mod rules;
 mod statement;
@@ -403,7 +405,7 @@ impl<R: Rules> Partition<R> {
             } => self.prepare(txn, ending, hold, reply),
             PartitionMsg::Commit {
                 txn, ending, reply, ..
-            } => self.commit(txn, ending, reply, ()),
+            } => self.commit(txn, ending, reply, Ok(())),
             PartitionMsg::Abort { txn, ending, reply } => {
                 self.forget_aborted(txn);
                 self.end_txn(txn, ending, false);

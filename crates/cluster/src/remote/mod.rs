@@ -53,7 +53,7 @@ pub use crate::decision::Inquiry;
 pub use proxy::spawn_proxy;
 pub use service::NodeService;
 pub use sessions::SESSION_IDLE_TIMEOUT;
-use wire::unexpected;
+pub(crate) use wire::unexpected;
 pub use wire::{NodeStatus, WireGate, WireMsg, WireRequest, WireResponse};
 
 /// The client of one peer node.

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use super::wire::{unexpected, WireGate, WireMsg, WireRequest, WireResponse};
 use super::PeerClient;
-use crate::message::{Gate, GateNotice, PartitionMsg, PartitionStatus, Vote, WaitGraph};
+use crate::message::{Gate, GateNotice, PartitionMsg, PartitionStatus, Reply, Vote, WaitGraph};
 use crate::protocol::Protocol;
 
 /// How long a commit decision is retried against an unreachable
@@ -81,6 +81,31 @@ impl Incarnations {
     }
 }
 
+/// Answers a decision's sending (an abort, a release). Presumed abort: a
+/// participant that never hears it because its process died ends the
+/// transaction itself when it restarts, so it counts as delivered. One cut
+/// off (`brine cut`) still runs and holds the transaction's locks: the
+/// reply is dropped, and the coordinator sends the decision again
+/// (`until_acked`) until the cut heals.
+fn answer_decision(
+    sent: Result<WireResponse, brine_net::NetError>,
+    reply: Reply<()>,
+    what: &str,
+    txn: TxnId,
+    unreachable: &dyn Fn(&brine_net::NetError) -> Error,
+) {
+    match sent {
+        Err(e @ brine_net::NetError::Cut { .. }) => {
+            tracing::debug!(%txn, "{what} not delivered yet: {}", unreachable(&e))
+        }
+        Err(e) => {
+            tracing::warn!(%txn, "{what} not delivered: {}", unreachable(&e));
+            reply.send(())
+        }
+        Ok(_) => reply.send(()),
+    }
+}
+
 async fn forward(
     partition: u32,
     client: Arc<PeerClient>,
@@ -104,14 +129,13 @@ async fn forward(
             gate,
             reply,
         } => {
-            if ext.is_some() {
-                // Callas runs in one process only (Cluster::start refuses
-                // it on nodes), so this never happens.
-                reply.send(Err(Error::Config(format!(
-                    "partition {partition}: this protocol's statements do not cross processes"
-                ))));
-                return;
-            }
+            let ext = match ext.map(|e| protocol.encode_ext(&*e)).transpose() {
+                Ok(ext) => ext,
+                Err(e) => {
+                    reply.send(Err(e));
+                    return;
+                }
+            };
             let wire_gate = match &gate {
                 None => WireGate::None,
                 Some(Gate::Local) => WireGate::Local,
@@ -135,6 +159,7 @@ async fn forward(
                 sub,
                 call: call.map(|i| (i.0.clone(), i.1.clone())),
                 gate: wire_gate,
+                ext,
             };
             let answer = client.request(request(msg)).await;
             if let Some(w) = watch {
@@ -195,7 +220,14 @@ async fn forward(
             reply,
         } => {
             let expect = seen.expected(txn);
-            seen.ended(txn);
+            // A one-round commit is sent again until acknowledged
+            // (`until_acked`): each send must carry the incarnation that
+            // ran the transaction, or a participant that restarted and lost
+            // it would acknowledge a commit of nothing. So the expectation
+            // stays until the commit is answered.
+            if decided {
+                seen.ended(txn);
+            }
             let commit = || {
                 request(WireMsg::Commit {
                     txn,
@@ -205,13 +237,23 @@ async fn forward(
                 })
             };
             if !decided {
-                // One round: if it cannot be delivered its outcome is
-                // unknown (the participant may have lost the transaction
-                // in a crash, or applied it and lost the answer), so it is
-                // never resent; dropping the reply tells the coordinator.
+                // One round: sent once here; unanswered, the reply is
+                // dropped and the coordinator sends it again
+                // (`until_acked`), with the same expected incarnation. A
+                // participant that restarted refuses it: whether it
+                // committed before the crash is then unknown.
                 match client.request(commit()).await {
-                    Ok(WireResponse::Ack) => reply.send(()),
-                    Ok(other) => tracing::warn!(%txn, "commit: {}", unexpected(&other)),
+                    Ok(WireResponse::Ack) => {
+                        seen.ended(txn);
+                        reply.send(Ok(()))
+                    }
+                    Ok(other) => {
+                        // Refused (a participant that restarted since the
+                        // transaction ran there): the outcome is unknown,
+                        // and a resend would be refused alike.
+                        seen.ended(txn);
+                        reply.send(Err(unexpected(&other)))
+                    }
                     Err(e) => tracing::warn!(%txn, "commit outcome unknown: {}", unreachable(&e)),
                 }
                 return;
@@ -233,19 +275,14 @@ async fn forward(
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
-            reply.send(());
+            reply.send(Ok(()));
         }
         PartitionMsg::Abort { txn, ending, reply } => {
             seen.ended(txn);
-            // Presumed abort: a participant that never hears it aborts the
-            // transaction at recovery.
-            if let Err(e) = client
+            let sent = client
                 .request(request(WireMsg::Abort { txn, ending }))
-                .await
-            {
-                tracing::warn!(%txn, "abort not delivered: {}", unreachable(&e));
-            }
-            reply.send(());
+                .await;
+            answer_decision(sent, reply, "abort", txn, &unreachable);
         }
         PartitionMsg::Ungate { txn } => {
             if let Err(e) = client.request(request(WireMsg::Ungate { txn })).await {
@@ -253,9 +290,9 @@ async fn forward(
             }
         }
         PartitionMsg::Protocol(msg) => {
-            // The protocol encodes it (Mediator's messages; Callas runs in
-            // one process only, so its never get here). Unanswered, its
-            // reply is dropped: the sender sees the partition fail.
+            // The protocol encodes it (Mediator's and Callas' messages).
+            // Unanswered, its reply is dropped: the sender sees the
+            // partition fail.
             let (bytes, answer) = match protocol.encode_message(msg) {
                 Ok(encoded) => encoded,
                 Err(e) => {
@@ -288,13 +325,10 @@ async fn forward(
             stages,
             reply,
         } => {
-            if let Err(e) = client
+            let sent = client
                 .request(request(WireMsg::Release { owner, stages }))
-                .await
-            {
-                tracing::warn!(%owner, "release not delivered: {}", unreachable(&e));
-            }
-            reply.send(());
+                .await;
+            answer_decision(sent, reply, "release", owner, &unreachable);
         }
         PartitionMsg::Load { table, rows, reply } => {
             let answer = match client.request(request(WireMsg::Load { table, rows })).await {

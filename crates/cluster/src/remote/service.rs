@@ -18,7 +18,7 @@ use super::{Inquiry, PeerClient, INQUIRY_PATIENCE};
 use crate::cluster::Cluster;
 use crate::decision::DecisionBook;
 use crate::link::{Link, LinkConfig};
-use crate::message::{Gate, GateNotice, PartitionMsg, Reply, Vote};
+use crate::message::{Gate, GateNotice, PartitionMsg, Reply, StmtExt, Vote};
 
 /// At most this many distinct statements are kept prepared per node.
 const PLAN_CACHE_MAX: usize = 10_000;
@@ -133,8 +133,9 @@ impl NodeService {
         Ok(plan)
     }
 
-    /// Serves one partition message and returns its answer.
-    pub async fn serve(&self, partition: u32, msg: WireMsg) -> WireResponse {
+    /// Serves one partition message and returns its answer (`ext`: an
+    /// `Execute`'s protocol words, decoded).
+    pub async fn serve(&self, partition: u32, msg: WireMsg, ext: StmtExt) -> WireResponse {
         let Some(tx) = self.partitions.get(&partition) else {
             return WireResponse::Refused(Error::Config(format!(
                 "node {} does not host partition {partition}",
@@ -166,6 +167,7 @@ impl NodeService {
                 sub,
                 call,
                 gate,
+                ext: _,
             } => {
                 let plan = match self.plan(&sql) {
                     Ok(p) => p,
@@ -178,7 +180,9 @@ impl NodeService {
                     WireGate::Coordinated => {
                         // Readiness goes to `WatchGate`, through this queue.
                         let (ready_tx, ready_rx) = mpsc::unbounded_channel();
-                        self.gates.lock().insert((partition, txn), GateWatch::Idle(ready_rx));
+                        self.gates
+                            .lock()
+                            .insert((partition, txn), GateWatch::Idle(ready_rx));
                         let notice = GateNotice::new(&self.link, self.node, self.node, 0, ready_tx);
                         Some(Gate::Coordinated(notice))
                     }
@@ -195,7 +199,7 @@ impl NodeService {
                         lock,
                         sub,
                         call,
-                        ext: None,
+                        ext,
                         gate,
                         reply
                     },
@@ -212,7 +216,8 @@ impl NodeService {
                 ..
             } if expect.is_some_and(|e| e != self.incarnation) => {
                 WireResponse::Refused(Error::Transport(format!(
-                    "partition {partition} restarted since the transaction ran here; it did not commit"
+                    "partition {partition} restarted since the transaction ran here; whether it \
+                     committed is unknown to this run (its log has it if it did)"
                 )))
             }
             WireMsg::Prepare {
@@ -227,11 +232,23 @@ impl NodeService {
                 WireResponse::Vote
             ),
             WireMsg::Commit {
-                txn, ending, decided, ..
+                txn,
+                ending,
+                decided,
+                ..
             } => {
-                ask!(|reply| PartitionMsg::Commit { txn, ending, decided, reply }, |()| {
-                    WireResponse::Ack
-                })
+                ask!(
+                    |reply| PartitionMsg::Commit {
+                        txn,
+                        ending,
+                        decided,
+                        reply
+                    },
+                    |r: Result<()>| match r {
+                        Ok(()) => WireResponse::Ack,
+                        Err(e) => WireResponse::Refused(e),
+                    }
+                )
             }
             WireMsg::Abort { txn, ending } => {
                 ask!(|reply| PartitionMsg::Abort { txn, ending, reply }, |()| {
@@ -239,9 +256,14 @@ impl NodeService {
                 })
             }
             WireMsg::Release { owner, stages } => {
-                ask!(|reply| PartitionMsg::Release { owner, stages, reply }, |()| {
-                    WireResponse::Ack
-                })
+                ask!(
+                    |reply| PartitionMsg::Release {
+                        owner,
+                        stages,
+                        reply
+                    },
+                    |()| { WireResponse::Ack }
+                )
             }
             WireMsg::Protect { owner } => {
                 if tx.send(PartitionMsg::Protect { owner }).is_err() {
@@ -314,7 +336,17 @@ impl NodeService {
                 partition,
                 msg: WireMsg::Protocol { bytes },
             } => WireResponse::Protocol(self.serve_protocol(cluster, partition, &bytes).await),
-            WireRequest::Partition { partition, msg } => self.serve(partition, msg).await,
+            WireRequest::Partition { partition, msg } => {
+                let ext = match &msg {
+                    WireMsg::Execute { ext: Some(b), .. } => match cluster.protocol().decode_ext(b)
+                    {
+                        Ok(ext) => ext,
+                        Err(e) => return WireResponse::Executed(Err(e), self.incarnation),
+                    },
+                    _ => None,
+                };
+                self.serve(partition, msg, ext).await
+            }
             WireRequest::Protocol { bytes } => {
                 WireResponse::Protocol(cluster.protocol().serve(bytes).await)
             }
@@ -353,6 +385,7 @@ impl NodeService {
                 // that survived.
                 None => Inquiry::Aborted,
             }),
+            WireRequest::Cut { peers, millis } => WireResponse::Done(self.cut(&peers, millis)),
             WireRequest::PeerRestarted { node } => WireResponse::Done(self.end_orphans(node).await),
             WireRequest::Abort { session } => match self.sessions.end(session) {
                 Ok(txn) => {
@@ -389,11 +422,24 @@ impl NodeService {
         answer.await
     }
 
+    /// `WireRequest::Cut`.
+    fn cut(&self, peers: &[u32], millis: u64) -> Result<()> {
+        let d = Duration::from_millis(millis);
+        for p in peers {
+            let peer = self.peers.get(&NodeId(*p)).ok_or_else(|| {
+                Error::Config(format!("node {p} is not a peer of node {}", self.node.0))
+            })?;
+            tracing::warn!(peer = p, "cut off from node {p} for {d:?} (a fault test)");
+            peer.cut_for(d);
+        }
+        Ok(())
+    }
+
     /// This node's status (also what `brine status` shows).
     pub async fn status(&self, cluster: &Cluster) -> NodeStatus {
         let mut partitions = Vec::new();
         for p in self.local_partitions() {
-            if let WireResponse::Status(s) = self.serve(p, WireMsg::Status).await {
+            if let WireResponse::Status(s) = self.serve(p, WireMsg::Status, None).await {
                 partitions.push((p, s));
             }
         }
@@ -422,7 +468,7 @@ impl NodeService {
         parts.sort_unstable();
         for p in parts {
             let WireResponse::Orphans(in_doubt) = self
-                .serve(p, WireMsg::AbortOrphans { coordinator: node })
+                .serve(p, WireMsg::AbortOrphans { coordinator: node }, None)
                 .await
             else {
                 continue;
@@ -455,7 +501,7 @@ impl NodeService {
                     }
                 };
                 tracing::info!(%txn, committed, "resolved a transaction of restarted node {node}");
-                self.serve(p, msg).await;
+                self.serve(p, msg, None).await;
             }
         }
         Ok(())

@@ -38,6 +38,10 @@ pub enum WireRequest {
     /// A request to a service of the protocol's own that the serving node
     /// hosts (`Protocol::serve`: Mediator's TSO).
     Protocol { bytes: Vec<u8> },
+    /// Fault tests (`brine cut`): cut the serving node off from nodes
+    /// `peers` for `millis` ms, as a network partition would: its requests
+    /// to them fail at its transport (`brine_net::Client::cut_for`).
+    Cut { peers: Vec<u32>, millis: u64 },
 }
 
 /// [`PartitionMsg`](crate::message::PartitionMsg) without its reply path,
@@ -52,6 +56,10 @@ pub enum WireMsg {
         sub: Option<SubStmt>,
         call: Option<(String, Vec<Value>)>,
         gate: WireGate,
+        /// The protocol's words for its rules at the partition
+        /// (`Protocol::encode_ext`).
+        #[serde(default)]
+        ext: Option<Vec<u8>>,
     },
     /// `expect`: the incarnation that ran the transaction's statements.
     Prepare {
@@ -164,7 +172,7 @@ pub enum WireResponse {
     Protocol(Result<Vec<u8>>),
 }
 
-pub(super) fn unexpected(r: &WireResponse) -> Error {
+pub(crate) fn unexpected(r: &WireResponse) -> Error {
     match r {
         WireResponse::Refused(e) => e.clone(),
         other => Error::Transport(format!("unexpected answer from a peer: {other:?}")),

@@ -1,5 +1,16 @@
 //! The nexus board: each running Callas transaction's progress (ranks
 //! reached, outcome) and the nexus release order between them.
+//!
+//! Across processes (`NexusBoard::multi_process`), a transaction's
+//! progress stays at its home (its coordinator's process); another
+//! process that meets it (a dependency its partitions reported) keeps a
+//! mirror of it, fed by watches sent to the home (`docs/callas.md`,
+//! "Across processes").
+
+use std::collections::VecDeque;
+use std::sync::Weak;
+
+use futures::future::BoxFuture;
 
 use super::prelude::*;
 
@@ -20,6 +31,46 @@ pub struct Progress {
     /// The transaction whose release its own release waits for, if any.
     awaits: Mutex<Option<TxnId>>,
     notify: Notify,
+    /// A mirror of a transaction homed in another process: the length of
+    /// the undecided chain it heads, as its home last told (0: not a
+    /// mirror; its own `below` is then walked).
+    told_depth: AtomicU32,
+}
+
+/// What a watcher knows of a transaction's progress
+/// ([`Progress::seen`]); the home answers a watch once it knows more.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seen {
+    /// 1 + the highest rank of a piece it finished.
+    pub rank: u32,
+    /// 0 while running, then committed (1) or aborted (2).
+    pub outcome: u8,
+    pub released: bool,
+    /// The undecided chain it heads (answers only; see
+    /// [`Progress::uncommitted_depth`]).
+    pub depth: u32,
+}
+
+impl Seen {
+    /// What a home says of a transaction it no longer has: it ended and
+    /// released, with `outcome` (aborted if the home does not remember:
+    /// assuming so only ever aborts a dependant that has not committed,
+    /// which is always allowed).
+    fn gone(outcome: Option<u8>) -> Seen {
+        Seen {
+            rank: 0,
+            outcome: outcome.unwrap_or(ABORTED),
+            released: true,
+            depth: 0,
+        }
+    }
+
+    /// Whether `self` tells more than `known`.
+    fn beyond(&self, known: &Seen) -> bool {
+        self.rank > known.rank
+            || (self.outcome != 0 && known.outcome == 0)
+            || (self.released && !known.released)
+    }
 }
 
 const COMMITTED: u8 = 1;
@@ -74,6 +125,11 @@ impl Progress {
         if budget == 1 {
             return 1;
         }
+        // A mirror: its chain is walked at its home, which told its length.
+        let told = self.told_depth.load(Ordering::Acquire);
+        if told > 0 {
+            return told.min(budget);
+        }
         let key = self as *const Progress;
         if let Some(&(length, asked)) = found.get(&key) {
             if length < asked || budget <= asked {
@@ -123,6 +179,39 @@ impl Progress {
     pub(super) fn release(&self) {
         self.released.store(true, Ordering::Release);
         self.notify.notify_waiters();
+    }
+
+    /// A mirror of a transaction homed in another process, before its
+    /// home told anything: running, heading a chain of one.
+    fn mirror() -> Progress {
+        Progress {
+            told_depth: AtomicU32::new(1),
+            ..Progress::default()
+        }
+    }
+
+    /// What a watcher sees of it now (without `depth`).
+    pub fn seen(&self) -> Seen {
+        Seen {
+            rank: self.rank.load(Ordering::Acquire),
+            outcome: self.outcome.load(Ordering::Acquire),
+            released: self.released.load(Ordering::Acquire),
+            depth: 0,
+        }
+    }
+
+    /// A mirror learns what its transaction's home told.
+    pub fn learn(&self, s: Seen) {
+        self.told_depth.store(s.depth.max(1), Ordering::Release);
+        if s.rank > 0 {
+            self.finished_piece(s.rank - 1);
+        }
+        if s.outcome != 0 && self.outcome.load(Ordering::Acquire) == 0 {
+            self.decide(s.outcome == COMMITTED);
+        }
+        if s.released {
+            self.release();
+        }
     }
 
     /// Waits until `ready` says something.
@@ -192,38 +281,171 @@ impl Progress {
 /// The running Callas transactions' progress, until each released its
 /// nexus locks. Sharded so coordinators do not contend on one mutex.
 pub struct NexusBoard {
-    shards: Vec<Mutex<HashMap<TxnId, Arc<Progress>>>>,
+    shards: Vec<Mutex<Shard>>,
+    /// In a multi-process cluster: this process's node and how it reaches
+    /// the homes of the others' transactions.
+    remote: Option<Remote>,
+}
+
+#[derive(Default)]
+struct Shard {
+    /// This process's transactions that may still hold nexus locks, and
+    /// mirrors of other processes' transactions not yet seen released.
+    live: HashMap<TxnId, Arc<Progress>>,
+    /// Multi-process only: transactions that left `live` recently, and
+    /// their outcomes, oldest first (this process's, to answer watches
+    /// that come after them; others', not to watch them again).
+    ended: FxHashMap<TxnId, u8>,
+    ended_order: VecDeque<TxnId>,
+}
+
+/// Outcomes each shard remembers after their transactions left the board.
+const ENDED_PER_SHARD: usize = 1024;
+
+impl Shard {
+    fn ended(&mut self, t: TxnId, outcome: u8) {
+        if self.ended.insert(t, outcome).is_none() {
+            self.ended_order.push_back(t);
+        }
+        while self.ended_order.len() > ENDED_PER_SHARD {
+            if let Some(old) = self.ended_order.pop_front() {
+                self.ended.remove(&old);
+            }
+        }
+    }
+}
+
+/// Sends a watch (encoded [`CallasRequest`]) to a node's Callas and
+/// answers its encoded [`Seen`].
+pub type Homes = Arc<dyn Fn(NodeId, Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> + Send + Sync>;
+
+/// A board's view of the other processes.
+struct Remote {
+    node: NodeId,
+    homes: Homes,
+    /// The board itself, for the watches it spawns.
+    board: Weak<NexusBoard>,
+}
+
+/// Requests to a process's Callas (`Protocol::serve`).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum CallasRequest {
+    /// Answer once `txn` (homed here) is beyond `seen`, or after a while
+    /// with what it is.
+    Watch { txn: TxnId, seen: Seen },
+}
+
+/// How long a home holds a watch with nothing new before it answers with
+/// what is (well under the transport's request timeout).
+const WATCH_HOLD: Duration = Duration::from_secs(5);
+
+/// The node a transaction's coordinator runs on (its home).
+fn home_of(t: TxnId) -> NodeId {
+    NodeId((t.id >> crate::cluster::NODE_TXN_SHIFT) as u32)
 }
 
 impl Default for NexusBoard {
     fn default() -> Self {
         NexusBoard {
-            shards: (0..64).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..64).map(|_| Mutex::new(Shard::default())).collect(),
+            remote: None,
         }
     }
 }
 
 impl NexusBoard {
-    pub(super) fn shard(&self, t: TxnId) -> &Mutex<HashMap<TxnId, Arc<Progress>>> {
+    /// The board of process `node` of a multi-process cluster: other
+    /// processes' transactions are mirrored, fed by watches sent to their
+    /// homes through `homes`.
+    pub fn multi_process(node: NodeId, homes: Homes) -> Arc<NexusBoard> {
+        Arc::new_cyclic(|me| NexusBoard {
+            remote: Some(Remote {
+                node,
+                homes,
+                board: me.clone(),
+            }),
+            ..NexusBoard::default()
+        })
+    }
+
+    fn shard(&self, t: TxnId) -> &Mutex<Shard> {
         &self.shards[(t.id as usize) % self.shards.len()]
     }
 
     /// Registers `t` before it takes its first lock.
     pub(super) fn register(&self, t: TxnId) -> Arc<Progress> {
         let r = Arc::new(Progress::default());
-        self.shard(t).lock().insert(t, r.clone());
+        self.shard(t).lock().live.insert(t, r.clone());
         r
     }
 
+    /// `t`'s progress; `None` once it released its nexus locks. A
+    /// transaction homed in another process is mirrored from the first
+    /// time it is asked for.
     pub(super) fn get(&self, t: TxnId) -> Option<Arc<Progress>> {
-        self.shard(t).lock().get(&t).cloned()
+        let mut shard = self.shard(t).lock();
+        if let Some(p) = shard.live.get(&t) {
+            return Some(p.clone());
+        }
+        let remote = self.remote.as_ref()?;
+        if home_of(t) == remote.node || shard.ended.contains_key(&t) {
+            return None;
+        }
+        let mirror = Arc::new(Progress::mirror());
+        shard.live.insert(t, mirror.clone());
+        drop(shard);
+        tokio::spawn(watch(
+            remote.board.clone(),
+            remote.homes.clone(),
+            t,
+            mirror.clone(),
+        ));
+        Some(mirror)
     }
 
     /// `t` released its nexus locks (or never will hold any).
     pub(super) fn released(&self, t: TxnId) {
-        if let Some(r) = self.shard(t).lock().remove(&t) {
+        let mut shard = self.shard(t).lock();
+        if let Some(r) = shard.live.remove(&t) {
+            if self.remote.is_some() {
+                shard.ended(t, r.outcome.load(Ordering::Acquire));
+            }
+            drop(shard);
             r.release();
         }
+    }
+
+    /// A watch of `txn`, homed here: what it is once beyond `seen`, or
+    /// after [`WATCH_HOLD`].
+    pub async fn serve_watch(&self, txn: TxnId, seen: Seen) -> Seen {
+        let (p, outcome) = {
+            let shard = self.shard(txn).lock();
+            (
+                shard.live.get(&txn).cloned(),
+                shard.ended.get(&txn).copied(),
+            )
+        };
+        let Some(p) = p else {
+            return Seen::gone(outcome);
+        };
+        let _ = tokio::time::timeout(
+            WATCH_HOLD,
+            p.until(|p| p.seen().beyond(&seen).then_some(())),
+        )
+        .await;
+        Seen {
+            depth: p.uncommitted_depth(MAX_CHAIN),
+            ..p.seen()
+        }
+    }
+
+    /// [`NexusBoard::serve_watch`] for an encoded [`CallasRequest`].
+    pub async fn serve(&self, bytes: &[u8]) -> Result<Vec<u8>> {
+        let req: CallasRequest = postcard::from_bytes(bytes)
+            .map_err(|e| Error::Internal(format!("a Callas request: {e}")))?;
+        let CallasRequest::Watch { txn, seen } = req;
+        let answer = self.serve_watch(txn, seen).await;
+        postcard::to_stdvec(&answer).map_err(|e| Error::Internal(format!("a Callas answer: {e}")))
     }
 
     /// `txn`'s release waits until `t` released its nexus locks (at once
@@ -290,17 +512,76 @@ impl NexusBoard {
         false
     }
 
-    /// Whether `t` may still hold nexus locks.
+    /// Whether `t` may still hold nexus locks (one of another process
+    /// does unless seen released).
     pub(super) fn holds(&self, t: TxnId) -> bool {
-        self.shard(t).lock().contains_key(&t)
+        let shard = self.shard(t).lock();
+        match shard.live.get(&t) {
+            Some(p) => !p.released.load(Ordering::Acquire),
+            None => match &self.remote {
+                Some(r) => home_of(t) != r.node && !shard.ended.contains_key(&t),
+                None => false,
+            },
+        }
     }
 
-    /// Transactions still holding nexus locks (for tests and status).
+    /// Transactions still holding nexus locks, and mirrors (for tests and
+    /// status).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock().live.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Keeps the mirror of `t` (homed in another process) up to date: one
+/// watch after the other until its home says it released its nexus locks.
+/// A home that answers nothing for [`crate::coordinator::DECISION_PATIENCE`]
+/// is taken to have aborted `t`: its dependants that have not committed
+/// abort (always allowed), and waits on its release end.
+async fn watch(board: Weak<NexusBoard>, homes: Homes, t: TxnId, mirror: Arc<Progress>) {
+    let home = home_of(t);
+    let mut heard = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let req = CallasRequest::Watch {
+            txn: t,
+            seen: mirror.seen(),
+        };
+        let answer = match postcard::to_stdvec(&req) {
+            Ok(bytes) => homes(home, bytes).await.and_then(|b| {
+                postcard::from_bytes::<Seen>(&b)
+                    .map_err(|e| Error::Internal(format!("a Callas answer: {e}")))
+            }),
+            Err(e) => Err(Error::Internal(format!("a Callas request: {e}"))),
+        };
+        match answer {
+            Ok(seen) => {
+                mirror.learn(seen);
+                if seen.released {
+                    break;
+                }
+                heard = tokio::time::Instant::now();
+                pause = Duration::from_millis(1);
+            }
+            Err(e) if heard.elapsed() >= crate::coordinator::DECISION_PATIENCE => {
+                tracing::warn!(%t, "Callas: the home of {t} (node {}) did not answer: {e}; taken as aborted", home.0);
+                mirror.learn(Seen::gone(None));
+                break;
+            }
+            Err(e) => {
+                tracing::debug!(%t, "Callas: a watch of {t} failed: {e}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+        }
+    }
+    if let Some(board) = board.upgrade() {
+        let outcome = mirror.outcome.load(Ordering::Acquire);
+        let mut shard = board.shard(t).lock();
+        shard.live.remove(&t);
+        shard.ended(t, outcome);
     }
 }

@@ -58,7 +58,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use board::{NexusBoard, Progress, MAX_CHAIN};
+pub use board::{CallasRequest, Homes, NexusBoard, Progress, Seen, MAX_CHAIN};
 pub use grouping::{GroupDef, Grouping, Mechanism};
 pub use partition::CallasRules;
 pub use pieces::{plan_pieces, Placed, ProcPieces, SafeMode, SafeModeConfig};
@@ -166,7 +166,7 @@ pub fn callas_of(shared: &Shared) -> &Callas {
 
 /// What a grouped statement tells Callas' rules at its partitions
 /// (`PartitionMsg::Execute`'s `ext`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CallasStmt {
     /// Track which columns the statement uses on each row, to declare
     /// same-group dependencies (groups whose mechanism uses them: `rp`,
@@ -184,6 +184,13 @@ pub struct CallasStmt {
     /// here the piece has ended here: its member locks here become nexus
     /// locks, and statements held for its rank (`after_rank`) go on.
     pub ends_piece: Option<u32>,
+    /// Runtime Pipelining: the statement's piece (number, rank). A
+    /// statement of a later piece than the one its transaction has open
+    /// at the partition ends that one there, as its `EndPiece` would: the
+    /// coordinator sends that before the later piece's statements, but
+    /// across processes a one-way message may arrive after them (or be
+    /// lost).
+    pub piece: Option<(u32, Option<u32>)>,
     /// Runtime Pipelining: the rank-progress wait, held here. The
     /// statement waits, before it locks anything, until the transaction
     /// named has ended a piece of at least this rank here (or ended here),
@@ -194,12 +201,19 @@ pub struct CallasStmt {
 }
 
 /// Callas' own messages to its rules at a partition
-/// (`PartitionMsg::Protocol`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// (`PartitionMsg::Protocol`). One-way: across processes they are
+/// answered with nothing, once delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CallasMsg {
-    /// Runtime Pipelining: a piece of `owner` (of rank `rank`) ended; its
-    /// piece-level (member) locks here become nexus locks.
-    EndPiece { owner: TxnId, rank: Option<u32> },
+    /// Runtime Pipelining: piece `piece` of `owner` (of rank `rank`)
+    /// ended; its piece-level (member) locks here become nexus locks. One
+    /// that arrives after a statement of a later piece is ignored (that
+    /// statement ended the piece here, see `CallasStmt::piece`).
+    EndPiece {
+        owner: TxnId,
+        piece: u32,
+        rank: Option<u32>,
+    },
     /// Runtime Pipelining: the statement of `txn` held here for `after`
     /// (`CallasStmt::after_rank`) may go on: its coordinator saw the
     /// transaction reach the rank (or end).
@@ -292,6 +306,12 @@ impl Protocol for Callas {
             setup.procedures,
             self.safe_mode,
         )?;
+        // Across processes, transactions homed elsewhere are mirrored
+        // from their homes' boards.
+        let board = match &setup.hosting {
+            Some(h) => NexusBoard::multi_process(h.node, homes(h.peers.clone())),
+            None => Arc::default(),
+        };
         Ok(Some(Arc::new(Callas {
             grouping: self.grouping.clone(),
             safe_mode: self.safe_mode,
@@ -299,18 +319,11 @@ impl Protocol for Callas {
             exact_deps: self.exact_deps,
             release_order: self.release_order,
             pieces,
-            board: Arc::default(),
+            board,
         })))
     }
 
-    fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
-        if multi_process {
-            return Err(Error::Config(
-                "Callas runs in the embedded cluster only for now: its nexus release order is kept \
-                 by the coordinators of one process"
-                    .into(),
-            ));
-        }
+    fn check_deployment(&self, _multi_process: bool, durable: bool) -> Result<()> {
         let chopped = self
             .grouping
             .groups
@@ -379,6 +392,70 @@ impl Protocol for Callas {
     fn as_any(&self) -> &dyn Any {
         self
     }
+
+    fn encode_message(
+        &self,
+        msg: Box<dyn Any + Send>,
+    ) -> Result<(Vec<u8>, crate::protocol::WireAnswer)> {
+        crate::protocol::encode_message_as("Callas", msg, |msg: CallasMsg| {
+            let bytes = postcard::to_stdvec(&msg)
+                .map_err(|e| Error::Internal(format!("a Callas message: {e}")))?;
+            let no_answer: crate::protocol::WireAnswer = Box::new(|_| Ok(()));
+            Ok((bytes, no_answer))
+        })
+    }
+
+    fn decode_message(
+        &self,
+        _link: &crate::link::Link,
+        _node: brine_core::NodeId,
+        bytes: &[u8],
+    ) -> Result<(Box<dyn Any + Send>, crate::protocol::WireAnswering)> {
+        let msg: CallasMsg = postcard::from_bytes(bytes)
+            .map_err(|e| Error::Internal(format!("a Callas message: {e}")))?;
+        Ok((Box::new(msg), Box::pin(async { Ok(Vec::new()) })))
+    }
+
+    fn encode_ext(&self, ext: &(dyn Any + Send + Sync)) -> Result<Vec<u8>> {
+        let words = ext
+            .downcast_ref::<CallasStmt>()
+            .ok_or_else(|| Error::Internal("statement words Callas does not know".into()))?;
+        postcard::to_stdvec(words).map_err(|e| Error::Internal(format!("Callas words: {e}")))
+    }
+
+    fn decode_ext(&self, bytes: &[u8]) -> Result<crate::message::StmtExt> {
+        let words: CallasStmt = postcard::from_bytes(bytes)
+            .map_err(|e| Error::Internal(format!("Callas words: {e}")))?;
+        Ok(Some(Arc::new(words)))
+    }
+
+    /// Watches from other processes of the transactions homed here.
+    fn serve<'a>(&'a self, bytes: Vec<u8>) -> BoxFuture<'a, Result<Vec<u8>>> {
+        Box::pin(async move { self.board.serve(&bytes).await })
+    }
+}
+
+/// How a process's board reaches the other processes' Callas: a
+/// `WireRequest::Protocol` to the node.
+fn homes(peers: HashMap<brine_core::NodeId, Arc<crate::remote::PeerClient>>) -> Homes {
+    use crate::remote::{WireRequest, WireResponse};
+    Arc::new(move |node, bytes| {
+        let peer = peers.get(&node).cloned();
+        Box::pin(async move {
+            let peer = peer.ok_or_else(|| {
+                Error::Config(format!("Callas: node {} is not in the cluster", node.0))
+            })?;
+            match peer.request(WireRequest::Protocol { bytes }).await {
+                Ok(WireResponse::Protocol(answer)) => answer,
+                Ok(other) => Err(crate::remote::unexpected(&other)),
+                Err(e) => Err(Error::Transport(format!(
+                    "node {} at {}: {e}",
+                    node.0,
+                    peer.addr()
+                ))),
+            }
+        })
+    })
 }
 
 impl Callas {

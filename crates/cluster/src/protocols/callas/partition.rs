@@ -47,11 +47,26 @@ pub struct CallasRules {
     /// Runtime Pipelining: 1 + the highest rank of a piece each
     /// transaction (lock owner) ended here, while it runs here.
     reached: HashMap<TxnId, u32>,
+    /// Runtime Pipelining: each transaction's pieces here, while it runs
+    /// here (see [`PiecesHere`]).
+    pieces: HashMap<TxnId, PiecesHere>,
     /// Statements held for another transaction's rank
     /// (`CallasStmt::after_rank`), in arrival order, and those let go, to
     /// be run next.
     held: Vec<(Stmt, Instant)>,
     ready: VecDeque<Stmt>,
+}
+
+/// A Runtime Pipelining transaction's pieces at one partition: the one
+/// with statements here that has not ended here, and how many have ended
+/// here. So a piece ends here once, whichever comes first: its `EndPiece`,
+/// its last statement (`CallasStmt::ends_piece`), or a statement of a
+/// later piece (`CallasStmt::piece`); what comes later is ignored and
+/// never turns a later piece's locks into nexus locks.
+#[derive(Clone, Copy, Default)]
+struct PiecesHere {
+    open: Option<(u32, Option<u32>)>,
+    ended: u32,
 }
 
 /// How far a transaction got here, for the statements held for it.
@@ -82,6 +97,7 @@ impl CallasRules {
             cascaded: HashSet::default(),
             nexus: NexusUses::default(),
             reached: HashMap::default(),
+            pieces: HashMap::default(),
             held: Vec::new(),
             ready: VecDeque::new(),
         }
@@ -99,6 +115,7 @@ fn forget(p: &mut Partition<CallasRules>, txn: TxnId) {
     p.rules.nexus.forget_txn(txn);
     // Ended here: what waited for its rank here goes on.
     p.rules.reached.remove(&txn);
+    p.rules.pieces.remove(&txn);
     let_go_held(p, txn, Reach::Ended);
 }
 
@@ -150,6 +167,37 @@ fn end_piece(p: &mut Partition<CallasRules>, owner: TxnId, rank: Option<u32>) {
         let reached = *reached;
         let_go_held(p, owner, Reach::Rank(reached));
     }
+}
+
+/// Runtime Pipelining: piece `piece` (of rank `rank`) of `owner` ended
+/// here, unless it (or a later one) already did.
+fn piece_ended(p: &mut Partition<CallasRules>, owner: TxnId, piece: u32, rank: Option<u32>) {
+    if !p.rules.groups.contains_key(&owner) {
+        // It ended here (a late message).
+        return;
+    }
+    let here = p.rules.pieces.entry(owner).or_default();
+    if piece < here.ended {
+        return;
+    }
+    here.ended = piece + 1;
+    if here.open.is_some_and(|(open, _)| open <= piece) {
+        here.open = None;
+    }
+    end_piece(p, owner, rank);
+}
+
+/// Runtime Pipelining: a statement of piece `piece` of `owner` arrived:
+/// the piece it had open here, if earlier, has ended.
+fn piece_opened(p: &mut Partition<CallasRules>, owner: TxnId, (piece, rank): (u32, Option<u32>)) {
+    let here = p.rules.pieces.entry(owner).or_default();
+    if piece < here.ended {
+        return;
+    }
+    if let Some((open, open_rank)) = here.open.filter(|(open, _)| *open < piece) {
+        piece_ended(p, owner, open, open_rank);
+    }
+    p.rules.pieces.entry(owner).or_default().open = Some((piece, rank));
 }
 
 /// Runtime Pipelining, after a blind increment that ends its row's part of
@@ -242,6 +290,9 @@ impl Rules for CallasRules {
         if let LockClass::Member(g) = stmt.lock.class {
             p.rules.groups.insert(stmt.owner, g);
         }
+        if let Some(piece) = words(stmt).piece {
+            piece_opened(p, stmt.owner, piece);
+        }
         Ok(())
     }
 
@@ -277,7 +328,10 @@ impl Rules for CallasRules {
             end_incremented_rows(p, stmt);
         }
         if let Some(r) = w.ends_piece {
-            end_piece(p, stmt.owner, Some(r));
+            match w.piece {
+                Some((piece, _)) => piece_ended(p, stmt.owner, piece, Some(r)),
+                None => end_piece(p, stmt.owner, Some(r)),
+            }
         }
     }
 
@@ -406,7 +460,7 @@ impl Rules for CallasRules {
             .downcast::<CallasMsg>()
             .map_err(|_| Error::Internal("a message Callas' rules do not know".into()))?;
         match *msg {
-            CallasMsg::EndPiece { owner, rank } => end_piece(p, owner, rank),
+            CallasMsg::EndPiece { owner, piece, rank } => piece_ended(p, owner, piece, rank),
             CallasMsg::RankGo { txn, after } => {
                 if let Some(i) = p
                     .rules
@@ -418,6 +472,109 @@ impl Rules for CallasRules {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use brine_core::{NodeId, Value};
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::message::{Executed, LockSpec, PartitionMsg, Reply};
+    use crate::partition::harness::Harness;
+
+    const DDL: &str = "CREATE TABLE kv (k INT, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);";
+
+    fn txn(id: u64) -> TxnId {
+        TxnId { ts: id, id }
+    }
+
+    /// Sends `sql` for `t`, a Runtime Pipelining statement of group 1 in
+    /// piece `piece` (of the same rank); the answer comes on the receiver.
+    fn execute(
+        h: &Harness,
+        t: TxnId,
+        sql: &str,
+        k: i64,
+        piece: u32,
+    ) -> oneshot::Receiver<Result<Executed>> {
+        let plan = Arc::new(brine_sql::prepare(&h.catalog, sql).expect("plan"));
+        let words = CallasStmt {
+            track: true,
+            piece: Some((piece, Some(piece))),
+            ..CallasStmt::default()
+        };
+        let (reply, rx) = Reply::channel(&h.link, NodeId(0), NodeId(1));
+        h.send(PartitionMsg::Execute {
+            txn: t,
+            plan,
+            params: vec![Value::Int(k)],
+            lock: LockSpec {
+                class: LockClass::Member(1),
+                short_reads: false,
+                serializable: true,
+                short_writes: false,
+                for_update: false,
+            },
+            sub: None,
+            call: None,
+            ext: Some(Arc::new(words)),
+            gate: None,
+            reply,
+        });
+        rx
+    }
+
+    fn end_piece(h: &Harness, owner: TxnId, piece: u32) {
+        let msg = CallasMsg::EndPiece {
+            owner,
+            piece,
+            rank: Some(piece),
+        };
+        h.send(PartitionMsg::Protocol(Box::new(msg)));
+    }
+
+    fn value(e: Executed) -> Option<Value> {
+        e.result.rows.first().and_then(|r| r.first().cloned())
+    }
+
+    /// Across processes a piece's `EndPiece` may arrive after the next
+    /// piece's first statement. That statement ends the piece here itself,
+    /// and the late `EndPiece` leaves the later piece's member locks as
+    /// they are: a same-group transaction reads what the ended piece
+    /// wrote, and waits for what the open one wrote.
+    #[tokio::test]
+    async fn a_late_end_piece_leaves_the_next_piece_s_locks() -> Result<()> {
+        let h = Harness::start(DDL, CallasRules::new(false))?;
+        let table = h.catalog.table_by_name("kv").expect("kv").id;
+        let rows = (1..=2)
+            .map(|k| vec![Value::Int(k), Value::Int(0)])
+            .collect();
+        h.ask(|reply| PartitionMsg::Load { table, rows, reply })
+            .await?;
+        let (t1, t2) = (txn(1), txn(2));
+        let set = "UPDATE kv SET v = 7 WHERE k = $1";
+        execute(&h, t1, set, 1, 0).await.expect("answered")?;
+        // Piece 1 begins; its `EndPiece` for piece 0 is late.
+        execute(&h, t1, set, 2, 1).await.expect("answered")?;
+        end_piece(&h, t1, 0);
+        let get = "SELECT v FROM kv WHERE k = $1";
+        let read = execute(&h, t2, get, 1, 0).await.expect("answered")?;
+        assert_eq!(read.after, vec![t1], "t2 read t1's ended piece");
+        assert_eq!(value(read), Some(Value::Int(7)));
+        let waiting = execute(&h, t2, get, 2, 0);
+        assert_eq!(
+            h.status().await.parked_statements,
+            1,
+            "piece 1 of t1 is still open here: t2 waits for its member lock"
+        );
+        end_piece(&h, t1, 1);
+        let read = waiting.await.expect("answered")?;
+        assert_eq!(value(read), Some(Value::Int(7)));
         Ok(())
     }
 }

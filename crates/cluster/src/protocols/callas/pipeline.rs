@@ -22,11 +22,11 @@ pub(super) fn rp_body_done(
     else {
         return false;
     };
-    let Some((_, rank)) = c.piece.take() else {
+    let Some((piece, rank)) = c.piece.take() else {
         return false;
     };
     for p in std::mem::take(&mut c.piece_parts) {
-        CallasMsg::EndPiece { owner, rank }.send(shared, node, p);
+        CallasMsg::EndPiece { owner, piece, rank }.send(shared, node, p);
     }
     if let Some(r) = rank {
         c.progress.finished_piece(r);
@@ -87,7 +87,7 @@ pub(super) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
         }
         let ending = c
             .piece
-            .map(|(_, r)| (r, std::mem::take(&mut c.piece_parts)));
+            .map(|ended| (ended, std::mem::take(&mut c.piece_parts)));
         c.piece = Some((piece, rank));
         c.piece_ended = placed.ends_piece;
         c.rank_hold = None;
@@ -108,9 +108,9 @@ pub(super) async fn enter_piece(ctx: &ProcCtx, statement: &str) -> Result<Option
             placed,
         )
     };
-    if let Some((rank, parts)) = ending {
+    if let Some(((piece, rank), parts)) = ending {
         for p in parts {
-            CallasMsg::EndPiece { owner, rank }.send(&ctx.shared, ctx.node, p);
+            CallasMsg::EndPiece { owner, piece, rank }.send(&ctx.shared, ctx.node, p);
         }
         if let Some(r) = rank {
             progress.finished_piece(r);
@@ -225,11 +225,20 @@ pub(super) async fn held<T>(
         r = &mut exec => return r,
         w = &mut reached => w,
     };
+    // Across processes `RankGo` may arrive before the statement it lets
+    // go (which then ignores it) or be lost: it is sent again, less and
+    // less often, until the statement answers.
     let txn = ctx.state.lock().txn;
-    for &p in targets {
-        CallasMsg::RankGo { txn, after }.send(&ctx.shared, ctx.node, p);
-    }
-    let r = exec.await;
+    let mut pause = Duration::from_millis(5);
+    let r = loop {
+        for &p in targets {
+            CallasMsg::RankGo { txn, after }.send(&ctx.shared, ctx.node, p);
+        }
+        tokio::select! {
+            r = &mut exec => break r,
+            _ = tokio::time::sleep(pause) => pause = (pause * 2).min(Duration::from_millis(200)),
+        }
+    };
     match waited {
         Err(Error::Aborted(cause)) => {
             ctx.state.lock().doomed = Some(cause);

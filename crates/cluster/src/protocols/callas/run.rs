@@ -324,6 +324,7 @@ pub(super) async fn exec(
         end_row: placed.is_some_and(|p| p.ends_row),
         ends_piece: placed.filter(|p| p.ends_piece).and_then(|p| p.rank),
         after_rank: hold.as_ref().map(|(t, r, _)| (*t, *r)),
+        piece: placed.map(|p| (p.piece, p.rank)),
     };
     let ext: crate::message::StmtExt =
         (words != CallasStmt::default()).then(|| Arc::new(words) as _);

@@ -327,3 +327,88 @@ fn a_counted_release_cycle_breaks_the_rules_check() {
     let e = callas.rules_kept(&stats).expect_err("broken").to_string();
     assert!(e.contains("2 cycle(s) of nexus release waits"), "{e}");
 }
+
+/// A transaction of node `node` (its coordinator's process).
+fn homed(node: u64, n: u64) -> TxnId {
+    TxnId {
+        ts: n,
+        id: (node << crate::cluster::NODE_TXN_SHIFT) + n,
+    }
+}
+
+/// The boards of two processes, nodes 0 and 1, each reaching the other
+/// as the home of its transactions.
+fn two_processes() -> (Arc<NexusBoard>, Arc<NexusBoard>) {
+    let boards: Arc<Mutex<Vec<std::sync::Weak<NexusBoard>>>> = Arc::default();
+    let homes = |boards: Arc<Mutex<Vec<std::sync::Weak<NexusBoard>>>>| -> Homes {
+        Arc::new(move |node: NodeId, bytes: Vec<u8>| {
+            let home = boards.lock().get(node.0 as usize).and_then(|b| b.upgrade());
+            Box::pin(async move {
+                let home = home.ok_or_else(|| Error::Transport("no such node".into()))?;
+                home.serve(&bytes).await
+            })
+        })
+    };
+    let a = NexusBoard::multi_process(NodeId(0), homes(boards.clone()));
+    let b = NexusBoard::multi_process(NodeId(1), homes(boards.clone()));
+    *boards.lock() = vec![Arc::downgrade(&a), Arc::downgrade(&b)];
+    (a, b)
+}
+
+/// Across processes (docs/callas.md, "Across processes"): a dependency
+/// homed in another process is mirrored, and the mirror shows its ranks,
+/// its outcome and its release as its home's board does, so rank waits,
+/// commit dependencies and the release order run against it unchanged.
+#[tokio::test]
+async fn a_transaction_of_another_process_is_mirrored_from_its_home() {
+    let (a, b) = two_processes();
+    let patience = Duration::from_secs(60);
+    let (t, u) = (homed(1, 1), homed(1, 2));
+    let (pt, pu) = (b.register(t), b.register(u));
+    let mirror = a.get(t).expect("mirrored");
+    assert!(a.holds(t) && !mirror.has_reached(0));
+    pt.finished_piece(0);
+    mirror.reached(0, patience).await.expect("rank 0 reached");
+    assert!(!mirror.has_reached(1));
+    // A commit dependency on an abort is an abort (a cascade).
+    pt.decide(false);
+    let e = mirror.committed(patience).await.expect_err("t aborted");
+    assert!(matches!(e, Error::Aborted(AbortCause::Cascade)), "{e}");
+    // The release order waits for the release at the home.
+    let me = homed(0, 3);
+    a.register(me);
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move { a.wait_in_order(me, t, || panic!("no cycle")).await })
+    };
+    b.released(t);
+    waiter.await.expect("released at its home");
+    // One that committed; and one its home no longer knows, taken as
+    // aborted and released.
+    let mirror = a.get(u).expect("mirrored");
+    pu.decide(true);
+    mirror.committed(patience).await.expect("u committed");
+    let unknown = a.get(homed(1, 9)).expect("mirrored");
+    let e = unknown.committed(patience).await.expect_err("unknown");
+    assert!(matches!(e, Error::Aborted(AbortCause::Cascade)), "{e}");
+    // A transaction of this process that left the board is not mirrored.
+    a.released(me);
+    assert!(a.get(me).is_none() && !a.holds(me));
+}
+
+/// A home that never answers: after the decision patience the mirror
+/// takes its transaction for aborted and released, so no dependant waits
+/// for ever, and none commits on it.
+#[tokio::test(start_paused = true)]
+async fn a_mirror_whose_home_never_answers_ends_aborted() {
+    let homes: Homes = Arc::new(|_, _| Box::pin(async { Err(Error::Transport("down".into())) }));
+    let a = NexusBoard::multi_process(NodeId(0), homes);
+    let t = homed(2, 1);
+    let mirror = a.get(t).expect("mirrored");
+    let e = mirror
+        .committed(crate::coordinator::DECISION_PATIENCE * 2)
+        .await
+        .expect_err("taken as aborted");
+    assert!(matches!(e, Error::Aborted(AbortCause::Cascade)), "{e}");
+    assert!(mirror.seen().released);
+}

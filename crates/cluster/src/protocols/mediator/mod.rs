@@ -434,10 +434,7 @@ impl Protocol for Mediator {
         &self,
         msg: Box<dyn Any + Send>,
     ) -> Result<(Vec<u8>, crate::protocol::WireAnswer)> {
-        let msg = msg
-            .downcast::<partition::MediatorMsg>()
-            .map_err(|_| Error::Internal("a message Mediator does not know".into()))?;
-        wire::encode_partition(*msg)
+        crate::protocol::encode_message_as("Mediator", msg, wire::encode_partition)
     }
 
     fn decode_message(
@@ -446,8 +443,7 @@ impl Protocol for Mediator {
         node: NodeId,
         bytes: &[u8],
     ) -> Result<(Box<dyn Any + Send>, crate::protocol::WireAnswering)> {
-        let (msg, answer) = wire::decode_partition(link, node, bytes)?;
-        Ok((Box::new(msg), answer))
+        crate::protocol::decoded_message(wire::decode_partition(link, node, bytes))
     }
 
     /// The TSO's requests from the other processes (this one hosts it).

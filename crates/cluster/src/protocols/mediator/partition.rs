@@ -315,53 +315,20 @@ impl Rules for MediatorRules {
 mod tests {
     use std::sync::Arc;
 
-    use brine_core::{Key, NodeId, PartitionId, Value};
-    use brine_lock::LockConfig;
-    use tokio::sync::mpsc;
+    use brine_core::{Key, Value};
 
     use super::*;
-    use crate::link::{Link, LinkConfig};
     use crate::message::{LockSpec, PartitionMsg};
-    use crate::partition::{PartitionCounters, PartitionParts};
+    use crate::partition::harness::Harness;
     use crate::protocol::Isolation;
 
     const DDL: &str = "CREATE TABLE kv (k INT, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);";
 
-    struct Harness {
-        link: Link,
-        tx: mpsc::UnboundedSender<PartitionMsg>,
-        catalog: Arc<brine_core::Catalog>,
+    fn start() -> Result<Harness> {
+        Harness::start(DDL, MediatorRules::new(1, 0, None))
     }
 
     impl Harness {
-        fn start() -> Result<Harness> {
-            let catalog = Arc::new(brine_sql::parse_schema(DDL)?);
-            let parts = PartitionParts {
-                id: PartitionId(0),
-                catalog: catalog.clone(),
-                lock_config: LockConfig::default(),
-                counters: Arc::new(PartitionCounters::default()),
-                wal: None,
-                record: false,
-            };
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(Partition::new(parts, MediatorRules::new(1, 0, None)).run(rx));
-            let link = Link::new(
-                LinkConfig {
-                    delay_us: 0,
-                    jitter_us: 0,
-                },
-                1,
-            );
-            Ok(Harness { link, tx, catalog })
-        }
-
-        async fn ask<T: Send + 'static>(&self, make: impl FnOnce(Reply<T>) -> PartitionMsg) -> T {
-            let (reply, rx) = Reply::channel(&self.link, NodeId(0), NodeId(1));
-            self.tx.send(make(reply)).expect("partition running");
-            rx.await.expect("answered")
-        }
-
         async fn mediator<T: Send + 'static>(
             &self,
             make: impl FnOnce(Reply<T>) -> MediatorMsg,
@@ -446,7 +413,7 @@ mod tests {
     /// and SQL reads see the latest version; SQL writes are refused.
     #[tokio::test]
     async fn a_partition_serves_versions_and_fences() -> Result<()> {
-        let h = Harness::start()?;
+        let h = start()?;
         let t = h.item(1).0;
         let rows = (1..=3)
             .map(|k| vec![Value::Int(k), Value::Int(0)])

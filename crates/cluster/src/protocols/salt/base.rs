@@ -60,7 +60,6 @@ use crate::message::{PartitionMsg, ReleaseStage, SubStmt};
 use crate::partition::Ending;
 use crate::protocol::{Call, TxnExt};
 
-pub(super) use super::recover::roll_forward;
 use super::release::{give_up, release};
 
 /// A BASE transaction's state at its coordinator.
@@ -673,7 +672,14 @@ pub(super) async fn run_base(
                 roll_back(&ctx, block).await;
             }
             give_up(shared, node, &state);
-            return Err(e);
+            // Across processes: rolled forward at once, fenced.
+            if let Some(salt) = shared.protocol.as_any().downcast_ref::<super::Salt>() {
+                salt.gave_up_in_doubt(shared, owner, node);
+            }
+            return Err(Error::Transport(format!(
+                "BASE transaction {owner}: outcome unknown ({e}); if it was accepted, it is \
+                 rolled forward"
+            )));
         }
         let doomed = state.lock().doomed;
         if let Some(cause) = doomed {

@@ -14,6 +14,7 @@
 //! User guide: `docs/salt.md`.
 
 mod base;
+mod gather;
 mod partition;
 mod recover;
 mod release;
@@ -22,7 +23,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use brine_core::{Error, NodeId, Result, Value};
+use brine_core::{NodeId, Result, Value};
 use brine_lock::DeadlockPolicy;
 use brine_sql::{Plan, QueryResult};
 use brine_storage::wal::record::BaseContext;
@@ -70,10 +71,19 @@ pub struct SaltOptions {
 }
 
 /// The Salt protocol.
-#[derive(Debug)]
 pub struct Salt {
     pub options: SaltOptions,
+    /// Runs as one process of a multi-process cluster: a roll-forward
+    /// gathers its contexts from every process (`gather.rs`).
+    multi_process: bool,
+    /// This process announced its restart (`Protocol::announced`).
+    announced: Arc<(std::sync::atomic::AtomicBool, tokio::sync::Notify)>,
+    /// The engine and the procedures, for those roll-forwards.
+    attached: std::sync::OnceLock<(std::sync::Weak<Shared>, Procedures)>,
 }
+
+/// The application's procedures by name.
+type Procedures = Arc<HashMap<String, Arc<PreparedProc>>>;
 
 impl Salt {
     /// `local_commit`: with the local-transaction optimization; the rest
@@ -85,7 +95,41 @@ impl Salt {
                 release_order: mutation != Some(Mutation::NoSalineReleaseOrder),
                 gate: mutation != Some(Mutation::NoGate),
             },
+            multi_process: false,
+            announced: Arc::default(),
+            attached: std::sync::OnceLock::new(),
         }
+    }
+
+    /// `owner`, coordinated by `node`, was given up in doubt (a commit
+    /// went unanswered). Across processes with a log it is rolled forward
+    /// at once, in the background: its contexts are gathered from every
+    /// partition (waiting for those that cannot answer yet), each fencing
+    /// it first, so whatever the unanswered commit did is settled before
+    /// they are read (`gather::OpenContexts`). In one process recovery
+    /// finishes it.
+    fn gave_up_in_doubt(&self, shared: &Shared, owner: brine_core::TxnId, node: NodeId) {
+        if !self.multi_process || shared.wal.is_none() {
+            return;
+        }
+        let Some((shared, procedures)) = self.attached.get() else {
+            return;
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let (procedures, opts) = (procedures.clone(), self.options);
+        tracing::info!(%owner, "Salt: given up in doubt; rolling it forward once every partition answers");
+        tokio::spawn(async move {
+            // Newer than any subtransaction its given-up run sent.
+            let fence = shared.new_txn(None).id;
+            let which = gather::Which::Owners(vec![owner]);
+            let contexts = gather::gather(&shared, node, which, Some(fence)).await;
+            if contexts.is_empty() {
+                tracing::info!(%owner, "Salt: not accepted after all (no subtransaction committed)");
+            }
+            recover::roll_forward(&shared, node, &procedures, contexts, opts).await;
+        });
     }
 }
 
@@ -146,15 +190,48 @@ impl Protocol for Salt {
         LockSpec::acid(isolation)
     }
 
-    fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
-        if multi_process && durable {
-            return Err(Error::Config(
-                "Salt with durability `wal` runs in the embedded cluster only for now: rolling a BASE \
-                 transaction forward needs its context from every node"
-                    .into(),
-            ));
-        }
-        Ok(())
+    fn start(&self, setup: &crate::protocol::Setup<'_>) -> Result<Option<Arc<dyn Protocol>>> {
+        Ok(Some(Arc::new(Salt {
+            options: self.options,
+            multi_process: setup.hosting.is_some(),
+            announced: Arc::default(),
+            attached: std::sync::OnceLock::new(),
+        })))
+    }
+
+    fn attach(&self, shared: &Arc<Shared>, procedures: &Arc<HashMap<String, Arc<PreparedProc>>>) {
+        let _ = self
+            .attached
+            .set((Arc::downgrade(shared), procedures.clone()));
+    }
+
+    /// Across processes every restart gathers the contexts of the node's
+    /// BASE transactions from every process, whatever its own log holds.
+    fn recovers_from_log(&self) -> bool {
+        self.multi_process
+    }
+
+    fn announced(&self) {
+        self.announced
+            .0
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.announced.1.notify_waiters();
+    }
+
+    fn encode_message(
+        &self,
+        msg: Box<dyn Any + Send>,
+    ) -> Result<(Vec<u8>, crate::protocol::WireAnswer)> {
+        crate::protocol::encode_message_as("Salt", msg, gather::encode)
+    }
+
+    fn decode_message(
+        &self,
+        link: &crate::link::Link,
+        node: NodeId,
+        bytes: &[u8],
+    ) -> Result<(Box<dyn Any + Send>, crate::protocol::WireAnswering)> {
+        crate::protocol::decoded_message(gather::decode(link, node, bytes))
     }
 
     fn run<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<CallOutcome>> {
@@ -176,13 +253,56 @@ impl Protocol for Salt {
         procedures: &'a HashMap<String, Arc<PreparedProc>>,
         unfinished: Vec<BaseContext>,
     ) -> BoxFuture<'a, ()> {
-        Box::pin(base::roll_forward(
-            shared,
-            node,
-            procedures,
-            unfinished,
-            self.options,
-        ))
+        Box::pin(async move {
+            if !self.multi_process {
+                return recover::roll_forward(shared, node, procedures, unfinished, self.options)
+                    .await;
+            }
+            // Across processes this node's own log holds only part of its
+            // BASE transactions' contexts (and parts of other nodes',
+            // which their coordinators finish): its own are gathered from
+            // every process. In the background: the peers answer only once
+            // they serve, and at a cluster's start they all wait for each
+            // other (so new work may run before the roll-forward ends; see
+            // docs/salt.md, "Across processes").
+            let (shared, procedures, opts) = (shared.clone(), procedures.clone(), self.options);
+            let announced = self.announced.clone();
+            tokio::spawn(async move {
+                loop {
+                    let told = announced.1.notified();
+                    if announced.0.load(std::sync::atomic::Ordering::Acquire) {
+                        break;
+                    }
+                    told.await;
+                }
+                let which = gather::Which::CoordinatedBy(node.0);
+                // The previous run's subtransactions died with it; the
+                // peers aborted those not prepared (`AbortOrphans`).
+                let gathered = gather::gather(&shared, node, which, None).await;
+                // One whose end this node logged is done: what a peer still
+                // holds of its context is there because the end's release
+                // never reached it (it went to a process that then died);
+                // the release goes now. Rolled forward, it would run again.
+                let ended = |c: &BaseContext| {
+                    shared
+                        .wal
+                        .as_ref()
+                        .is_some_and(|w| w.base_ended.contains(&c.owner))
+                };
+                let (done, unfinished): (Vec<_>, Vec<_>) = gathered.into_iter().partition(ended);
+                for c in done {
+                    tokio::spawn(release::end_everywhere(shared.clone(), node, c.owner));
+                }
+                if !unfinished.is_empty() {
+                    tracing::info!(
+                        "Salt: rolling forward {} BASE transaction(s) of this node, from the \
+                         contexts of every process",
+                        unfinished.len()
+                    );
+                }
+                recover::roll_forward(&shared, node, &procedures, unfinished, opts).await;
+            });
+        })
     }
 
     fn counters(&self) -> &'static [Counter] {

@@ -22,6 +22,37 @@ pub struct SaltRules {
     /// With a log: what each running alkaline subtransaction ran here,
     /// logged when it commits or prepares.
     contexts: HashMap<TxnId, BaseContext>,
+    /// BASE transactions being rolled forward after their coordinator gave
+    /// them up in doubt: statements of their subtransactions with ids below
+    /// the fence are refused (see `gather::OpenContexts`).
+    fences: HashMap<TxnId, u64>,
+}
+
+/// Fences BASE transaction `owner` here at `fence` (`gather::OpenContexts`):
+/// its subtransactions older than the fence that have not committed here
+/// are aborted (a statement of one waiting for a lock fails), and later
+/// statements of such subtransactions are refused (`arrive`).
+pub(super) fn fence(p: &mut Partition<SaltRules>, owner: TxnId, fence: u64) {
+    let f = p.rules.fences.entry(owner).or_insert(fence);
+    *f = (*f).max(fence);
+    let mut subs: Vec<TxnId> = p
+        .rules
+        .contexts
+        .iter()
+        .filter(|(sub, c)| c.owner == owner && sub.id < fence)
+        .map(|(sub, _)| *sub)
+        .collect();
+    if let Some(parked) = p.parked.get(&owner) {
+        let sub = parked.stmt.txn;
+        if sub.id < fence && !subs.contains(&sub) {
+            subs.push(sub);
+        }
+    }
+    for sub in subs {
+        tracing::info!(partition = p.id.0, %owner, %sub, "fenced: a subtransaction of a BASE transaction rolled forward is aborted");
+        p.forget_aborted(sub);
+        p.end_txn(sub, Ending::Sub { owner }, false);
+    }
 }
 
 impl SaltRules {
@@ -30,6 +61,7 @@ impl SaltRules {
         SaltRules {
             owned: Owned::new(release_order),
             contexts: HashMap::default(),
+            fences: HashMap::default(),
         }
     }
 }
@@ -39,11 +71,36 @@ impl Rules for SaltRules {
         Some(&mut self.owned)
     }
 
+    /// Salt's only message: the open BASE contexts logged here
+    /// (`gather.rs`).
+    fn message(p: &mut Partition<Self>, msg: Box<dyn std::any::Any + Send>) -> Result<()> {
+        let msg = msg.downcast::<super::gather::OpenContexts>().map_err(|_| {
+            brine_core::Error::Internal("a message Salt's rules do not know".into())
+        })?;
+        super::gather::answer(p, *msg);
+        Ok(())
+    }
+
     fn owned_ref(&self) -> Option<&Owned> {
         Some(&self.owned)
     }
 
+    fn forget(p: &mut Partition<Self>, owner: TxnId) {
+        p.rules.fences.remove(&owner);
+    }
+
     fn arrive(p: &mut Partition<Self>, stmt: &Stmt) -> Result<()> {
+        if p.rules
+            .fences
+            .get(&stmt.owner)
+            .is_some_and(|&fence| stmt.txn.id < fence)
+        {
+            // Sent before its coordinator gave the transaction up: the
+            // roll-forward runs this part again if it must.
+            return Err(brine_core::Error::Aborted(
+                brine_core::AbortCause::Unreachable,
+            ));
+        }
         if let Some(prev) = stmt.sub.and_then(|s| s.commit_first) {
             // Nobody waits for this commit: the statement's answer says
             // it happened, and a later commit of the owner here that is

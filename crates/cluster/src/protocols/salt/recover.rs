@@ -36,6 +36,11 @@ pub(super) async fn roll_forward(
             tracing::error!(owner = %c.owner, "unknown procedure `{name}`: cannot roll forward");
             continue;
         };
+        tracing::info!(
+            owner = %c.owner,
+            "rolling forward {name}({args:?}) from {} logged statement result(s)",
+            c.entries.len()
+        );
         let mut b = BaseState::new(opts);
         b.accepted = true;
         b.intro = Some(Arc::new((name, args.clone())));

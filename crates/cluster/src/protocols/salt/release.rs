@@ -129,6 +129,15 @@ pub(super) fn release(
     }
 }
 
+/// Ends BASE transaction `owner` at every partition (its end is logged):
+/// what they still hold of its context and locks goes.
+pub(super) async fn end_everywhere(shared: Arc<Shared>, node: NodeId, owner: TxnId) {
+    let round: Round = (0..shared.partitions.len())
+        .map(|p| (p, vec![ReleaseStage::End]))
+        .collect();
+    acknowledged(owner, send_round(&shared, node, owner, round)).await;
+}
+
 /// Sends one round of `Release` messages now, each again until it is
 /// acknowledged (a lost message; releasing what is released already is a
 /// no-op); the answers come later.

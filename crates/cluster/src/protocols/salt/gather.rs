@@ -1,0 +1,199 @@
+//! Across processes, the contexts of a coordinator's accepted BASE
+//! transactions are gathered from every partition, in whichever process
+//! it is: each partition logged what the subtransactions that committed
+//! there ran, and a roll-forward needs all of it.
+//!
+//! ```text
+//!  node N restarts ──► recover: OpenContexts { coordinator: N } to every
+//!                      partition ──► merged by owner ──► roll forward
+//!  N gives a BASE transaction up in doubt (an unanswered commit) ──►
+//!                      OpenContexts { owners, fence } to every partition
+//!                      (each fences it first) ──► roll forward
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use brine_core::{Error, NodeId, Result, TxnId};
+use brine_storage::wal::codec::Decoder;
+use brine_storage::wal::record::{decode_base_context, encode_base_context, BaseContext};
+use serde::{Deserialize, Serialize};
+
+use crate::coordinator::Shared;
+use crate::link::Link;
+use crate::message::{PartitionMsg, Reply};
+use crate::partition::Partition;
+use crate::protocol::{WireAnswer, WireAnswering};
+
+use super::SaltRules;
+
+/// Salt's message to a partition: the contexts of the BASE transactions
+/// that have not ended there, of those `which` names, encoded
+/// (`encode_base_context`). With `fence`, the partition first fences
+/// those transactions (`which` names them): it aborts their
+/// subtransactions with ids below it that have not committed there, and
+/// refuses any statement of such a subtransaction that comes later, so a
+/// request their coordinator sent before it gave up can no longer commit
+/// after their contexts were read (the roll-forward's subtransactions get
+/// newer ids).
+pub struct OpenContexts {
+    pub which: Which,
+    pub fence: Option<u64>,
+    pub reply: Reply<Vec<Vec<u8>>>,
+}
+
+/// Whose contexts [`OpenContexts`] asks for.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Which {
+    /// Every BASE transaction coordinated by node `0` (its transaction ids
+    /// carry it, `NODE_TXN_SHIFT`).
+    CoordinatedBy(u32),
+    Owners(Vec<TxnId>),
+}
+
+impl Which {
+    fn picks(&self, owner: TxnId) -> bool {
+        match self {
+            Which::CoordinatedBy(n) => home_of(owner) == NodeId(*n),
+            Which::Owners(owners) => owners.contains(&owner),
+        }
+    }
+}
+
+/// The node a transaction's coordinator runs on.
+pub(super) fn home_of(t: TxnId) -> NodeId {
+    NodeId((t.id >> crate::cluster::NODE_TXN_SHIFT) as u32)
+}
+
+/// The partition's answer (`SaltRules`' `message`): a partition without a
+/// log has no contexts.
+pub(super) fn answer(p: &mut Partition<SaltRules>, msg: OpenContexts) {
+    if let (Some(fence), Which::Owners(owners)) = (msg.fence, &msg.which) {
+        for &owner in owners {
+            super::partition::fence(p, owner, fence);
+        }
+    }
+    let contexts = p
+        .wal
+        .as_ref()
+        .map(|w| w.open_contexts(|owner| msg.which.picks(owner)))
+        .unwrap_or_default();
+    let encoded = contexts
+        .iter()
+        .map(|c| {
+            let mut b = Vec::new();
+            encode_base_context(&mut b, c);
+            b
+        })
+        .collect();
+    msg.reply.send(encoded);
+}
+
+fn to_bytes<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    postcard::to_allocvec(v).map_err(|e| Error::Internal(format!("Salt wire encoding: {e}")))
+}
+
+fn from_bytes<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T> {
+    postcard::from_bytes(b)
+        .map_err(|e| Error::Transport(format!("a Salt message that does not decode: {e}")))
+}
+
+/// The coordinator's side across processes (`Protocol::encode_message`).
+pub(super) fn encode(msg: OpenContexts) -> Result<(Vec<u8>, WireAnswer)> {
+    let reply = msg.reply;
+    let answer: WireAnswer = Box::new(move |bytes| {
+        reply.send(from_bytes(&bytes)?);
+        Ok(())
+    });
+    Ok((to_bytes(&(msg.which, msg.fence))?, answer))
+}
+
+/// The serving side (`Protocol::decode_message`).
+pub(super) fn decode(
+    link: &Link,
+    node: NodeId,
+    bytes: &[u8],
+) -> Result<(OpenContexts, WireAnswering)> {
+    let (which, fence): (Which, Option<u64>) = from_bytes(bytes)?;
+    let (reply, rx) = Reply::channel(link, node, node);
+    let answering: WireAnswering = Box::pin(async move {
+        let v = rx.await.map_err(|_| {
+            Error::Transport("a Salt partition dropped its answer (shutting down?)".into())
+        })?;
+        to_bytes(&v)
+    });
+    Ok((
+        OpenContexts {
+            which,
+            fence,
+            reply,
+        },
+        answering,
+    ))
+}
+
+/// How long a partition that does not answer is waited for before the
+/// gathering says so in the log (it goes on asking).
+const SAY_AFTER: Duration = Duration::from_secs(5);
+
+/// The contexts `which` names, from every partition of the cluster,
+/// merged by owner. A partition that does not answer (its process down)
+/// is asked again until it does: a roll-forward from part of a context
+/// would run again what the missing part records.
+pub(super) async fn gather(
+    shared: &Shared,
+    node: NodeId,
+    which: Which,
+    fence: Option<u64>,
+) -> Vec<BaseContext> {
+    let asks = (0..shared.partitions.len()).map(|p| {
+        let which = which.clone();
+        async move {
+            let started = tokio::time::Instant::now();
+            let mut pause = Duration::from_millis(10);
+            let mut said = false;
+            loop {
+                let which = which.clone();
+                let make = |reply| {
+                    PartitionMsg::Protocol(Box::new(OpenContexts {
+                        which,
+                        fence,
+                        reply,
+                    }))
+                };
+                match tokio::time::timeout(SAY_AFTER, shared.request(node, p, make)).await {
+                    Ok(Ok(encoded)) => return encoded,
+                    Ok(Err(e)) if !said && started.elapsed() >= SAY_AFTER => {
+                        said = true;
+                        tracing::warn!(
+                            partition = p,
+                            "Salt: gathering BASE contexts: {e}; asking again"
+                        );
+                    }
+                    _ => {}
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    });
+    let mut merged: BTreeMap<TxnId, BaseContext> = BTreeMap::new();
+    for encoded in futures::future::join_all(asks).await {
+        for bytes in encoded {
+            let c = match decode_base_context(&mut Decoder::new(&bytes)) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!("Salt: a BASE context that does not decode: {e:?}");
+                    continue;
+                }
+            };
+            match merged.get_mut(&c.owner) {
+                Some(m) => m.absorb(c),
+                None => {
+                    merged.insert(c.owner, c);
+                }
+            }
+        }
+    }
+    merged.into_values().collect()
+}
