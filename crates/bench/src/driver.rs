@@ -192,6 +192,7 @@ async fn measure_point(
         end: measure_end,
         stop: stop.clone(),
         isolated: name != "raw",
+        faulty: !spec.cluster.faults.is_none(),
     };
     let mut set = JoinSet::new();
     let mut queues = Vec::new();
@@ -628,6 +629,13 @@ struct Window {
     /// guards can trip (a seat two carts took at once), and such a call
     /// is an anomaly to count, not a bug that stops the run.
     isolated: bool,
+    /// The link has faults (`--loss`, `--cut`, `--reorder`): a call whose
+    /// outcome they left unknown (a transport error: a Salt BASE
+    /// transaction given up in doubt, which its protocol rolls forward; a
+    /// one-round commit never acknowledged) is counted as given up, not a
+    /// bug that stops the run. The checks after the run say whether the
+    /// protocol kept its promises.
+    faulty: bool,
 }
 
 impl Window {
@@ -658,8 +666,10 @@ impl Window {
                 rec.gave_up(procedure, attempts);
             }
             Err(Error::Internal(_)) if !self.isolated && measured => rec.anomaly(procedure),
+            Err(Error::Transport(_)) if self.faulty && measured => rec.gave_up(procedure, 0),
             Ok(_) | Err(Error::UserAbort(_) | Error::RetriesExhausted { .. }) => {}
             Err(Error::Internal(_)) if !self.isolated => {}
+            Err(Error::Transport(_)) if self.faulty => {}
             Err(source) => {
                 self.stop.store(true, Ordering::Relaxed);
                 return Err(BenchError::Call {
@@ -848,6 +858,7 @@ mod tests {
             end: now + Duration::from_secs(60),
             stop: Arc::new(AtomicBool::new(false)),
             isolated,
+            faulty: false,
         };
         let guard = || Err(Error::Internal("ticket: seat 7 is not held".into()));
 

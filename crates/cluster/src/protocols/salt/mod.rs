@@ -76,6 +76,9 @@ pub struct Salt {
     /// Runs as one process of a multi-process cluster: a roll-forward
     /// gathers its contexts from every process (`gather.rs`).
     multi_process: bool,
+    /// Roll-forwards of transactions given up in doubt still running, for
+    /// `Protocol::quiesce`.
+    rolling: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
     /// This process announced its restart (`Protocol::announced`).
     announced: Arc<(std::sync::atomic::AtomicBool, tokio::sync::Notify)>,
     /// The engine and the procedures, for those roll-forwards.
@@ -96,6 +99,7 @@ impl Salt {
                 gate: mutation != Some(Mutation::NoGate),
             },
             multi_process: false,
+            rolling: Arc::default(),
             announced: Arc::default(),
             attached: std::sync::OnceLock::new(),
         }
@@ -109,7 +113,9 @@ impl Salt {
     /// they are read (`gather::OpenContexts`). In one process recovery
     /// finishes it.
     fn gave_up_in_doubt(&self, shared: &Shared, owner: brine_core::TxnId, node: NodeId) {
-        if !self.multi_process || shared.wal.is_none() {
+        // Without a log there is no context to roll forward from; with the
+        // logs down (a crash) nothing can commit, and recovery finishes it.
+        if shared.wal.as_ref().is_none_or(|w| w.is_down()) {
             return;
         }
         let Some((shared, procedures)) = self.attached.get() else {
@@ -120,6 +126,8 @@ impl Salt {
         };
         let (procedures, opts) = (procedures.clone(), self.options);
         tracing::info!(%owner, "Salt: given up in doubt; rolling it forward once every partition answers");
+        let rolling = self.rolling.clone();
+        rolling.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         tokio::spawn(async move {
             // Newer than any subtransaction its given-up run sent.
             let fence = shared.new_txn(None).id;
@@ -129,6 +137,8 @@ impl Salt {
                 tracing::info!(%owner, "Salt: not accepted after all (no subtransaction committed)");
             }
             recover::roll_forward(&shared, node, &procedures, contexts, opts).await;
+            rolling.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            rolling.1.notify_waiters();
         });
     }
 }
@@ -194,6 +204,7 @@ impl Protocol for Salt {
         Ok(Some(Arc::new(Salt {
             options: self.options,
             multi_process: setup.hosting.is_some(),
+            rolling: Arc::default(),
             announced: Arc::default(),
             attached: std::sync::OnceLock::new(),
         })))
@@ -209,6 +220,28 @@ impl Protocol for Salt {
     /// BASE transactions from every process, whatever its own log holds.
     fn recovers_from_log(&self) -> bool {
         self.multi_process
+    }
+
+    /// Waits until the roll-forwards of transactions given up in doubt
+    /// are done, so a check reads no BASE transaction half done.
+    fn quiesce(&self, within: std::time::Duration) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let rolling = &self.rolling;
+            let done = async {
+                loop {
+                    let told = rolling.1.notified();
+                    if rolling.0.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                        return;
+                    }
+                    told.await;
+                }
+            };
+            tokio::time::timeout(within, done).await.map_err(|_| {
+                brine_core::Error::Internal(format!(
+                    "Salt: BASE transactions given up in doubt still roll forward after {within:?}"
+                ))
+            })
+        })
     }
 
     fn announced(&self) {
