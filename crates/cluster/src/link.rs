@@ -676,6 +676,8 @@ mod tests {
         // The uniform 100 us message arrives first, the 30 ms one after.
         assert_eq!(got[0].0, "uniform");
         let pair = got.remove(1);
-        assert!(pair.1 >= Duration::from_millis(30), "{pair:?}");
+        // A batch delivers what is due within its horizon: up to
+        // `MAX_AHEAD` early, by design.
+        assert!(pair.1 + MAX_AHEAD >= Duration::from_millis(30), "{pair:?}");
     }
 }

@@ -134,7 +134,11 @@ impl Salt {
             let which = gather::Which::Owners(vec![owner]);
             let contexts = gather::gather(&shared, node, which, Some(fence)).await;
             if contexts.is_empty() {
+                // The fence may have rolled back a subtransaction of it,
+                // whose locks then stay as the transaction's (saline, to
+                // its end): its end goes everywhere.
                 tracing::info!(%owner, "Salt: not accepted after all (no subtransaction committed)");
+                release::end_everywhere(shared.clone(), node, owner).await;
             }
             recover::roll_forward(&shared, node, &procedures, contexts, opts).await;
             rolling.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
