@@ -671,10 +671,21 @@ pub(super) async fn run_base(
             if let Some(block) = block {
                 roll_back(&ctx, block).await;
             }
-            give_up(shared, node, &state);
-            // Across processes: rolled forward at once, fenced.
-            if let Some(salt) = shared.protocol.as_any().downcast_ref::<super::Salt>() {
-                salt.gave_up_in_doubt(shared, owner, node);
+            // With a log it is rolled forward at once, fenced, under the
+            // same owner: its locks stay (the roll-forward takes them over,
+            // and its end releases them), so no ACID transaction sees it
+            // half done meanwhile, and no late release of this run frees
+            // what the roll-forward holds. Otherwise its locks go and
+            // recovery finishes it.
+            let rolled = shared
+                .protocol
+                .as_any()
+                .downcast_ref::<super::Salt>()
+                .is_some_and(|salt| salt.gave_up_in_doubt(shared, owner, node));
+            if rolled {
+                state.lock().finished = true;
+            } else {
+                give_up(shared, node, &state);
             }
             return Err(Error::Transport(format!(
                 "BASE transaction {owner}: outcome unknown ({e}); if it was accepted, it is \

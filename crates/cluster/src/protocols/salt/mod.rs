@@ -112,17 +112,17 @@ impl Salt {
     /// it first, so whatever the unanswered commit did is settled before
     /// they are read (`gather::OpenContexts`). In one process recovery
     /// finishes it.
-    fn gave_up_in_doubt(&self, shared: &Shared, owner: brine_core::TxnId, node: NodeId) {
+    fn gave_up_in_doubt(&self, shared: &Shared, owner: brine_core::TxnId, node: NodeId) -> bool {
         // Without a log there is no context to roll forward from; with the
         // logs down (a crash) nothing can commit, and recovery finishes it.
         if shared.wal.as_ref().is_none_or(|w| w.is_down()) {
-            return;
+            return false;
         }
         let Some((shared, procedures)) = self.attached.get() else {
-            return;
+            return false;
         };
         let Some(shared) = shared.upgrade() else {
-            return;
+            return false;
         };
         let (procedures, opts) = (procedures.clone(), self.options);
         tracing::info!(%owner, "Salt: given up in doubt; rolling it forward once every partition answers");
@@ -144,6 +144,7 @@ impl Salt {
             rolling.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             rolling.1.notify_waiters();
         });
+        true
     }
 }
 
