@@ -1,6 +1,53 @@
-//! `brine bench --loss P --cut NODES@FROM-UNTIL --reorder P`: the embedded link's
-//! faults (`brine_cluster::FaultConfig`), begun by the benchmark once its
-//! data is loaded.
+//! Faults for tests: `brine bench --loss P --cut NODES@FROM-UNTIL
+//! --reorder P`, the embedded link's faults (`brine_cluster::FaultConfig`),
+//! begun by the benchmark once its data is loaded; and `brine cut`, a
+//! network partition between the processes of a running cluster.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::node::{read_file, NodeError};
+
+/// `brine cut`.
+#[derive(Args, Debug)]
+pub struct CutArgs {
+    /// The cluster file.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// The nodes cut off from the others (comma-separated ids).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub nodes: Vec<u32>,
+    /// How long the cut lasts, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub for_ms: u64,
+}
+
+/// Cuts `--nodes` off from the rest of the cluster at every node's
+/// transport (`brine_client::Client::cut`).
+pub async fn cut(args: &CutArgs) -> Result<(), NodeError> {
+    let file = read_file(&args.cluster)?;
+    if let Some(n) = args.nodes.iter().find(|n| file.address(**n).is_err()) {
+        return Err(NodeError::Config(format!(
+            "--nodes: the cluster has no node {n}"
+        )));
+    }
+    if args.nodes.len() >= file.nodes.len() {
+        return Err(NodeError::Config(
+            "--nodes: name fewer nodes than the cluster has (the others are the other side)".into(),
+        ));
+    }
+    let client = brine_client::Client::new(&file)?;
+    client
+        .cut(&args.nodes, Duration::from_millis(args.for_ms))
+        .await?;
+    println!(
+        "nodes {:?} cut off from the others for {} ms",
+        args.nodes, args.for_ms
+    );
+    Ok(())
+}
 
 /// `--loss`, `--cut` and `--reorder` as the link's faults, begun by the
 /// benchmark once its data is loaded.

@@ -213,7 +213,7 @@ See docs/operations.md for the cluster file.")]
     #[command(
         after_long_help = "Example:\n  brine cut --cluster DIR/cluster.toml --nodes 2 --for-ms 3000"
     )]
-    Cut(node::CutArgs),
+    Cut(faults::CutArgs),
     /// Run SQL statements in one interactive transaction on a running
     /// cluster, print their results, and commit (or --abort).
     #[command(after_long_help = "Example:\n  \
@@ -1120,7 +1120,7 @@ fn run_process_command(command: &Command) -> Option<ExitCode> {
         Command::Cluster(ClusterCommand::Up(a)) => run(&|rt| rt.block_on(up::up(a))),
         Command::Call(a) => run(&|rt| rt.block_on(node::call(a))),
         Command::Status(a) => run(&|rt| rt.block_on(node::status(a))),
-        Command::Cut(a) => run(&|rt| rt.block_on(node::cut(a))),
+        Command::Cut(a) => run(&|rt| rt.block_on(faults::cut(a))),
         Command::Sql(a) => run(&|rt| rt.block_on(node::sql(a))),
         Command::Load(a) => run(&|rt| rt.block_on(node::load(a))),
         _ => return None,

@@ -144,7 +144,7 @@ fn workload_of(file: &ClusterFile) -> Result<Arc<dyn brine_bench::Workload>, Nod
     Ok(workload.clone())
 }
 
-fn read_file(path: &Path) -> Result<ClusterFile, NodeError> {
+pub(crate) fn read_file(path: &Path) -> Result<ClusterFile, NodeError> {
     ClusterFile::read(path).map_err(NodeError::Client)
 }
 
@@ -823,43 +823,6 @@ pub struct StatusArgs {
     /// The cluster file.
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
-}
-
-/// `brine cut`.
-#[derive(Args, Debug)]
-pub struct CutArgs {
-    /// The cluster file.
-    #[arg(long, value_name = "FILE")]
-    pub cluster: PathBuf,
-    /// The nodes cut off from the others (comma-separated ids).
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub nodes: Vec<u32>,
-    /// How long the cut lasts, in milliseconds.
-    #[arg(long, value_name = "MS")]
-    pub for_ms: u64,
-}
-
-pub async fn cut(args: &CutArgs) -> Result<(), NodeError> {
-    let file = read_file(&args.cluster)?;
-    if let Some(n) = args.nodes.iter().find(|n| file.address(**n).is_err()) {
-        return Err(NodeError::Config(format!(
-            "--nodes: the cluster has no node {n}"
-        )));
-    }
-    if args.nodes.len() >= file.nodes.len() {
-        return Err(NodeError::Config(
-            "--nodes: name fewer nodes than the cluster has (the others are the other side)".into(),
-        ));
-    }
-    let client = brine_client::Client::new(&file)?;
-    client
-        .cut(&args.nodes, Duration::from_millis(args.for_ms))
-        .await?;
-    println!(
-        "nodes {:?} cut off from the others for {} ms",
-        args.nodes, args.for_ms
-    );
-    Ok(())
 }
 
 pub async fn status(args: &StatusArgs) -> Result<(), NodeError> {
