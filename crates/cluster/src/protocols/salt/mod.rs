@@ -206,13 +206,11 @@ impl Protocol for Salt {
     }
 
     fn start(&self, setup: &crate::protocol::Setup<'_>) -> Result<Option<Arc<dyn Protocol>>> {
-        Ok(Some(Arc::new(Salt {
-            options: self.options,
-            multi_process: setup.hosting.is_some(),
-            rolling: Arc::default(),
-            announced: Arc::default(),
-            attached: std::sync::OnceLock::new(),
-        })))
+        // A fresh instance of the same options, knowing where it runs.
+        let mut salt = Salt::new(self.options.local_commit, None);
+        salt.options = self.options;
+        salt.multi_process = setup.hosting.is_some();
+        Ok(Some(Arc::new(salt)))
     }
 
     fn attach(&self, shared: &Arc<Shared>, procedures: &Arc<HashMap<String, Arc<PreparedProc>>>) {
