@@ -241,6 +241,23 @@ pub struct Cols {
 }
 
 impl Op {
+    /// The alkaline subtransaction (or piece) it belongs to, if marked.
+    pub fn sub(&self) -> Option<u32> {
+        match self {
+            Op::Read { sub, .. } | Op::Write { sub, .. } | Op::RangeRead { sub, .. } => *sub,
+        }
+    }
+
+    /// Marks the operation as one of alkaline subtransaction `no` (Salt)
+    /// or piece `no` (Callas' chopping).
+    pub fn set_sub(&mut self, no: u32) {
+        match self {
+            Op::Read { sub, .. } | Op::Write { sub, .. } | Op::RangeRead { sub, .. } => {
+                *sub = Some(no)
+            }
+        }
+    }
+
     /// The operation's column detail, for setting it.
     pub fn cols_mut(&mut self) -> &mut Option<Box<Cols>> {
         match self {

@@ -125,6 +125,18 @@ impl HistorySink {
         let _ = self.tx.send(Msg::Record(Box::new(record)));
     }
 
+    /// Records the writes undone of a part of a transaction that aborted
+    /// while the transaction went on (a Salt subtransaction rolled back,
+    /// or fenced before a roll-forward) as an aborted attempt of its own,
+    /// `part` being the part's id: a later write of another transaction
+    /// can lie over such a write (on other columns), and the checker must
+    /// know whose it was.
+    pub fn aborted_part(&self, part: TxnId, ops: Vec<Op>) {
+        let mut rec = self.begin(None);
+        rec.ops = ops;
+        self.end(part, *rec, Outcome::Aborted);
+    }
+
     /// Waits until everything recorded so far is in the file; returns the
     /// number of transactions written.
     pub fn flush(&self) -> Result<u64> {

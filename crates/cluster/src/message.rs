@@ -108,6 +108,11 @@ pub struct SubStmt {
     /// transaction that waits for its earlier locks.
     #[serde(default)]
     pub protect: bool,
+    /// Salt: the alkaline subtransaction's number in its BASE transaction,
+    /// which tags its operations in a recorded history (0 for Callas'
+    /// pieces, which the coordinator tags itself).
+    #[serde(default)]
+    pub no: u32,
 }
 
 /// A participant's vote in the first phase of two-phase commit.
@@ -199,10 +204,13 @@ pub enum PartitionMsg {
         /// sending it again changes nothing.
         reply: Reply<Result<()>>,
     },
+    /// Answered with the writes `txn` had made here, when the run records
+    /// a history (`PartitionStore::undone_writes`): the coordinator
+    /// records those whose statement's answer it never got.
     Abort {
         txn: TxnId,
         ending: Ending,
-        reply: Reply<()>,
+        reply: Reply<Vec<brine_check::Op>>,
     },
     /// The coordinator lets the locks `owner` kept go (Salt: its saline
     /// locks, at the BASE transaction's end; Callas: its nexus locks, in

@@ -329,6 +329,17 @@ impl PartitionStore {
         }
     }
 
+    /// The writes that `txn`, aborted here lately, had reported (when
+    /// recording): a coordinator that missed a statement's answer records
+    /// them from its abort's answer, so a reader of such a write meets it
+    /// in the history as an aborted write instead of as one nobody made.
+    pub fn undone_writes(&self, txn: TxnId) -> Vec<Op> {
+        self.recorder
+            .as_ref()
+            .map(|r| r.undone(txn))
+            .unwrap_or_default()
+    }
+
     /// Undoes every change of `txn`, newest first.
     pub fn abort(&mut self, txn: TxnId) {
         if let Some(r) = &mut self.recorder {
@@ -679,6 +690,9 @@ impl PartitionStore {
                 let width = self.catalog.table(table).columns.len();
                 for op in &mut o[ops_mark..] {
                     record::annotate_columns(op, plan.access(), width);
+                }
+                if let Some(r) = &mut self.recorder {
+                    r.reported(txn, &o[ops_mark..]);
                 }
             }
             None if result.is_err() => self.rollback_to(txn, mark),

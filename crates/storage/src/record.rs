@@ -16,7 +16,7 @@
 //! deletion it observed. Recording costs a map update per write and a map
 //! lookup per row read; with it off, nothing here runs.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
 
 use brine_check::history::INITIAL_VERSION;
@@ -59,7 +59,19 @@ pub(crate) struct Recorder {
     /// Undone writes another write had already covered: version -> the
     /// state it replaced (see `restore`).
     covered: HashMap<u64, Option<VerState>>,
+    /// Per open transaction, the writes its statements reported.
+    written: HashMap<TxnId, Vec<Op>>,
+    /// The writes of the latest aborted transactions, for the coordinator
+    /// to record when a statement's answer never reached it
+    /// ([`PartitionStore::undone_writes`]); at most [`UNDONE_KEPT`].
+    undone: HashMap<TxnId, Vec<Op>>,
+    undone_order: VecDeque<TxnId>,
 }
+
+/// How many aborted transactions' writes a partition keeps for their
+/// coordinators (an abort is resent until answered, so an answer lost
+/// before must find them again).
+const UNDONE_KEPT: usize = 16_384;
 
 /// One recorded write, for undoing it.
 #[derive(Debug)]
@@ -80,6 +92,39 @@ impl Recorder {
             undo: HashMap::new(),
             seq: 0,
             covered: HashMap::new(),
+            written: HashMap::new(),
+            undone: HashMap::new(),
+            undone_order: VecDeque::new(),
+        }
+    }
+
+    /// A statement of `txn` succeeded having recorded `ops`: its writes are
+    /// kept until `txn` ends.
+    pub fn reported(&mut self, txn: TxnId, ops: &[Op]) {
+        let writes = ops.iter().filter(|o| matches!(o, Op::Write { .. }));
+        let mut writes = writes.peekable();
+        if writes.peek().is_some() {
+            self.written.entry(txn).or_default().extend(writes.cloned());
+        }
+    }
+
+    /// What `txn` wrote here, if it aborted here lately.
+    pub fn undone(&self, txn: TxnId) -> Vec<Op> {
+        self.undone.get(&txn).cloned().unwrap_or_default()
+    }
+
+    /// `txn` aborted: its reported writes move to the kept ones.
+    fn keep_undone(&mut self, txn: TxnId) {
+        let Some(ops) = self.written.remove(&txn) else {
+            return;
+        };
+        if self.undone.insert(txn, ops).is_none() {
+            self.undone_order.push_back(txn);
+        }
+        while self.undone_order.len() > UNDONE_KEPT {
+            if let Some(old) = self.undone_order.pop_front() {
+                self.undone.remove(&old);
+            }
         }
     }
 
@@ -109,9 +154,11 @@ impl Recorder {
 
     pub fn commit(&mut self, txn: TxnId) {
         self.undo.remove(&txn);
+        self.written.remove(&txn);
     }
 
     pub fn abort(&mut self, txn: TxnId) {
+        self.keep_undone(txn);
         self.rollback_to(txn, 0);
     }
 
@@ -133,6 +180,9 @@ impl Recorder {
     /// Restores the versions of every write of every one of `txns`,
     /// newest first across all of them (the store's `abort_all`).
     pub fn abort_all(&mut self, txns: &[TxnId]) {
+        for &t in txns {
+            self.keep_undone(t);
+        }
         let mut all: Vec<Installed> = txns
             .iter()
             .filter_map(|t| self.undo.remove(t))

@@ -900,6 +900,32 @@ fn recorded_writes_chain_versions_and_reads_see_them() {
     assert!(ix.iter().all(|c| c.old.is_some() && c.new.is_some()));
 }
 
+/// A coordinator that missed a statement's answer learns what the
+/// statement wrote from its abort's answer (`undone_writes`): the writes an
+/// aborted transaction reported, kept after the abort; none of a committed
+/// one.
+#[test]
+fn an_aborted_transaction_s_writes_are_kept_for_its_coordinator() {
+    let mut s = store();
+    s.enable_recording(1000);
+    let set = "UPDATE acct SET n = 9 WHERE w = 1 AND id = 1";
+    run_rec(
+        &mut s,
+        T1,
+        "SELECT n FROM acct WHERE w = 1 AND id = 2",
+        vec![],
+    )
+    .unwrap();
+    let w = run_rec(&mut s, T1, set, vec![]).unwrap();
+    assert!(s.undone_writes(T1).is_empty(), "not aborted yet");
+    s.abort(T1);
+    assert_eq!(s.undone_writes(T1), w, "its write, not its read");
+    assert_eq!(s.undone_writes(T1), w, "again for a resent abort");
+    run_rec(&mut s, T2, set, vec![]).unwrap();
+    s.commit(T2);
+    assert!(s.undone_writes(T2).is_empty(), "committed");
+}
+
 #[test]
 fn abort_and_failed_statements_restore_versions() {
     let mut s = store();

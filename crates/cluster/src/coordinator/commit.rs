@@ -1,7 +1,7 @@
 //! Commit and abort at the participants: one round for one participant,
 //! two-phase commit (with a durable decision when logging) for several.
 
-use brine_check::Outcome;
+use brine_check::{Op, Outcome};
 use brine_core::{AbortCause, Error, NodeId, Result, TxnId};
 use futures::FutureExt;
 use parking_lot::Mutex;
@@ -44,14 +44,16 @@ pub async fn commit_keeping_after(
         st.finished = true;
         (st.txn, st.participants.clone())
     };
-    let result = commit_at_with(shared, node, txn, ending, &participants, after).await;
+    let (result, undone) = commit_at_with(shared, node, txn, ending, &participants, after).await;
     if shared.history.is_some() {
         let outcome = match &result {
             Ok(()) => Outcome::Committed,
             Err(Error::Aborted(_)) => Outcome::Aborted,
             Err(_) => Outcome::Unknown,
         };
-        state.lock().record_end(shared, outcome);
+        let mut st = state.lock();
+        st.record_undone(undone);
+        st.record_end(shared, outcome);
     }
     result
 }
@@ -59,14 +61,16 @@ pub async fn commit_keeping_after(
 /// Commits `txn` at `participants`: one round for one participant,
 /// two-phase commit (with a durable decision when logging) for several.
 /// `ending`: what becomes of its locks (`Ending::Sub`: `txn` is a
-/// subtransaction, whose locks its owner keeps).
+/// subtransaction, whose locks its owner keeps). Also returns, when the
+/// decision was an abort, the writes the participants undid (when
+/// recording a history).
 pub async fn commit_at(
     shared: &Shared,
     node: NodeId,
     txn: TxnId,
     ending: Ending,
     participants: &[usize],
-) -> Result<()> {
+) -> (Result<()>, Vec<Op>) {
     commit_at_with(shared, node, txn, ending, participants, NOTHING_BEFORE).await
 }
 
@@ -78,7 +82,7 @@ async fn commit_at_with(
     ending: Ending,
     participants: &[usize],
     after: Option<impl std::future::Future<Output = Result<()>>>,
-) -> Result<()> {
+) -> (Result<()>, Vec<Op>) {
     let hold = after.is_some();
     let after = async {
         match after {
@@ -87,7 +91,7 @@ async fn commit_at_with(
         }
     };
     match participants.len() {
-        0 => after.await,
+        0 => (after.await, Vec::new()),
         1 if !hold => {
             // A decision, like phase two: sent again until acknowledged
             // (a commit of a transaction the participant already
@@ -101,13 +105,14 @@ async fn commit_at_with(
                 decided: false,
                 reply,
             };
-            until_acked(shared.route(node, p), commit)
+            let result = until_acked(shared.route(node, p), commit)
                 .await
                 .and_then(|refused| refused)
                 .map_err(|e| match e {
                     Error::Transport(m) => Error::Transport(format!("commit outcome unknown: {m}")),
                     e => e,
-                })
+                });
+            (result, Vec::new())
         }
         _ => {
             // A multi-process node records the decision's progress, so a
@@ -165,53 +170,56 @@ async fn commit_at_with(
                     continue;
                 }
                 let route = shared.route(node, p);
-                let acked = if decision_commit {
+                let not_acked = move |e: Error| tracing::error!(%txn, partition = p, "decision not acknowledged: {e}");
+                if decision_commit {
                     let commit = move |reply| PartitionMsg::Commit {
                         txn,
                         ending,
                         decided: true,
                         reply,
                     };
-                    futures::future::Either::Left(
-                        until_acked(route, commit).map(|r| r.and_then(|refused| refused)),
-                    )
+                    tokio::spawn(
+                        until_acked(route, commit)
+                            .map(move |r| r.and_then(|refused| refused).unwrap_or_else(not_acked)),
+                    );
                 } else {
                     let abort = move |reply| PartitionMsg::Abort { txn, ending, reply };
-                    futures::future::Either::Right(until_acked(route, abort))
-                };
-                let sent = async move {
-                    if let Err(e) = acked.await {
-                        tracing::error!(%txn, partition = p, "decision not acknowledged: {e}");
-                    }
-                };
-                if decision_commit {
-                    tokio::spawn(sent);
-                } else {
-                    aborts.push(sent);
+                    aborts.push(until_acked(route, abort).map(move |r| {
+                        r.unwrap_or_else(|e| {
+                            not_acked(e);
+                            Vec::new()
+                        })
+                    }));
                 }
             }
-            futures::future::join_all(aborts).await;
+            let undone: Vec<Op> = futures::future::join_all(aborts)
+                .await
+                .into_iter()
+                .flatten()
+                .collect();
             if let Some(e) = log_error {
-                return Err(e);
+                return (Err(e), undone);
             }
-            after?;
+            if let Err(e) = after {
+                return (Err(e), undone);
+            }
             // A participant whose log failed is not a concurrency-control
             // abort: no retry (nor once the cluster's logs are down, when
             // no vote can come). One that did not answer (its vote or the
             // request was lost, or it is cut off) made the decision an
             // abort, which may run again.
             let logs_down = shared.wal.as_ref().is_some_and(|w| w.is_down());
-            if let Some(Err(e)) = votes.iter().find(|v| v.is_err()) {
-                return Err(match e {
+            let result = if let Some(Err(e)) = votes.iter().find(|v| v.is_err()) {
+                Err(match e {
                     Error::Transport(_) if !logs_down => Error::Aborted(AbortCause::Unreachable),
                     e => e.clone(),
-                });
-            }
-            if decision_commit {
+                })
+            } else if decision_commit {
                 Ok(())
             } else {
                 Err(Error::Aborted(AbortCause::Cascade))
-            }
+            };
+            (result, undone)
         }
     }
 }
@@ -228,28 +236,34 @@ pub async fn abort(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) {
         st.finished = true;
         (st.txn, st.participants.clone())
     };
-    abort_at(shared, node, txn, Ending::Release, &participants).await;
-    state.lock().record_end(shared, Outcome::Aborted);
+    let undone = abort_at(shared, node, txn, Ending::Release, &participants).await;
+    let mut st = state.lock();
+    st.record_undone(undone);
+    st.record_end(shared, Outcome::Aborted);
 }
 
 /// Aborts `txn` at `participants` and waits for every acknowledgement,
 /// sending it again where none came (`until_acked`; `ending` as in
-/// [`commit_at`]).
+/// [`commit_at`]). Returns the writes they undid, when recording a
+/// history (`PartitionMsg::Abort`).
 pub async fn abort_at(
     shared: &Shared,
     node: NodeId,
     txn: TxnId,
     ending: Ending,
     participants: &[usize],
-) {
+) -> Vec<Op> {
     let acks = futures::future::join_all(participants.iter().map(|&p| {
         let abort = move |reply| PartitionMsg::Abort { txn, ending, reply };
         until_acked(shared.route(node, p), abort)
     }))
     .await;
+    let mut undone = Vec::new();
     for a in acks {
-        if let Err(e) = a {
-            tracing::error!(%txn, "abort not acknowledged: {e}");
+        match a {
+            Ok(ops) => undone.extend(ops),
+            Err(e) => tracing::error!(%txn, "abort not acknowledged: {e}"),
         }
     }
+    undone
 }

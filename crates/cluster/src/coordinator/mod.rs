@@ -395,6 +395,24 @@ impl TxnState {
         }
     }
 
+    /// Adds to the aborted attempt's record the writes its participants
+    /// undid that it lacks: those of statements whose answer was lost.
+    pub fn record_undone(&mut self, undone: Vec<Op>) {
+        let Some(rec) = &mut self.rec else {
+            return;
+        };
+        let version_of = |o: &Op| match o {
+            Op::Write { version, .. } => Some(*version),
+            _ => None,
+        };
+        let known: std::collections::HashSet<u64> = rec.ops.iter().filter_map(version_of).collect();
+        rec.ops.extend(
+            undone
+                .into_iter()
+                .filter(|o| version_of(o).is_some_and(|v| !known.contains(&v))),
+        );
+    }
+
     pub fn add_participant(&mut self, p: usize) {
         if let Some(e) = &mut self.ext {
             e.touched(p);

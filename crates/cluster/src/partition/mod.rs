@@ -141,6 +141,13 @@ pub struct Stmt {
     gate: Option<Gate>,
 }
 
+impl Stmt {
+    /// What it read and wrote so far, when the run records a history.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+}
+
 /// A statement waiting for a lock.
 pub struct Parked {
     pub stmt: Stmt,
@@ -409,7 +416,7 @@ impl<R: Rules> Partition<R> {
             PartitionMsg::Abort { txn, ending, reply } => {
                 self.forget_aborted(txn);
                 self.end_txn(txn, ending, false);
-                reply.send(());
+                reply.send(self.store.undone_writes(txn));
             }
             PartitionMsg::AbortOrphans { coordinator, reply } => {
                 let of_it =

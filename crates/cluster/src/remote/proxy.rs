@@ -87,12 +87,13 @@ impl Incarnations {
 /// off (`brine cut`) still runs and holds the transaction's locks: the
 /// reply is dropped, and the coordinator sends the decision again
 /// (`until_acked`) until the cut heals.
-fn answer_decision(
+fn answer_decision<T: Default + Send + 'static>(
     sent: Result<WireResponse, brine_net::NetError>,
-    reply: Reply<()>,
+    reply: Reply<T>,
     what: &str,
     txn: TxnId,
     unreachable: &dyn Fn(&brine_net::NetError) -> Error,
+    answer: impl FnOnce(WireResponse) -> T,
 ) {
     match sent {
         Err(e @ brine_net::NetError::Cut { .. }) => {
@@ -100,9 +101,9 @@ fn answer_decision(
         }
         Err(e) => {
             tracing::warn!(%txn, "{what} not delivered: {}", unreachable(&e));
-            reply.send(())
+            reply.send(T::default())
         }
-        Ok(_) => reply.send(()),
+        Ok(r) => reply.send(answer(r)),
     }
 }
 
@@ -282,7 +283,10 @@ async fn forward(
             let sent = client
                 .request(request(WireMsg::Abort { txn, ending }))
                 .await;
-            answer_decision(sent, reply, "abort", txn, &unreachable);
+            answer_decision(sent, reply, "abort", txn, &unreachable, |r| match r {
+                WireResponse::Undone(ops) => ops,
+                _ => Vec::new(),
+            });
         }
         PartitionMsg::Ungate { txn } => {
             if let Err(e) = client.request(request(WireMsg::Ungate { txn })).await {
@@ -328,7 +332,7 @@ async fn forward(
             let sent = client
                 .request(request(WireMsg::Release { owner, stages }))
                 .await;
-            answer_decision(sent, reply, "release", owner, &unreachable);
+            answer_decision(sent, reply, "release", owner, &unreachable, |_| ());
         }
         PartitionMsg::Load { table, rows, reply } => {
             let answer = match client.request(request(WireMsg::Load { table, rows })).await {

@@ -251,9 +251,10 @@ impl NodeService {
                 )
             }
             WireMsg::Abort { txn, ending } => {
-                ask!(|reply| PartitionMsg::Abort { txn, ending, reply }, |()| {
-                    WireResponse::Ack
-                })
+                ask!(
+                    |reply| PartitionMsg::Abort { txn, ending, reply },
+                    WireResponse::Undone
+                )
             }
             WireMsg::Release { owner, stages } => {
                 ask!(

@@ -152,6 +152,9 @@ pub enum WireResponse {
     Executed(Result<Executed>, u64),
     Vote(Vote),
     Ack,
+    /// An abort's answer: the writes undone, when recording a history
+    /// (`PartitionMsg::Abort`).
+    Undone(Vec<brine_check::Op>),
     Done(Result<()>),
     Status(PartitionStatus),
     Called(Result<(Vec<Value>, u32)>),

@@ -226,6 +226,7 @@ async fn exec_piece(
             autocommit: true,
             commit_first: None,
             protect: seq > 0,
+            no: 0,
         };
         let how = Sent {
             sub: Some(sub),

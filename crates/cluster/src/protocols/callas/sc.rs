@@ -195,6 +195,7 @@ pub(super) async fn exec(
             autocommit: false,
             commit_first: None,
             protect: run.protected,
+            no: 0,
         };
         let sub = match run.sub {
             Some(sub) => sub,
@@ -257,7 +258,7 @@ async fn commit_piece(
     owner: TxnId,
     (sub, parts): (TxnId, SmallVec<[usize; 4]>),
 ) -> Result<()> {
-    let r = commit_at(shared, node, sub, Ending::Sub { owner }, &parts).await;
+    let (r, _) = commit_at(shared, node, sub, Ending::Sub { owner }, &parts).await;
     if let Err(Error::Aborted(cause)) = &r {
         state.lock().doomed = Some(*cause);
     }

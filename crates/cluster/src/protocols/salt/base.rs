@@ -236,13 +236,6 @@ fn rec_len(st: &TxnState) -> usize {
     st.rec.as_ref().map_or(0, |r| r.ops.len())
 }
 
-/// Marks a recorded operation with its alkaline subtransaction.
-fn tag(op: &mut Op, no: u32) {
-    match op {
-        Op::Read { sub, .. } | Op::Write { sub, .. } | Op::RangeRead { sub, .. } => *sub = Some(no),
-    }
-}
-
 pub(super) fn begin_alkaline(ctx: &mut ProcCtx) -> Result<()> {
     let shared = ctx.shared.clone();
     let mut st = ctx.state.lock();
@@ -367,15 +360,16 @@ async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
         return Ok(()); // replayed: committed in an earlier run of the body
     };
     let owner = ctx.state.lock().txn;
-    match commit_at(
+    let (result, undone) = commit_at(
         &ctx.shared,
         ctx.node,
         sub.txn,
         Ending::Sub { owner },
         &sub.participants,
     )
-    .await
-    {
+    .await;
+    record_undone(&ctx.shared, sub.txn, undone);
+    match result {
         Ok(()) => {
             accepted(ctx);
             Ok(())
@@ -399,6 +393,16 @@ async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
     }
 }
 
+/// Records what subtransaction `sub` wrote and its abort undid (when the
+/// run records a history) as an aborted part (`HistorySink::aborted_part`):
+/// its recorded operations left the BASE transaction's record, but
+/// another's write may lie over one of them.
+pub(super) fn record_undone(shared: &Shared, sub: TxnId, undone: Vec<Op>) {
+    if let (Some(h), false) = (&shared.history, undone.is_empty()) {
+        h.aborted_part(sub, undone);
+    }
+}
+
 /// Undoes a live subtransaction; its locks stay, downgraded to saline.
 /// Its recorded operations are dropped: it installed nothing.
 async fn roll_back(ctx: &ProcCtx, block: Block) {
@@ -410,7 +414,7 @@ async fn roll_back(ctx: &ProcCtx, block: Block) {
             }
             st.txn
         };
-        abort_at(
+        let undone = abort_at(
             &ctx.shared,
             ctx.node,
             sub.txn,
@@ -418,6 +422,7 @@ async fn roll_back(ctx: &ProcCtx, block: Block) {
             &sub.participants,
         )
         .await;
+        record_undone(&ctx.shared, sub.txn, undone);
     }
 }
 
@@ -515,6 +520,7 @@ pub(super) async fn exec(
         autocommit,
         commit_first,
         protect,
+        no: sub_no,
     };
     let futs = targets.iter().map(|&p| {
         ctx.send_execute(
@@ -545,7 +551,7 @@ pub(super) async fn exec(
                     dirty.push(p);
                 }
                 for op in &mut e.ops {
-                    tag(op, sub_no);
+                    op.set_sub(sub_no);
                 }
                 ctx.record_ops(e.ops);
                 parts.push(e.result);
@@ -617,6 +623,37 @@ pub(super) async fn exec(
     result
 }
 
+/// A commit of the BASE transaction went unanswered (`e`), so it may or
+/// may not have happened: its open subtransactions are rolled back and,
+/// with a log, it is rolled forward at once, fenced, under the same owner.
+/// Its locks stay (the roll-forward takes them over, and its end releases
+/// them), so no ACID transaction sees it half done meanwhile, and no late
+/// release of this run frees what the roll-forward holds. Otherwise its
+/// locks go and recovery finishes it. Its record in a history is the
+/// roll-forward's. Returns the error for the caller.
+async fn settle_in_doubt(ctx: &ProcCtx, e: Error) -> Error {
+    let (shared, node, state) = (&ctx.shared, ctx.node, &ctx.state);
+    roll_back_abandoned(ctx).await;
+    let block = base_mut(&mut state.lock()).block.take();
+    if let Some(block) = block {
+        roll_back(ctx, block).await;
+    }
+    let owner = state.lock().txn;
+    let rolled = shared
+        .protocol
+        .as_any()
+        .downcast_ref::<super::Salt>()
+        .is_some_and(|salt| salt.gave_up_in_doubt(shared, owner, node));
+    if rolled {
+        state.lock().finished = true;
+    } else {
+        give_up(shared, node, state);
+    }
+    Error::Transport(format!(
+        "BASE transaction {owner}: outcome unknown ({e}); if it was accepted, it is rolled forward"
+    ))
+}
+
 /// Runs a BASE procedure to completion under Salt.
 pub(super) async fn run_base(
     call: Call<'_>,
@@ -666,31 +703,7 @@ pub(super) async fn run_base(
         let _ = commit_now(&ctx).await;
         let in_doubt = base_mut(&mut state.lock()).in_doubt.clone();
         if let Some(e) = in_doubt {
-            roll_back_abandoned(&ctx).await;
-            let block = base_mut(&mut state.lock()).block.take();
-            if let Some(block) = block {
-                roll_back(&ctx, block).await;
-            }
-            // With a log it is rolled forward at once, fenced, under the
-            // same owner: its locks stay (the roll-forward takes them over,
-            // and its end releases them), so no ACID transaction sees it
-            // half done meanwhile, and no late release of this run frees
-            // what the roll-forward holds. Otherwise its locks go and
-            // recovery finishes it.
-            let rolled = shared
-                .protocol
-                .as_any()
-                .downcast_ref::<super::Salt>()
-                .is_some_and(|salt| salt.gave_up_in_doubt(shared, owner, node));
-            if rolled {
-                state.lock().finished = true;
-            } else {
-                give_up(shared, node, &state);
-            }
-            return Err(Error::Transport(format!(
-                "BASE transaction {owner}: outcome unknown ({e}); if it was accepted, it is \
-                 rolled forward"
-            )));
+            return Err(settle_in_doubt(&ctx, e).await);
         }
         let doomed = state.lock().doomed;
         if let Some(cause) = doomed {
@@ -756,6 +769,10 @@ pub(super) async fn run_base(
                             slot = Some(state);
                             tries.resume();
                             continue;
+                        }
+                        if outcome_unknown(&e) {
+                            // The last commit went unanswered: as above.
+                            return Err(settle_in_doubt(&ctx, e).await);
                         }
                         give_up(shared, node, &state);
                         return Err(e);

@@ -11,9 +11,10 @@
 //!                      (each fences it first) ──► roll forward
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use brine_check::Op;
 use brine_core::{Error, NodeId, Result, TxnId};
 use brine_storage::wal::codec::Decoder;
 use brine_storage::wal::record::{decode_base_context, encode_base_context, BaseContext};
@@ -39,7 +40,30 @@ use super::SaltRules;
 pub struct OpenContexts {
     pub which: Which,
     pub fence: Option<u64>,
-    pub reply: Reply<Vec<Vec<u8>>>,
+    pub reply: Reply<Answer>,
+}
+
+/// A partition's answer to [`OpenContexts`].
+#[derive(Default, Serialize, Deserialize)]
+pub struct Answer {
+    /// The contexts, each encoded (`encode_base_context`).
+    contexts: Vec<Vec<u8>>,
+    /// When the run records a history: the operations of the committed
+    /// subtransactions of each BASE transaction named, and the writes
+    /// the fence undid, by subtransaction.
+    ops: Vec<(TxnId, Vec<Op>)>,
+    undone: Vec<(TxnId, Vec<Op>)>,
+}
+
+/// The contexts gathered from every partition, merged by BASE
+/// transaction, and the operations their committed subtransactions
+/// recorded (when the run records a history), in subtransaction order.
+#[derive(Default)]
+pub(super) struct Gathered {
+    pub contexts: Vec<BaseContext>,
+    pub ops: HashMap<TxnId, Vec<Op>>,
+    /// What the fence undid, by subtransaction.
+    pub undone: Vec<(TxnId, Vec<Op>)>,
 }
 
 /// Whose contexts [`OpenContexts`] asks for.
@@ -68,9 +92,15 @@ pub(super) fn home_of(t: TxnId) -> NodeId {
 /// The partition's answer (`SaltRules`' `message`): a partition without a
 /// log has no contexts.
 pub(super) fn answer(p: &mut Partition<SaltRules>, msg: OpenContexts) {
+    let mut undone = Vec::new();
     if let (Some(fence), Which::Owners(owners)) = (msg.fence, &msg.which) {
         for &owner in owners {
-            super::partition::fence(p, owner, fence);
+            for sub in super::partition::fence(p, owner, fence) {
+                let ops = p.store.undone_writes(sub);
+                if !ops.is_empty() {
+                    undone.push((sub, ops));
+                }
+            }
         }
     }
     let contexts = p
@@ -78,7 +108,16 @@ pub(super) fn answer(p: &mut Partition<SaltRules>, msg: OpenContexts) {
         .as_ref()
         .map(|w| w.open_contexts(|owner| msg.which.picks(owner)))
         .unwrap_or_default();
-    let encoded = contexts
+    let mut owners: Vec<TxnId> = match &msg.which {
+        Which::Owners(owners) => owners.clone(),
+        Which::CoordinatedBy(_) => contexts.iter().map(|c| c.owner).collect(),
+    };
+    owners.dedup();
+    let ops = owners
+        .into_iter()
+        .filter_map(|o| super::partition::committed_ops(p, o).map(|ops| (o, ops.clone())))
+        .collect();
+    let contexts = contexts
         .iter()
         .map(|c| {
             let mut b = Vec::new();
@@ -86,7 +125,11 @@ pub(super) fn answer(p: &mut Partition<SaltRules>, msg: OpenContexts) {
             b
         })
         .collect();
-    msg.reply.send(encoded);
+    msg.reply.send(Answer {
+        contexts,
+        ops,
+        undone,
+    });
 }
 
 fn to_bytes<T: Serialize>(v: &T) -> Result<Vec<u8>> {
@@ -145,7 +188,7 @@ pub(super) async fn gather(
     node: NodeId,
     which: Which,
     fence: Option<u64>,
-) -> Vec<BaseContext> {
+) -> Gathered {
     let asks = (0..shared.partitions.len()).map(|p| {
         let which = which.clone();
         async move {
@@ -178,8 +221,14 @@ pub(super) async fn gather(
         }
     });
     let mut merged: BTreeMap<TxnId, BaseContext> = BTreeMap::new();
-    for encoded in futures::future::join_all(asks).await {
-        for bytes in encoded {
+    let mut ops: HashMap<TxnId, Vec<Op>> = HashMap::new();
+    let mut undone = Vec::new();
+    for answer in futures::future::join_all(asks).await {
+        undone.extend(answer.undone);
+        for (owner, o) in answer.ops {
+            ops.entry(owner).or_default().extend(o);
+        }
+        for bytes in answer.contexts {
             let c = match decode_base_context(&mut Decoder::new(&bytes)) {
                 Ok(c) => c,
                 Err(e) => {
@@ -195,5 +244,12 @@ pub(super) async fn gather(
             }
         }
     }
-    merged.into_values().collect()
+    for o in ops.values_mut() {
+        o.sort_by_key(Op::sub);
+    }
+    Gathered {
+        contexts: merged.into_values().collect(),
+        ops,
+        undone,
+    }
 }

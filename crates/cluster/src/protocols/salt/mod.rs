@@ -132,15 +132,23 @@ impl Salt {
             // Newer than any subtransaction its given-up run sent.
             let fence = shared.new_txn(None).id;
             let which = gather::Which::Owners(vec![owner]);
-            let contexts = gather::gather(&shared, node, which, Some(fence)).await;
-            if contexts.is_empty() {
+            let gathered = gather::gather(&shared, node, which, Some(fence)).await;
+            if gathered.contexts.is_empty() {
                 // The fence may have rolled back a subtransaction of it,
                 // whose locks then stay as the transaction's (saline, to
                 // its end): its end goes everywhere.
                 tracing::info!(%owner, "Salt: not accepted after all (no subtransaction committed)");
                 release::end_everywhere(shared.clone(), node, owner).await;
             }
-            recover::roll_forward(&shared, node, &procedures, contexts, opts).await;
+            let gather::Gathered {
+                contexts,
+                ops,
+                undone,
+            } = gathered;
+            for (sub, writes) in undone {
+                base::record_undone(&shared, sub, writes);
+            }
+            recover::roll_forward(&shared, node, &procedures, contexts, ops, opts).await;
             rolling.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             rolling.1.notify_waiters();
         });
@@ -291,8 +299,16 @@ impl Protocol for Salt {
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             if !self.multi_process {
-                return recover::roll_forward(shared, node, procedures, unfinished, self.options)
-                    .await;
+                let ops = Default::default();
+                return recover::roll_forward(
+                    shared,
+                    node,
+                    procedures,
+                    unfinished,
+                    ops,
+                    self.options,
+                )
+                .await;
             }
             // Across processes this node's own log holds only part of its
             // BASE transactions' contexts (and parts of other nodes',
@@ -325,7 +341,8 @@ impl Protocol for Salt {
                         .as_ref()
                         .is_some_and(|w| w.base_ended.contains(&c.owner))
                 };
-                let (done, unfinished): (Vec<_>, Vec<_>) = gathered.into_iter().partition(ended);
+                let gather::Gathered { contexts, ops, .. } = gathered;
+                let (done, unfinished): (Vec<_>, Vec<_>) = contexts.into_iter().partition(ended);
                 for c in done {
                     tokio::spawn(release::end_everywhere(shared.clone(), node, c.owner));
                 }
@@ -336,7 +353,7 @@ impl Protocol for Salt {
                         unfinished.len()
                     );
                 }
-                recover::roll_forward(&shared, node, &procedures, unfinished, opts).await;
+                recover::roll_forward(&shared, node, &procedures, unfinished, ops, opts).await;
             });
         })
     }

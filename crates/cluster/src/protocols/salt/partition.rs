@@ -8,6 +8,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
+use brine_check::Op;
 use brine_core::{Result, TxnId};
 use brine_lock::LockClass;
 use brine_sql::QueryResult;
@@ -26,13 +27,32 @@ pub struct SaltRules {
     /// them up in doubt: statements of their subtransactions with ids below
     /// the fence are refused (see `gather::OpenContexts`).
     fences: HashMap<TxnId, u64>,
+    /// When the run records a history: what each running alkaline
+    /// subtransaction read and wrote here (with its owner), and what the
+    /// committed ones of each BASE transaction did, until it ends. A
+    /// roll-forward gathers the latter (`gather::OpenContexts`), so the
+    /// history holds what committed here even when its answer was lost.
+    running_ops: HashMap<TxnId, (TxnId, Vec<Op>)>,
+    committed_ops: HashMap<TxnId, Vec<Op>>,
+    /// Per BASE transaction, its latest subtransaction that sent a
+    /// statement here and has not ended here. The end of an older one (a
+    /// commit resent after a loss, or a late duplicate) leaves the locks
+    /// alkaline while it runs (`end_locks`).
+    live: HashMap<TxnId, TxnId>,
+}
+
+/// The operations of BASE transaction `owner`'s committed subtransactions
+/// here, when the run records a history.
+pub(super) fn committed_ops(p: &Partition<SaltRules>, owner: TxnId) -> Option<&Vec<Op>> {
+    p.rules.committed_ops.get(&owner)
 }
 
 /// Fences BASE transaction `owner` here at `fence` (`gather::OpenContexts`):
 /// its subtransactions older than the fence that have not committed here
 /// are aborted (a statement of one waiting for a lock fails), and later
-/// statements of such subtransactions are refused (`arrive`).
-pub(super) fn fence(p: &mut Partition<SaltRules>, owner: TxnId, fence: u64) {
+/// statements of such subtransactions are refused (`arrive`). Returns the
+/// subtransactions it aborted.
+pub(super) fn fence(p: &mut Partition<SaltRules>, owner: TxnId, fence: u64) -> Vec<TxnId> {
     let f = p.rules.fences.entry(owner).or_insert(fence);
     *f = (*f).max(fence);
     let mut subs: Vec<TxnId> = p
@@ -48,11 +68,12 @@ pub(super) fn fence(p: &mut Partition<SaltRules>, owner: TxnId, fence: u64) {
             subs.push(sub);
         }
     }
-    for sub in subs {
+    for &sub in &subs {
         tracing::info!(partition = p.id.0, %owner, %sub, "fenced: a subtransaction of a BASE transaction rolled forward is aborted");
         p.forget_aborted(sub);
         p.end_txn(sub, Ending::Sub { owner }, false);
     }
+    subs
 }
 
 impl SaltRules {
@@ -62,6 +83,9 @@ impl SaltRules {
             owned: Owned::new(release_order),
             contexts: HashMap::default(),
             fences: HashMap::default(),
+            running_ops: HashMap::default(),
+            committed_ops: HashMap::default(),
+            live: HashMap::default(),
         }
     }
 }
@@ -87,6 +111,8 @@ impl Rules for SaltRules {
 
     fn forget(p: &mut Partition<Self>, owner: TxnId) {
         p.rules.fences.remove(&owner);
+        p.rules.committed_ops.remove(&owner);
+        p.rules.live.remove(&owner);
     }
 
     fn arrive(p: &mut Partition<Self>, stmt: &Stmt) -> Result<()> {
@@ -108,10 +134,27 @@ impl Rules for SaltRules {
             let ending = Ending::Sub { owner: stmt.owner };
             p.commit(prev, ending, Reply::nobody(), ());
         }
+        if stmt.sub.is_some() {
+            let live = p.rules.live.entry(stmt.owner).or_insert(stmt.txn);
+            if live.id < stmt.txn.id {
+                *live = stmt.txn;
+            }
+        }
         Ok(())
     }
 
     fn finishing(p: &mut Partition<Self>, stmt: &Stmt, result: &Result<QueryResult>) {
+        if let (Some(s), Ok(_), false) = (stmt.sub, result, stmt.ops().is_empty()) {
+            let (_, ops) = p
+                .rules
+                .running_ops
+                .entry(stmt.txn)
+                .or_insert_with(|| (s.owner, Vec::new()));
+            ops.extend(stmt.ops().iter().cloned().map(|mut op| {
+                op.set_sub(s.no);
+                op
+            }));
+        }
         let (Some(s), Some(_), Ok(r)) = (stmt.sub, &p.wal, result) else {
             return;
         };
@@ -148,13 +191,25 @@ impl Rules for SaltRules {
 
     fn aborted(p: &mut Partition<Self>, txn: TxnId) {
         p.rules.contexts.remove(&txn);
+        p.rules.running_ops.remove(&txn);
+        p.rules.live.retain(|_, live| *live != txn);
+    }
+
+    fn committed(p: &mut Partition<Self>, txn: TxnId) {
+        if let Some((owner, ops)) = p.rules.running_ops.remove(&txn) {
+            p.rules.committed_ops.entry(owner).or_default().extend(ops);
+        }
     }
 
     /// An alkaline subtransaction's locks are downgraded to saline, not
     /// released: kept to the BASE transaction's end, also after a
     /// rollback (conservative; the end-of-BASE release accounts for them).
-    /// An ACID transaction's go; `acid` sets no release-order
-    /// dependencies, so that completes now.
+    /// The locks are the BASE transaction's, not the subtransaction's: when
+    /// a later subtransaction of it runs here (the end of this one came
+    /// late: a commit resent after a loss, or a duplicate), they stay
+    /// alkaline until that one ends, or its uncommitted writes would be
+    /// open to readers. An ACID transaction's go; `acid` sets no
+    /// release-order dependencies, so that completes now.
     fn end_locks(p: &mut Partition<Self>, txn: TxnId, ending: Ending, _commit: bool) {
         match ending {
             Ending::Release => {
@@ -162,6 +217,13 @@ impl Rules for SaltRules {
             }
             Ending::Keep | Ending::Sub { .. } => {
                 let owner = ending.owner(txn);
+                match p.rules.live.get(&owner) {
+                    Some(&live) if live != txn => return,
+                    Some(_) => {
+                        p.rules.live.remove(&owner);
+                    }
+                    None => {}
+                }
                 p.locks.downgrade_all(
                     owner,
                     LockClass::Alkaline,
@@ -170,5 +232,134 @@ impl Rules for SaltRules {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use brine_core::{NodeId, Value};
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::message::{Executed, LockSpec, PartitionMsg, SubStmt};
+    use crate::partition::harness::Harness;
+
+    const DDL: &str = "CREATE TABLE kv (k INT, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);";
+
+    fn txn(id: u64) -> TxnId {
+        TxnId { ts: id, id }
+    }
+
+    /// Sends `sql` (binding `k`) as statement `seq` of `owner`'s alkaline
+    /// subtransaction `sub`; the answer comes on the receiver.
+    fn execute(
+        h: &Harness,
+        owner: TxnId,
+        sub: TxnId,
+        seq: u32,
+        sql: &str,
+        k: i64,
+    ) -> oneshot::Receiver<Result<Executed>> {
+        let plan = Arc::new(brine_sql::prepare(&h.catalog, sql).expect("plan"));
+        let (reply, rx) = Reply::channel(&h.link, NodeId(0), NodeId(1));
+        h.send(PartitionMsg::Execute {
+            txn: sub,
+            plan,
+            params: vec![Value::Int(k)],
+            lock: LockSpec {
+                class: LockClass::Alkaline,
+                short_reads: false,
+                serializable: true,
+                short_writes: false,
+                for_update: false,
+            },
+            sub: Some(SubStmt {
+                owner,
+                seq,
+                autocommit: false,
+                commit_first: None,
+                protect: false,
+                no: seq,
+            }),
+            call: None,
+            ext: None,
+            gate: None,
+            reply,
+        });
+        rx
+    }
+
+    async fn commit(h: &Harness, owner: TxnId, sub: TxnId) {
+        let ending = Ending::Sub { owner };
+        h.ask(|reply| PartitionMsg::Commit {
+            txn: sub,
+            ending,
+            decided: false,
+            reply,
+        })
+        .await
+        .expect("committed");
+    }
+
+    fn value(e: Executed) -> Option<Value> {
+        e.result.rows.first().and_then(|r| r.first().cloned())
+    }
+
+    /// A BASE transaction's locks belong to it, not to one subtransaction.
+    /// A commit of an earlier subtransaction that arrives again while a
+    /// later one runs here (resent after its answer was lost) must leave
+    /// the later one's write lock alkaline: before, it turned every lock
+    /// of the owner saline, another BASE transaction read the uncommitted
+    /// write, and the write was then rolled back (a G1a the fault runs
+    /// found).
+    #[tokio::test]
+    async fn a_resent_commit_leaves_the_next_subtransaction_s_locks_alkaline() -> Result<()> {
+        let h = Harness::start(DDL, SaltRules::new(true))?;
+        let table = h.catalog.table_by_name("kv").expect("kv").id;
+        let rows = (1..=2)
+            .map(|k| vec![Value::Int(k), Value::Int(0)])
+            .collect();
+        h.ask(|reply| PartitionMsg::Load { table, rows, reply })
+            .await?;
+        let (owner, first, second) = (txn(10), txn(11), txn(12));
+        let set = "UPDATE kv SET v = 7 WHERE k = $1";
+        execute(&h, owner, first, 0, set, 1)
+            .await
+            .expect("answered")?;
+        commit(&h, owner, first).await;
+        execute(&h, owner, second, 1, set, 2)
+            .await
+            .expect("answered")?;
+        // The first commit again, as a resend after a lost answer.
+        commit(&h, owner, first).await;
+
+        let (other, its_sub) = (txn(20), txn(21));
+        let get = "SELECT v FROM kv WHERE k = $1";
+        let read = execute(&h, other, its_sub, 0, get, 1)
+            .await
+            .expect("answered")?;
+        assert_eq!(
+            value(read),
+            Some(Value::Int(7)),
+            "the committed one is saline"
+        );
+        let waiting = execute(&h, other, its_sub, 1, get, 2);
+        assert_eq!(
+            h.status().await.parked_statements,
+            1,
+            "the running subtransaction's write lock is still alkaline"
+        );
+        let ending = Ending::Sub { owner };
+        h.ask(|reply| PartitionMsg::Abort {
+            txn: second,
+            ending,
+            reply,
+        })
+        .await;
+        let read = waiting.await.expect("answered")?;
+        assert_eq!(value(read), Some(Value::Int(0)), "no dirty read");
+        Ok(())
     }
 }

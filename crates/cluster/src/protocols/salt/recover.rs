@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use brine_core::NodeId;
+use brine_check::{Op, TxnClass};
+use brine_core::{NodeId, TxnId};
 use brine_sql::QueryResult;
 use parking_lot::Mutex;
 
@@ -18,12 +19,16 @@ use crate::protocol::Call;
 /// logged results of its committed subtransactions' statements replayed,
 /// not re-executed, and the rest executed live, under the transaction's
 /// original owner id (so its contexts and end records stay one). Runs
-/// before the cluster accepts new work.
+/// before the cluster accepts new work. When the run records a history,
+/// each is recorded with `ops`, what its committed subtransactions did
+/// (gathered from the partitions: its coordinator may have missed their
+/// answers), and then what its roll-forward does.
 pub(super) async fn roll_forward(
     shared: &Arc<Shared>,
     node: NodeId,
     procedures: &std::collections::HashMap<String, Arc<PreparedProc>>,
     unfinished: Vec<brine_storage::wal::record::BaseContext>,
+    mut ops: std::collections::HashMap<TxnId, Vec<Op>>,
     opts: SaltOptions,
 ) {
     let mut tasks = Vec::new();
@@ -57,6 +62,12 @@ pub(super) async fn roll_forward(
             .map(|p| (p, u32::MAX))
             .collect();
         let mut st = TxnState::new(c.owner);
+        st.rec = shared.history.as_ref().map(|h| {
+            let mut rec = h.begin(Some(&proc.name));
+            rec.class = TxnClass::Base;
+            rec.ops = ops.remove(&c.owner).unwrap_or_default();
+            rec
+        });
         st.ext = Some(Box::new(b));
         let state = Arc::new(Mutex::new(st));
         let shared = shared.clone();
