@@ -261,6 +261,7 @@ async fn measure_point(
         lost: cluster.fault_stats().lost.load(Ordering::Relaxed),
         cut: cluster.fault_stats().cut.load(Ordering::Relaxed),
         reordered: cluster.fault_stats().reordered.load(Ordering::Relaxed),
+        duplicated: cluster.fault_stats().duplicated.load(Ordering::Relaxed),
     });
 
     let mut merged = Recorder::new();

@@ -38,6 +38,9 @@ pub struct FaultsPoint {
     pub cut: u64,
     /// Held back so later ones overtook them (`--reorder`).
     pub reordered: u64,
+    /// Decisions delivered twice (`--duplicate`).
+    #[serde(default)]
+    pub duplicated: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -766,8 +769,8 @@ pub fn render_point(workload: &str, r: &PointResult) -> String {
         let unreachable = r.aborts_by_cause.get("unreachable").copied().unwrap_or(0);
         let _ = writeln!(
             s,
-            "faults: {} messages lost at random, {} to cuts, {} held back (reordered); {unreachable} attempts aborted on a participant that did not answer",
-            f.lost, f.cut, f.reordered
+            "faults: {} messages lost at random, {} to cuts, {} held back (reordered), {} decisions duplicated; {unreachable} attempts aborted on a participant that did not answer",
+            f.lost, f.cut, f.reordered, f.duplicated
         );
     }
     if let Some(w) = &r.wal {

@@ -55,8 +55,13 @@ pub fn fault_config(
     loss: f64,
     cuts: &[String],
     reorder: f64,
+    duplicate: f64,
 ) -> Result<brine_cluster::FaultConfig, String> {
-    for (flag, p) in [("--loss", loss), ("--reorder", reorder)] {
+    for (flag, p) in [
+        ("--loss", loss),
+        ("--reorder", reorder),
+        ("--duplicate", duplicate),
+    ] {
         if !(0.0..=1.0).contains(&p) {
             return Err(format!("{flag} {p}: a chance between 0 and 1"));
         }
@@ -76,6 +81,7 @@ pub fn fault_config(
         on_demand: true,
         reorder,
         reorder_window: std::time::Duration::from_millis(2),
+        duplicate,
     })
 }
 
@@ -111,7 +117,13 @@ mod tests {
 
     #[test]
     fn fault_flags_parse_and_bad_ones_say_why() {
-        let f = fault_config(0.02, &["1,2@100-250".to_string(), "0@5-6".to_string()], 0.1).unwrap();
+        let f = fault_config(
+            0.02,
+            &["1,2@100-250".to_string(), "0@5-6".to_string()],
+            0.1,
+            0.05,
+        )
+        .unwrap();
         assert_eq!(f.loss, 0.02);
         assert!(f.on_demand && !f.is_none());
         assert_eq!(
@@ -120,11 +132,14 @@ mod tests {
         );
         assert_eq!(f.cuts[0].from, std::time::Duration::from_millis(100));
         assert_eq!(f.cuts[0].until, std::time::Duration::from_millis(250));
-        assert_eq!(f.reorder, 0.1);
-        assert!(fault_config(0.0, &[], 0.0).unwrap().is_none());
-        assert!(!fault_config(0.0, &[], 0.5).unwrap().is_none());
-        let e = fault_config(0.0, &[], 2.0).expect_err("reorder 2");
+        assert_eq!((f.reorder, f.duplicate), (0.1, 0.05));
+        assert!(fault_config(0.0, &[], 0.0, 0.0).unwrap().is_none());
+        assert!(!fault_config(0.0, &[], 0.5, 0.0).unwrap().is_none());
+        assert!(!fault_config(0.0, &[], 0.0, 0.5).unwrap().is_none());
+        let e = fault_config(0.0, &[], 2.0, 0.0).expect_err("reorder 2");
         assert!(e.contains("--reorder 2"), "{e}");
+        let e = fault_config(0.0, &[], 0.0, -1.0).expect_err("duplicate -1");
+        assert!(e.contains("--duplicate -1"), "{e}");
         for (loss, cut, needle) in [
             (1.5, "", "between 0 and 1"),
             (0.0, "1-100-200", "no `@`"),
@@ -136,7 +151,7 @@ mod tests {
                 .then(|| cut.to_string())
                 .into_iter()
                 .collect();
-            let e = fault_config(loss, &cuts, 0.0).expect_err(cut);
+            let e = fault_config(loss, &cuts, 0.0, 0.0).expect_err(cut);
             assert!(e.contains(needle), "{cut}: {e}");
         }
     }

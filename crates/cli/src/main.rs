@@ -409,6 +409,12 @@ struct BenchArgs {
     /// overtake it (as two requests on brine's transport may).
     #[arg(long, value_name = "P", default_value_t = 0.0)]
     reorder: f64,
+    /// Faults of the embedded link: the chance that a decision (commit,
+    /// abort, release) between two nodes arrives twice, its copy up to
+    /// 2 ms later (as a resend whose first copy also arrived). Statements
+    /// are never duplicated: brine never resends one.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    duplicate: f64,
 
     /// Per-pair delays between the nodes from FILE (node i is site i), and
     /// between a client and the server of its site under elia, central and
@@ -693,7 +699,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         history: args.history.clone(),
         grouping: None,
         rank_holds: !args.rank_waits_at_coordinator,
-        faults: faults::fault_config(args.loss, &args.cuts, args.reorder)
+        faults: faults::fault_config(args.loss, &args.cuts, args.reorder, args.duplicate)
             .map_err(BenchError::Config)?,
         ..ClusterConfig::default()
     };

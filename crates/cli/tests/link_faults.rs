@@ -31,8 +31,8 @@ fn faults(text: &str, what: &str) -> Option<u64> {
 
 /// Issue 38's fault suite, at CI's size: TPC-C under acid, Salt (with its
 /// log, which rolls a BASE transaction given up in doubt forward) and
-/// Callas with Runtime Pipelining, with messages lost and reordered and a
-/// node cut off for a second, passes its consistency checks, and the
+/// Callas with Runtime Pipelining, with messages lost and reordered,
+/// decisions duplicated and a node cut off for a second, passes its consistency checks, and the
 /// recorded history passes `brine check` at the protocol's level. The
 /// history holds what a lost answer hid: the writes an abort undid
 /// (`PartitionMsg::Abort`'s answer), and what a rolled-forward BASE
@@ -41,7 +41,7 @@ fn faults(text: &str, what: &str) -> Option<u64> {
 /// and a commit resent after a loss opened a later subtransaction's
 /// uncommitted write to readers (a G1a, fixed in Salt's partition rules).
 #[test]
-fn tpcc_histories_stay_clean_under_loss_reordering_and_a_cut() {
+fn tpcc_histories_stay_clean_under_loss_reordering_duplicates_and_a_cut() {
     let dir = tempfile::tempdir().expect("temp dir");
     let runs: [(&str, &[&str], &str); 3] = [
         ("acid", &[], "serializable"),
@@ -59,22 +59,18 @@ fn tpcc_histories_stay_clean_under_loss_reordering_and_a_cut() {
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--warehouses", "1", "--tpcc-scale", "small", "--nodes", "3"]);
         args.extend_from_slice(&["--clients", "16", "--duration", "4", "--warmup", "0"]);
-        args.extend_from_slice(&[
-            "--loss",
-            "0.01",
-            "--reorder",
-            "0.05",
-            "--cut",
-            "1@1000-2000",
-        ]);
+        args.extend_from_slice(&["--loss", "0.01", "--reorder", "0.05", "--duplicate", "0.05"]);
+        args.extend_from_slice(&["--cut", "1@1000-2000"]);
         args.extend_from_slice(&["--seed", "3", "--check", "--history", history]);
         let (ok, text) = brine(&args);
         assert!(ok, "{protocol}: {text}");
         assert!(text.contains("check: passed"), "{protocol}: {text}");
-        assert!(
-            faults(&text, "messages lost at random").is_some_and(|n| n > 0),
-            "{protocol}: messages were lost: {text}"
-        );
+        for what in ["messages lost at random", "decisions duplicated"] {
+            assert!(
+                faults(&text, what).is_some_and(|n| n > 0),
+                "{protocol}: {what}: {text}"
+            );
+        }
         let (ok, report) = brine(&["check", "--level", level, history]);
         assert!(ok, "{protocol}: brine check failed: {report}");
         assert!(report.contains("anomalies: none"), "{protocol}: {report}");

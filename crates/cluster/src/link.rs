@@ -78,6 +78,14 @@ pub struct FaultConfig {
     /// either order, and so may a request and a one-way message.
     pub reorder: f64,
     pub reorder_window: Duration,
+    /// Chance that a decision (a commit, abort or release) between two
+    /// nodes arrives twice: a copy, whose answer nobody awaits, follows it
+    /// up to `reorder_window` later (at least 1 ms), possibly after what
+    /// was sent next. One connection never duplicates, and brine resends
+    /// nothing but decisions, so this is the duplicate a network can make
+    /// of brine's traffic: a resend whose first copy also arrived, later.
+    /// Statements are never duplicated (nor resent).
+    pub duplicate: f64,
     /// The faults begin when `Cluster::start_faults` is called (a
     /// benchmark: once its data is loaded), not when the link starts;
     /// their times count from then.
@@ -86,7 +94,7 @@ pub struct FaultConfig {
 
 impl FaultConfig {
     pub fn is_none(&self) -> bool {
-        self.loss <= 0.0 && self.cuts.is_empty() && self.reorder <= 0.0
+        self.loss <= 0.0 && self.cuts.is_empty() && self.reorder <= 0.0 && self.duplicate <= 0.0
     }
 }
 
@@ -114,6 +122,8 @@ pub struct FaultStats {
     pub cut: AtomicU64,
     /// Messages held back so later ones could overtake them.
     pub reordered: AtomicU64,
+    /// Decisions delivered twice.
+    pub duplicated: AtomicU64,
 }
 
 /// What the faults do to one message.
@@ -139,15 +149,40 @@ struct Faults {
 const NOT_BEGUN: u64 = u64::MAX;
 
 impl Faults {
-    /// What becomes of a message from `from` to `to` sent now.
-    fn fate(&self, from: NodeId, to: NodeId) -> Fate {
+    /// How long the faults have run, if they run now.
+    fn running_for(&self) -> Option<Duration> {
         let began = self.began_ns.load(Ordering::Acquire);
         if began == NOT_BEGUN || self.ended.load(Ordering::Acquire) {
-            return Fate::Passes;
+            return None;
         }
-        let at = crate::partition::now()
-            .saturating_duration_since(self.base)
-            .saturating_sub(Duration::from_nanos(began));
+        Some(
+            crate::partition::now()
+                .saturating_duration_since(self.base)
+                .saturating_sub(Duration::from_nanos(began)),
+        )
+    }
+
+    /// Whether a decision sent now arrives twice, and if so how long
+    /// after the first its copy enters the link.
+    fn duplicates(&self) -> Option<Duration> {
+        if self.config.duplicate <= 0.0 {
+            return None;
+        }
+        self.running_for()?;
+        let mut rng = self.rng.lock();
+        if !rng.gen_bool(self.config.duplicate.min(1.0)) {
+            return None;
+        }
+        let us = self.config.reorder_window.as_micros().max(1_000) as u64;
+        self.stats.duplicated.fetch_add(1, Ordering::Relaxed);
+        Some(Duration::from_micros(rng.gen_range(1..=us)))
+    }
+
+    /// What becomes of a message from `from` to `to` sent now.
+    fn fate(&self, from: NodeId, to: NodeId) -> Fate {
+        let Some(at) = self.running_for() else {
+            return Fate::Passes;
+        };
         if self.config.cuts.iter().any(|c| c.separates(from, to, at)) {
             self.stats.cut.fetch_add(1, Ordering::Relaxed);
             return Fate::Lost;
@@ -462,19 +497,47 @@ impl Link {
             match f.fate(from, to) {
                 Fate::Passes => {}
                 Fate::Lost => return,
-                Fate::HeldBack(held) => {
-                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                        let link = self.clone();
-                        rt.spawn(async move {
-                            tokio::time::sleep(held).await;
-                            link.enter(from, to, Box::new(deliver));
-                        });
-                        return;
-                    }
-                }
+                Fate::HeldBack(held) => return self.enter_after(held, from, to, Box::new(deliver)),
             }
         }
         self.enter(from, to, Box::new(deliver));
+    }
+
+    /// Whether a decision from `from` to `to` sent now arrives twice
+    /// (`FaultConfig::duplicate`), and if so how long after it its copy
+    /// goes ([`send_after`](Self::send_after)).
+    pub fn duplicate_delay(&self, from: NodeId, to: NodeId) -> Option<Duration> {
+        if from == to {
+            return None;
+        }
+        self.faults.as_ref().and_then(|f| f.duplicates())
+    }
+
+    /// [`send`](Self::send) `held` from now, past the faults (a copy the
+    /// faults made).
+    pub fn send_after(
+        &self,
+        held: Duration,
+        from: NodeId,
+        to: NodeId,
+        deliver: impl FnOnce() + Send + 'static,
+    ) {
+        self.enter_after(held, from, to, Box::new(deliver));
+    }
+
+    /// Puts a message on the link `held` from now (on a task of the
+    /// runtime; at once outside one).
+    fn enter_after(&self, held: Duration, from: NodeId, to: NodeId, deliver: Delivery) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let link = self.clone();
+                rt.spawn(async move {
+                    tokio::time::sleep(held).await;
+                    link.enter(from, to, deliver);
+                });
+            }
+            Err(_) => self.enter(from, to, deliver),
+        }
     }
 
     /// Puts a message on the link (past its faults).

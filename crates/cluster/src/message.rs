@@ -115,6 +115,38 @@ pub struct SubStmt {
     pub no: u32,
 }
 
+impl PartitionMsg {
+    /// A second copy of a decision (a commit, abort or release), answered
+    /// to nobody: what the link's faults deliver when they duplicate one
+    /// (`FaultConfig::duplicate`). `None` for anything else.
+    pub fn duplicate(&self) -> Option<PartitionMsg> {
+        Some(match self {
+            PartitionMsg::Commit {
+                txn,
+                ending,
+                decided,
+                ..
+            } => PartitionMsg::Commit {
+                txn: *txn,
+                ending: *ending,
+                decided: *decided,
+                reply: Reply::nobody(),
+            },
+            PartitionMsg::Abort { txn, ending, .. } => PartitionMsg::Abort {
+                txn: *txn,
+                ending: *ending,
+                reply: Reply::nobody(),
+            },
+            PartitionMsg::Release { owner, stages, .. } => PartitionMsg::Release {
+                owner: *owner,
+                stages: stages.clone(),
+                reply: Reply::nobody(),
+            },
+            _ => return None,
+        })
+    }
+}
+
 /// A participant's vote in the first phase of two-phase commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Vote {

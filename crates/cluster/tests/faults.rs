@@ -47,6 +47,7 @@ struct Trial {
     unreachable: u64,
     lost: u64,
     cut: u64,
+    duplicated: u64,
 }
 
 /// The workload of a trial: the bank's ACID transfers (`acid`), or Salt's
@@ -164,6 +165,9 @@ fn trial(seed: u64, protocol: &str, bank: Bank) -> Trial {
             // as requests on brine's transport may be.
             reorder: 0.02,
             reorder_window: Duration::from_millis(2),
+            // Some decisions arrive twice, the copy later (a resend whose
+            // first copy also arrived).
+            duplicate: 0.02,
         };
         let c = bank.start(config).await;
         c.begin_faults();
@@ -208,8 +212,8 @@ fn trial(seed: u64, protocol: &str, bank: Bank) -> Trial {
         t.unreachable = c.stats().aborts_unreachable;
         t.lost = c.fault_stats().lost.load(Ordering::Relaxed);
         t.cut = c.fault_stats().cut.load(Ordering::Relaxed);
+        t.duplicated = c.fault_stats().duplicated.load(Ordering::Relaxed);
         c.flush_history().expect("flush");
-        let _ = std::fs::copy(&history, format!("/tmp/fault-h-{seed}.jsonl"));
         let h = brine_check::read_file(&history).expect("history");
         let report = brine_check::check(&h.txns, bank.level());
         assert!(report.valid, "seed {seed}: {:?}", report.anomalies);
@@ -234,16 +238,17 @@ fn trials(protocol: &str, bank: Bank, default: u64) {
         sum.unreachable += t.unreachable;
         sum.lost += t.lost;
         sum.cut += t.cut;
+        sum.duplicated += t.duplicated;
     }
     eprintln!(
         "fault trials ({protocol}): {n} trials, {} transfers acknowledged, {} attempts aborted \
          on a participant that did not answer, {} calls failed on a fault, {} messages lost at \
-         random, {} lost to cuts",
-        sum.acknowledged, sum.unreachable, sum.failed, sum.lost, sum.cut
+         random, {} lost to cuts, {} decisions duplicated",
+        sum.acknowledged, sum.unreachable, sum.failed, sum.lost, sum.cut, sum.duplicated
     );
     // The faults must have been felt, or the trials prove nothing.
     assert!(
-        sum.lost > 0 && sum.cut > 0 && sum.unreachable > 0,
+        sum.lost > 0 && sum.cut > 0 && sum.unreachable > 0 && sum.duplicated > 0,
         "{sum:?}"
     );
     assert!(sum.acknowledged > 0, "{sum:?}");

@@ -6,7 +6,8 @@
 # 2. brine bench under faults on 3 nodes (real clock, 100 us link): bank
 #    and TPC-C under acid, Salt and Callas, 0.5% of messages lost and node
 #    1 cut off from 3 s to 5 s after the warm-up began, 5% of messages
-#    held back up to 2 ms (reordered), --check, and the recorded history
+#    held back up to 2 ms (reordered), 5% of decisions delivered twice
+#    (the copy up to 2 ms later), --check, and the recorded history
 #    checked by brine check; each with seeds SEEDS.
 set -u
 B=${B:-target/release/brine}
@@ -17,11 +18,12 @@ mkdir -p "$OUT"
   grep -E "fault trials|test result"
 SEEDS=${SEEDS:-"7 8 9"}
 REORDER=${REORDER:-0.05}
+DUPLICATE=${DUPLICATE:-0.05}
 run() { # label level args...
   label=$1; level=$2; shift 2
   for seed in $SEEDS; do
     echo "== $label seed $seed"
-    $B bench "$@" --nodes 3 --loss 0.005 --reorder "$REORDER" --cut 1@3000-5000 --seed "$seed" \
+    $B bench "$@" --nodes 3 --loss 0.005 --reorder "$REORDER" --duplicate "$DUPLICATE" --cut 1@3000-5000 --seed "$seed" \
       --clients 16 --duration 8 --warmup 1 --check --history "$OUT/$label-$seed.jsonl" 2>&1 |
       grep -E "^(faults|check|cluster):|<- peak"
     $B check --level "$level" "$OUT/$label-$seed.jsonl" 2>&1 | grep -E "^(transactions|anomalies|level)"

@@ -131,15 +131,23 @@ fn deliver<T: Send + 'static>(
     msg: PartitionMsg,
     rx: tokio::sync::oneshot::Receiver<T>,
 ) -> impl Future<Output = Result<T>> + Send + 'static {
-    let tx = tx.clone();
-    link.send(from, to, move || {
-        // A closed partition means the cluster is shutting down; the
-        // requester sees its reply channel close.
-        let _ = tx.send(msg);
-    });
+    if let Some(later) = link.duplicate_delay(from, to) {
+        if let Some(copy) = msg.duplicate() {
+            link.send_after(later, from, to, push(tx.clone(), copy));
+        }
+    }
+    link.send(from, to, push(tx.clone(), msg));
     async move {
         rx.await
             .map_err(|_| Error::Transport(format!("partition {p} did not answer (shut down?)")))
+    }
+}
+
+/// Delivers `msg` into a partition's queue. A closed partition means the
+/// cluster is shutting down; the requester sees its reply channel close.
+fn push(tx: mpsc::UnboundedSender<PartitionMsg>, msg: PartitionMsg) -> impl FnOnce() + Send {
+    move || {
+        let _ = tx.send(msg);
     }
 }
 
@@ -215,12 +223,7 @@ impl Default for RetryPolicy {
 impl Shared {
     pub(crate) fn send(&self, from: NodeId, p: usize, msg: PartitionMsg) {
         let part = &self.partitions[p];
-        let tx = part.tx.clone();
-        self.link.send(from, part.node, move || {
-            // A closed partition means the cluster is shutting down; the
-            // requester sees its reply channel close.
-            let _ = tx.send(msg);
-        });
+        self.link.send(from, part.node, push(part.tx.clone(), msg));
     }
 
     /// The way to partition `p` from `from`, for a task of its own
