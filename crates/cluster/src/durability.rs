@@ -746,14 +746,17 @@ impl PartitionWal {
 
     /// Salt: the BASE transaction `owner` ended (its coordinator logged it
     /// durably); its context here can go.
-    pub fn context_end(&mut self, owner: TxnId) {
+    /// Returns whether it logged an end record (the owner had a context
+    /// here).
+    pub fn context_end(&mut self, owner: TxnId) -> bool {
         if !self.base.open.contains_key(&owner) {
-            return;
+            return false;
         }
         if let Err(e) = self.log.append(RecordKind::BaseEnd, |b| put_txn(b, owner)) {
             tracing::error!(partition = self.id, "cannot log a BASE end: {e}");
         }
         self.base.end(owner);
+        true
     }
 
     /// Commit of `txn` at this partition; call before the store commits

@@ -183,7 +183,7 @@ async fn read_all(c: &Cluster, sql: &str) -> Vec<Vec<Value>> {
     panic!("read: still a victim after 1000 attempts")
 }
 
-fn trial(root: &Path, seed: u64, hits: &mut Hits, rolled: &mut usize) {
+fn trial(root: &Path, seed: u64, hits: &mut Hits, rolled: &mut usize, relocked: &mut u64) {
     let dir = root.join(format!("trial-{seed}"));
     let mut rng = SmallRng::seed_from_u64(seed);
     let k = rng.gen_range(1..=120);
@@ -215,6 +215,13 @@ fn trial(root: &Path, seed: u64, hits: &mut Hits, rolled: &mut usize) {
         tokio::time::timeout(Duration::from_secs(20), c.wait_ready())
             .await
             .unwrap_or_else(|_| panic!("seed {seed}: roll-forward stuck; {:?}", c.stats()));
+        // The rows the unfinished ones wrote were locked again at the
+        // restart, and their roll-forwards' ends released them.
+        *relocked += c.stats().counter("base_rows_relocked");
+        c.locks_released(Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed} (k {k}): locks left after the roll-forward: {e}"));
+
         let total: i64 = read_all(&c, "SELECT v FROM kv")
             .await
             .iter()
@@ -250,18 +257,26 @@ fn accepted_base_transactions_complete_exactly_once_after_a_crash() {
     let root = fast_root();
     let mut hits = Hits::default();
     let mut rolled = 0;
+    let mut relocked = 0;
     // BRINE_SALT_CRASH_SEED=N reruns one trial (the seed a failure names).
     let seeds = seeds("BRINE_SALT_CRASH_TRIALS", 200, "BRINE_SALT_CRASH_SEED");
     let n = seeds.clone().count();
     for seed in seeds {
-        trial(root.path(), seed, &mut hits, &mut rolled);
+        trial(root.path(), seed, &mut hits, &mut rolled, &mut relocked);
     }
-    eprintln!("salt crash trials: {hits:?}, BASE transactions rolled forward: {rolled}");
+    eprintln!(
+        "salt crash trials: {hits:?}, BASE transactions rolled forward: {rolled}, rows locked \
+         again at the restart: {relocked}"
+    );
     let mid_run = hits.mid_run();
     if n >= 50 {
         // The crash points must mostly land inside the run, some inside
         // BASE transactions (else the test would prove nothing).
         assert!(mid_run * 2 >= n, "{hits:?}");
         assert!(rolled > 0, "no trial crashed inside a BASE transaction");
+        assert!(
+            relocked > 0,
+            "no row of an open BASE transaction was locked again"
+        );
     }
 }

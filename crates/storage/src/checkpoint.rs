@@ -9,6 +9,7 @@
 //!   u32 tables; per table: name (u32 len, utf-8) . columns u16 . rows u64 . row^rows
 //!   u32 in-doubt; per txn: txn . coordinator u32 . redo list
 //!   (format 2) u32 BASE contexts; per context: committed u8 . BaseContext payload
+//!   (format 3: each context with its locked rows)
 //!   crc32c of everything above, u32
 //! ```
 //!
@@ -23,15 +24,16 @@ use brine_core::{Catalog, Error, Result, TxnId};
 
 use crate::wal::codec::{put_bytes, put_txn, put_u16, put_u32, put_u64, put_values, Decoder};
 use crate::wal::record::{
-    decode_base_context, decode_redo, encode_base_context, BaseContext, RedoOp,
+    decode_base_context_in, decode_redo, encode_base_context, BaseContext, RedoOp,
 };
 use crate::wal::segment::io_err;
 use crate::wal::writer::LogPosition;
 use crate::PartitionStore;
 
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"BRINECKP";
-/// Format 2 adds the Salt BASE contexts; format 1 files are still read.
-pub const CHECKPOINT_FORMAT: u32 = 2;
+/// Format 2 adds the Salt BASE contexts, format 3 their locked rows;
+/// format 1 and 2 files are still read.
+pub const CHECKPOINT_FORMAT: u32 = 3;
 
 pub fn checkpoint_path(dir: &Path, lsn: u64) -> PathBuf {
     dir.join(format!("{lsn:020}.ckpt"))
@@ -216,9 +218,9 @@ pub fn load_checkpoint(
     let res = (|| -> std::result::Result<LoadedCheckpoint, String> {
         let e = |x: crate::wal::codec::DecodeError| x.0;
         let format = d.u32("format").map_err(e)?;
-        if format != CHECKPOINT_FORMAT && format != 1 {
+        if !(1..=CHECKPOINT_FORMAT).contains(&format) {
             return Err(format!(
-                "checkpoint format {format}; this build reads {CHECKPOINT_FORMAT}"
+                "checkpoint format {format}; this build reads formats 1 to {CHECKPOINT_FORMAT}"
             ));
         }
         let id = d.u32("log id").map_err(e)?;
@@ -273,7 +275,7 @@ pub fn load_checkpoint(
             let n = d.u32("BASE contexts").map_err(e)? as usize;
             for _ in 0..n {
                 let committed = d.u8("committed").map_err(e)? != 0;
-                let c = decode_base_context(&mut d).map_err(e)?;
+                let c = decode_base_context_in(&mut d, Some(format >= 3)).map_err(e)?;
                 if committed {
                     base.open.insert(c.owner, c);
                 } else {

@@ -281,6 +281,8 @@ impl<R: Rules> Partition<R> {
 
     /// The actor loop. Ends when every sender is gone.
     pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<PartitionMsg>) {
+        R::started(&mut self);
+        self.process_wakeups();
         let mut tick = tokio::time::interval(EXPIRE_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {

@@ -57,6 +57,29 @@ impl Owned {
     pub fn owner_of(&self, holder: TxnId) -> TxnId {
         self.forked.get(&holder).copied().unwrap_or(holder)
     }
+
+    /// `holder`'s write lock on `target` in the lock table is `owner`'s, as
+    /// a lock forked from it at the first release stage: Salt's rows of an
+    /// open BASE transaction locked again after a restart, under the id of
+    /// a subtransaction of its previous run. They go with the owner's
+    /// first release stage, as the earliest of its locks (held to its end,
+    /// they would wait behind the release-order dependencies its
+    /// roll-forward takes on the rows, which may in turn wait for them).
+    pub fn adopt(&mut self, owner: TxnId, holder: TxnId, target: LockTarget) {
+        if self.forked.insert(holder, owner).is_none() {
+            self.forks.entry(owner).or_default().push(holder);
+        }
+        let mut accesses = [false; 3];
+        accesses[access_index(Access::Write)] = true;
+        self.locks.entry(owner).or_default().push(OwnedLock {
+            target,
+            holder,
+            sub: holder,
+            accesses,
+            seq: 0,
+            dirty_at: None,
+        });
+    }
 }
 
 /// Which of an owner's locks one stage of its release lets go.
@@ -116,6 +139,8 @@ struct PendingRelease {
     /// done; answered after the last.
     rest: std::vec::IntoIter<ReleaseStage>,
     reply: Reply<()>,
+    /// Answered once the log is durable (`answer_release`).
+    after_log: bool,
 }
 
 /// The rules' owned locks (only asked for of rules that keep them).
@@ -172,9 +197,7 @@ impl<R: Rules> Partition<R> {
             self.release_stage(owner, Which::Forked, rest.into_iter(), reply);
             return;
         }
-        if let Some(wal) = &mut self.wal {
-            wal.context_end(owner);
-        }
+        let after_log = self.wal.as_mut().is_some_and(|wal| wal.context_end(owner));
         let owned = own(&mut self.rules);
         owned.locks.remove(&owner);
         for alias in owned.forks.remove(&owner).unwrap_or_default() {
@@ -184,7 +207,7 @@ impl<R: Rules> Partition<R> {
         R::forget(self, owner);
         self.count_holds(owner);
         match self.locks.release_all(owner, &mut self.wakeups) {
-            ReleaseOutcome::Done => reply.send(()),
+            ReleaseOutcome::Done => self.answer_release(reply, after_log),
             ReleaseOutcome::Deferred => own(&mut self.rules)
                 .releases
                 .entry(owner)
@@ -193,6 +216,7 @@ impl<R: Rules> Partition<R> {
                     targets: None,
                     rest: Vec::new().into_iter(),
                     reply,
+                    after_log,
                 }),
         }
         // Partial releases still waiting are answered once their
@@ -258,8 +282,20 @@ impl<R: Rules> Partition<R> {
                 targets: Some(held_back),
                 rest: stages,
                 reply,
+                after_log: false,
             });
         self.process_wakeups();
+    }
+
+    /// Answers a release; `after_log`: it logged the owner's end here
+    /// (`context_end`), and is answered once that record is durable: once
+    /// its coordinator heard the end arrived it never sends it again, so a
+    /// restart must not find the context open and lock its rows again.
+    fn answer_release(&self, reply: Reply<()>, after_log: bool) {
+        match &self.wal {
+            Some(wal) if after_log => wal.after_durable(reply, ()),
+            _ => reply.send(()),
+        }
     }
 
     /// Answers the partial releases of `owner` whose held-back targets are
@@ -280,7 +316,7 @@ impl<R: Rules> Partition<R> {
             if !done {
                 kept.push(r);
             } else if r.rest.as_slice().is_empty() {
-                r.reply.send(());
+                self.answer_release(r.reply, r.after_log);
             } else {
                 next.push((r.rest, r.reply));
             }

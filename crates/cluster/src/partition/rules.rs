@@ -157,6 +157,10 @@ pub trait Rules: Sized + Send + 'static {
         None
     }
 
+    /// The partition starts (after its recovery from the log, before its
+    /// first message).
+    fn started(_p: &mut Partition<Self>) {}
+
     /// `owner` released every lock it owned here (`Release` completed its
     /// last stage): what else the rules keep of it goes too.
     fn forget(_p: &mut Partition<Self>, _owner: TxnId) {}

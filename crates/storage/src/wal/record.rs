@@ -158,6 +158,10 @@ pub struct BaseContext {
     /// The procedure and its arguments (logged with the first statement).
     pub intro: Option<(String, Vec<brine_core::Value>)>,
     pub entries: Vec<BaseEntry>,
+    /// The rows it wrote here, by primary key: saline-locked until the BASE
+    /// transaction ends, and locked again after a restart until it does
+    /// (an older log without them decodes with none).
+    pub locked: Vec<(TableId, Key)>,
 }
 
 impl BaseContext {
@@ -167,6 +171,7 @@ impl BaseContext {
             self.intro = other.intro;
         }
         self.entries.extend(other.entries);
+        self.locked.extend(other.locked);
     }
 }
 
@@ -195,10 +200,26 @@ pub fn encode_base_context(buf: &mut Vec<u8>, c: &BaseContext) {
             super::codec::put_values(buf, r);
         }
     }
+    put_u32(buf, c.locked.len() as u32);
+    for (table, key) in &c.locked {
+        put_u32(buf, table.0);
+        super::codec::put_values(buf, key.values());
+    }
 }
 
-/// Decodes a BaseContext payload (as written by [`encode_base_context`]).
+/// Decodes a BaseContext payload that fills `d` (a log record's, or one
+/// sent alone), as written by [`encode_base_context`] or, without its
+/// locked rows, before 2026-11-27.
 pub fn decode_base_context(d: &mut Decoder<'_>) -> DecodeResult<BaseContext> {
+    decode_base_context_in(d, None)
+}
+
+/// Decodes a BaseContext payload followed by more (a checkpoint's list):
+/// `with_locked` says whether it was written with its locked rows.
+pub fn decode_base_context_in(
+    d: &mut Decoder<'_>,
+    with_locked: Option<bool>,
+) -> DecodeResult<BaseContext> {
     let sub = d.txn()?;
     let owner = d.txn()?;
     let intro = match d.u8("intro flag")? {
@@ -237,11 +258,22 @@ pub fn decode_base_context(d: &mut Decoder<'_>) -> DecodeResult<BaseContext> {
             affected,
         });
     }
+    // Written since 2026-11-27; a context logged before has none.
+    let mut locked = Vec::new();
+    if with_locked.unwrap_or(!d.is_empty()) {
+        let n = d.u32("locked rows")? as usize;
+        locked.reserve(n.min(1 << 12));
+        for _ in 0..n {
+            let table = TableId(d.u32("table")?);
+            locked.push((table, d.key()?));
+        }
+    }
     Ok(BaseContext {
         sub,
         owner,
         intro,
         entries,
+        locked,
     })
 }
 
@@ -540,6 +572,46 @@ mod tests {
                 ]
             }
         );
+    }
+
+    /// A BASE context keeps the rows it locked across the log, and one
+    /// logged before they were written decodes with none.
+    #[test]
+    fn base_contexts_round_trip_with_their_locked_rows() {
+        let c = BaseContext {
+            sub: TxnId { ts: 1, id: 3 },
+            owner: TxnId { ts: 1, id: 1 },
+            intro: Some(("transfer".into(), vec![Value::Int(4)])),
+            entries: vec![BaseEntry {
+                seq: 0,
+                columns: vec!["n".into()],
+                rows: vec![vec![Value::Int(9)]],
+                affected: 1,
+            }],
+            locked: vec![(TableId(2), Key::new([Value::Int(7), Value::str("x")]))],
+        };
+        let mut buf = Vec::new();
+        encode_base_context(&mut buf, &c);
+        let back = decode_base_context(&mut Decoder::new(&buf)).unwrap();
+        assert_eq!(back, c);
+        // Before, the payload ended after the entries.
+        let mut old = Vec::new();
+        encode_base_context(
+            &mut old,
+            &BaseContext {
+                locked: vec![],
+                ..c.clone()
+            },
+        );
+        old.truncate(old.len() - 4);
+        let back = decode_base_context(&mut Decoder::new(&old)).unwrap();
+        assert_eq!(back.locked, vec![], "a context from before has none");
+        assert_eq!(back.entries, c.entries);
+        // In a list, what follows is not taken for locked rows.
+        old.push(0xff);
+        let mut d = Decoder::new(&old);
+        let back = decode_base_context_in(&mut d, Some(false)).unwrap();
+        assert_eq!((back.locked.len(), d.is_empty()), (0, false));
     }
 
     #[test]

@@ -76,6 +76,8 @@ pub struct Salt {
     /// Runs as one process of a multi-process cluster: a roll-forward
     /// gathers its contexts from every process (`gather.rs`).
     multi_process: bool,
+    /// Across processes, the node this process is.
+    home: Option<NodeId>,
     /// Roll-forwards of transactions given up in doubt still running, for
     /// `Protocol::quiesce`.
     rolling: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
@@ -99,6 +101,7 @@ impl Salt {
                 gate: mutation != Some(Mutation::NoGate),
             },
             multi_process: false,
+            home: None,
             rolling: Arc::default(),
             announced: Arc::default(),
             attached: std::sync::OnceLock::new(),
@@ -173,9 +176,18 @@ const COUNTERS: &[Counter] = &[
         slot: REPLAYS,
         divisor: 1,
     },
+    Counter {
+        name: "base_rows_relocked",
+        kept: Kept::Partition,
+        slot: RELOCKED,
+        divisor: 1,
+    },
 ];
 const ACCEPTED: usize = 0;
 const REPLAYS: usize = 1;
+/// Rows of open BASE transactions locked again at a partition's restart
+/// (`SaltRules::started`).
+const RELOCKED: usize = 0;
 
 /// The statements of a BASE transaction.
 struct BaseStatements;
@@ -218,6 +230,7 @@ impl Protocol for Salt {
         let mut salt = Salt::new(self.options.local_commit, None);
         salt.options = self.options;
         salt.multi_process = setup.hosting.is_some();
+        salt.home = setup.hosting.as_ref().map(|h| h.node);
         Ok(Some(Arc::new(salt)))
     }
 
@@ -363,7 +376,7 @@ impl Protocol for Salt {
     }
 
     fn spawn_partition(&self, parts: PartitionParts, rx: mpsc::UnboundedReceiver<PartitionMsg>) {
-        let rules = SaltRules::new(self.options.release_order);
+        let rules = SaltRules::new(self.options.release_order).relocking_for(self.home);
         tokio::spawn(Partition::new(parts, rules).run(rx));
     }
 

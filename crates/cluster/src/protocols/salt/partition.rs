@@ -9,8 +9,8 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use brine_check::Op;
-use brine_core::{Result, TxnId};
-use brine_lock::LockClass;
+use brine_core::{Access, IndexId, LockTarget, Result, TxnId};
+use brine_lock::{Acquire, LockClass, Mode};
 use brine_sql::QueryResult;
 use brine_storage::wal::record::{BaseContext, BaseEntry};
 
@@ -39,6 +39,23 @@ pub struct SaltRules {
     /// commit resent after a loss, or a late duplicate) leaves the locks
     /// alkaline while it runs (`end_locks`).
     live: HashMap<TxnId, TxnId>,
+    /// Across processes, the node of this partition's process: at a
+    /// restart only its own BASE transactions' rows are locked again
+    /// (`started`).
+    home: Option<brine_core::NodeId>,
+}
+
+/// The context of subtransaction `txn` to log with its commit or prepare,
+/// with the rows it wrote here.
+fn logged_context(p: &mut Partition<SaltRules>, txn: TxnId) -> Option<BaseContext> {
+    let mut c = p.rules.contexts.remove(&txn)?;
+    c.locked = p
+        .store
+        .write_set(txn)
+        .into_iter()
+        .map(|(table, key, _)| (table, key))
+        .collect();
+    Some(c)
 }
 
 /// The operations of BASE transaction `owner`'s committed subtransactions
@@ -86,7 +103,19 @@ impl SaltRules {
             running_ops: HashMap::default(),
             committed_ops: HashMap::default(),
             live: HashMap::default(),
+            home: None,
         }
+    }
+
+    /// Across processes (`home`: this process's node), a restart locks
+    /// again only the rows of BASE transactions this node coordinates:
+    /// its own restart settles each of those (ended, its end is sent
+    /// again; unfinished, it is rolled forward and ended), while one of
+    /// another node may have ended while this one was down, and its end,
+    /// delivered to the process that died, would never come again.
+    pub fn relocking_for(mut self, home: Option<brine_core::NodeId>) -> SaltRules {
+        self.home = home;
+        self
     }
 }
 
@@ -167,6 +196,7 @@ impl Rules for SaltRules {
                 owner: s.owner,
                 intro: None,
                 entries: Vec::new(),
+                locked: Vec::new(),
             });
         if let Some(call) = &stmt.call {
             c.intro = Some((call.0.clone(), call.1.clone()));
@@ -181,12 +211,73 @@ impl Rules for SaltRules {
 
     fn prepare(p: &mut Partition<Self>, txn: TxnId) -> Prepared {
         Prepared::Go {
-            context: p.rules.contexts.remove(&txn),
+            context: logged_context(p, txn),
         }
     }
 
     fn commit_context(p: &mut Partition<Self>, txn: TxnId) -> Option<BaseContext> {
-        p.rules.contexts.remove(&txn)
+        logged_context(p, txn)
+    }
+
+    /// With a log, the rows the open BASE transactions' committed
+    /// subtransactions wrote here are locked again, saline, for their
+    /// owners, before anything else runs: their locks died with the
+    /// process, and without them an ACID transaction could read a BASE
+    /// transaction's intermediate state until its roll-forward (or its
+    /// end, resent until this partition acknowledges it) comes.
+    fn started(p: &mut Partition<Self>) {
+        let Some(wal) = &p.wal else {
+            return;
+        };
+        let now = crate::partition::now();
+        let mut relocked = 0;
+        let home = p.rules.home;
+        let open =
+            wal.open_contexts(|owner| home.is_none_or(|n| super::gather::home_of(owner) == n));
+        if !open.is_empty() {
+            let owners: Vec<String> = open.iter().map(|c| c.owner.to_string()).collect();
+            tracing::info!(
+                partition = p.id.0,
+                "open BASE transactions here after the restart: {}",
+                owners.join(", ")
+            );
+        }
+        for c in open {
+            for (table, key) in c.locked {
+                let target = LockTarget::Point {
+                    table,
+                    index: IndexId::PRIMARY,
+                    key,
+                };
+                let mode = Mode {
+                    class: LockClass::Saline,
+                    access: Access::Write,
+                };
+                // Held under the id of a subtransaction of its previous
+                // run, as a lock forked from the owner (`Owned::adopt`):
+                // its release stages leave it, its end releases it, and
+                // its own statements pass it.
+                match p.locks.acquire(c.sub, &target, mode, now, &mut p.wakeups) {
+                    Ok(Acquire::Granted { .. }) => {
+                        p.rules.owned.adopt(c.owner, c.sub, target);
+                        relocked += 1;
+                    }
+                    other => tracing::error!(
+                        partition = p.id.0,
+                        owner = %c.owner,
+                        "cannot lock a row of an open BASE transaction again: {other:?}"
+                    ),
+                }
+            }
+        }
+        if relocked > 0 {
+            p.counters.protocol.add(super::RELOCKED, relocked);
+            tracing::info!(
+                partition = p.id.0,
+                rows = relocked,
+                "rows of open BASE transactions locked again (saline) after the restart"
+            );
+        }
     }
 
     fn aborted(p: &mut Partition<Self>, txn: TxnId) {
