@@ -3,13 +3,34 @@
 
 use std::sync::Arc;
 
-use brine_core::{Catalog, NodeId, PartitionId, Result};
-use brine_lock::LockConfig;
-use tokio::sync::mpsc;
+use brine_core::{Catalog, NodeId, PartitionId, Result, TxnId, Value};
+use brine_lock::{LockClass, LockConfig};
+use tokio::sync::{mpsc, oneshot};
 
 use super::{Partition, PartitionCounters, PartitionParts, Rules};
 use crate::link::{Link, LinkConfig};
-use crate::message::{PartitionMsg, PartitionStatus, Reply};
+use crate::message::{Executed, LockSpec, PartitionMsg, PartitionStatus, Reply, StmtExt, SubStmt};
+
+/// The rules tests' schema: one table, `kv(k, v)`.
+pub const KV: &str = "CREATE TABLE kv (k INT, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);";
+
+/// Transaction `id` (its timestamp too).
+pub fn txn(id: u64) -> TxnId {
+    TxnId { ts: id, id }
+}
+
+/// The first column of an answer's first row.
+pub fn first_value(e: Executed) -> Option<Value> {
+    e.result.rows.first().and_then(|r| r.first().cloned())
+}
+
+/// How a test statement goes: its lock class, subtransaction and the
+/// protocol's words.
+pub struct How {
+    pub class: LockClass,
+    pub sub: Option<SubStmt>,
+    pub ext: StmtExt,
+}
 
 pub struct Harness {
     pub link: Link,
@@ -39,6 +60,49 @@ impl Harness {
             1,
         );
         Ok(Harness { link, tx, catalog })
+    }
+
+    /// Partition 0 of [`KV`] under `rules`, with rows `1..=rows` at 0.
+    pub async fn kv<R: Rules>(rules: R, rows: i64) -> Result<Harness> {
+        let h = Harness::start(KV, rules)?;
+        let table = h.catalog.table_by_name("kv").expect("kv").id;
+        let rows = (1..=rows)
+            .map(|k| vec![Value::Int(k), Value::Int(0)])
+            .collect();
+        h.ask(|reply| PartitionMsg::Load { table, rows, reply })
+            .await?;
+        Ok(h)
+    }
+
+    /// Sends `sql` (binding `k` as `$1`) as a statement of `txn`, as `how`
+    /// says; the answer comes on the receiver.
+    pub fn execute(
+        &self,
+        txn: TxnId,
+        sql: &str,
+        k: i64,
+        how: How,
+    ) -> oneshot::Receiver<Result<Executed>> {
+        let plan = Arc::new(brine_sql::prepare(&self.catalog, sql).expect("plan"));
+        let (reply, rx) = Reply::channel(&self.link, NodeId(0), NodeId(1));
+        self.send(PartitionMsg::Execute {
+            txn,
+            plan,
+            params: vec![Value::Int(k)],
+            lock: LockSpec {
+                class: how.class,
+                short_reads: false,
+                serializable: true,
+                short_writes: false,
+                for_update: false,
+            },
+            sub: how.sub,
+            call: None,
+            ext: how.ext,
+            gate: None,
+            reply,
+        });
+        rx
     }
 
     /// Sends a request; its answer.

@@ -480,18 +480,12 @@ impl Rules for CallasRules {
 mod tests {
     use std::sync::Arc;
 
-    use brine_core::{NodeId, Value};
+    use brine_core::Value;
     use tokio::sync::oneshot;
 
     use super::*;
-    use crate::message::{Executed, LockSpec, PartitionMsg, Reply};
-    use crate::partition::harness::Harness;
-
-    const DDL: &str = "CREATE TABLE kv (k INT, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);";
-
-    fn txn(id: u64) -> TxnId {
-        TxnId { ts: id, id }
-    }
+    use crate::message::{Executed, PartitionMsg};
+    use crate::partition::harness::{first_value as value, txn, Harness, How};
 
     /// Sends `sql` for `t`, a Runtime Pipelining statement of group 1 in
     /// piece `piece` (of the same rank); the answer comes on the receiver.
@@ -502,31 +496,17 @@ mod tests {
         k: i64,
         piece: u32,
     ) -> oneshot::Receiver<Result<Executed>> {
-        let plan = Arc::new(brine_sql::prepare(&h.catalog, sql).expect("plan"));
         let words = CallasStmt {
             track: true,
             piece: Some((piece, Some(piece))),
             ..CallasStmt::default()
         };
-        let (reply, rx) = Reply::channel(&h.link, NodeId(0), NodeId(1));
-        h.send(PartitionMsg::Execute {
-            txn: t,
-            plan,
-            params: vec![Value::Int(k)],
-            lock: LockSpec {
-                class: LockClass::Member(1),
-                short_reads: false,
-                serializable: true,
-                short_writes: false,
-                for_update: false,
-            },
+        let how = How {
+            class: LockClass::Member(1),
             sub: None,
-            call: None,
             ext: Some(Arc::new(words)),
-            gate: None,
-            reply,
-        });
-        rx
+        };
+        h.execute(t, sql, k, how)
     }
 
     fn end_piece(h: &Harness, owner: TxnId, piece: u32) {
@@ -538,10 +518,6 @@ mod tests {
         h.send(PartitionMsg::Protocol(Box::new(msg)));
     }
 
-    fn value(e: Executed) -> Option<Value> {
-        e.result.rows.first().and_then(|r| r.first().cloned())
-    }
-
     /// Across processes a piece's `EndPiece` may arrive after the next
     /// piece's first statement. That statement ends the piece here itself,
     /// and the late `EndPiece` leaves the later piece's member locks as
@@ -549,13 +525,7 @@ mod tests {
     /// wrote, and waits for what the open one wrote.
     #[tokio::test]
     async fn a_late_end_piece_leaves_the_next_piece_s_locks() -> Result<()> {
-        let h = Harness::start(DDL, CallasRules::new(false))?;
-        let table = h.catalog.table_by_name("kv").expect("kv").id;
-        let rows = (1..=2)
-            .map(|k| vec![Value::Int(k), Value::Int(0)])
-            .collect();
-        h.ask(|reply| PartitionMsg::Load { table, rows, reply })
-            .await?;
+        let h = Harness::kv(CallasRules::new(false), 2).await?;
         let (t1, t2) = (txn(1), txn(2));
         let set = "UPDATE kv SET v = 7 WHERE k = $1";
         execute(&h, t1, set, 1, 0).await.expect("answered")?;

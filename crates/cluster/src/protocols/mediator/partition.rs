@@ -322,10 +322,11 @@ mod tests {
     use crate::partition::harness::Harness;
     use crate::protocol::Isolation;
 
-    const DDL: &str = "CREATE TABLE kv (k INT, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);";
-
     fn start() -> Result<Harness> {
-        Harness::start(DDL, MediatorRules::new(1, 0, None))
+        Harness::start(
+            crate::partition::harness::KV,
+            MediatorRules::new(1, 0, None),
+        )
     }
 
     impl Harness {

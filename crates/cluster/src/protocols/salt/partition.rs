@@ -328,20 +328,12 @@ impl Rules for SaltRules {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use brine_core::{NodeId, Value};
+    use brine_core::Value;
     use tokio::sync::oneshot;
 
     use super::*;
-    use crate::message::{Executed, LockSpec, PartitionMsg, SubStmt};
-    use crate::partition::harness::Harness;
-
-    const DDL: &str = "CREATE TABLE kv (k INT, v INT NOT NULL, PRIMARY KEY (k)) PARTITION BY (k);";
-
-    fn txn(id: u64) -> TxnId {
-        TxnId { ts: id, id }
-    }
+    use crate::message::{Executed, PartitionMsg, SubStmt};
+    use crate::partition::harness::{first_value as value, txn, Harness, How};
 
     /// Sends `sql` (binding `k`) as statement `seq` of `owner`'s alkaline
     /// subtransaction `sub`; the answer comes on the receiver.
@@ -353,19 +345,8 @@ mod tests {
         sql: &str,
         k: i64,
     ) -> oneshot::Receiver<Result<Executed>> {
-        let plan = Arc::new(brine_sql::prepare(&h.catalog, sql).expect("plan"));
-        let (reply, rx) = Reply::channel(&h.link, NodeId(0), NodeId(1));
-        h.send(PartitionMsg::Execute {
-            txn: sub,
-            plan,
-            params: vec![Value::Int(k)],
-            lock: LockSpec {
-                class: LockClass::Alkaline,
-                short_reads: false,
-                serializable: true,
-                short_writes: false,
-                for_update: false,
-            },
+        let how = How {
+            class: LockClass::Alkaline,
             sub: Some(SubStmt {
                 owner,
                 seq,
@@ -374,12 +355,9 @@ mod tests {
                 protect: false,
                 no: seq,
             }),
-            call: None,
             ext: None,
-            gate: None,
-            reply,
-        });
-        rx
+        };
+        h.execute(sub, sql, k, how)
     }
 
     async fn commit(h: &Harness, owner: TxnId, sub: TxnId) {
@@ -394,10 +372,6 @@ mod tests {
         .expect("committed");
     }
 
-    fn value(e: Executed) -> Option<Value> {
-        e.result.rows.first().and_then(|r| r.first().cloned())
-    }
-
     /// A BASE transaction's locks belong to it, not to one subtransaction.
     /// A commit of an earlier subtransaction that arrives again while a
     /// later one runs here (resent after its answer was lost) must leave
@@ -407,13 +381,7 @@ mod tests {
     /// found).
     #[tokio::test]
     async fn a_resent_commit_leaves_the_next_subtransaction_s_locks_alkaline() -> Result<()> {
-        let h = Harness::start(DDL, SaltRules::new(true))?;
-        let table = h.catalog.table_by_name("kv").expect("kv").id;
-        let rows = (1..=2)
-            .map(|k| vec![Value::Int(k), Value::Int(0)])
-            .collect();
-        h.ask(|reply| PartitionMsg::Load { table, rows, reply })
-            .await?;
+        let h = Harness::kv(SaltRules::new(true), 2).await?;
         let (owner, first, second) = (txn(10), txn(11), txn(12));
         let set = "UPDATE kv SET v = 7 WHERE k = $1";
         execute(&h, owner, first, 0, set, 1)
