@@ -299,6 +299,7 @@ impl<R: Rules> Partition<R> {
                     None => break,
                 },
                 _ = tick.tick() => {
+                    R::tick(&mut self);
                     // Off the per-message path: the copy lags by a tick.
                     let stats = self.locks.stats();
                     self.counters

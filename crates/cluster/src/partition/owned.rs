@@ -58,6 +58,28 @@ impl Owned {
         self.forked.get(&holder).copied().unwrap_or(holder)
     }
 
+    /// Undoes [`adopt`](Self::adopt): `holder`'s locks are no longer
+    /// `owner`'s (the caller releases them). Whether they were.
+    pub fn disown(&mut self, owner: TxnId, holder: TxnId) -> bool {
+        if self.forked.get(&holder) != Some(&owner) {
+            return false;
+        }
+        self.forked.remove(&holder);
+        if let Some(f) = self.forks.get_mut(&owner) {
+            f.retain(|h| *h != holder);
+            if f.is_empty() {
+                self.forks.remove(&owner);
+            }
+        }
+        if let Some(l) = self.locks.get_mut(&owner) {
+            l.retain(|x| x.holder != holder);
+            if l.is_empty() {
+                self.locks.remove(&owner);
+            }
+        }
+        true
+    }
+
     /// `holder`'s write lock on `target` in the lock table is `owner`'s, as
     /// a lock forked from it at the first release stage: Salt's rows of an
     /// open BASE transaction locked again after a restart, under the id of

@@ -161,6 +161,9 @@ pub trait Rules: Sized + Send + 'static {
     /// first message).
     fn started(_p: &mut Partition<Self>) {}
 
+    /// Every few milliseconds (`EXPIRE_TICK`), between messages.
+    fn tick(_p: &mut Partition<Self>) {}
+
     /// `owner` released every lock it owned here (`Release` completed its
     /// last stage): what else the rules keep of it goes too.
     fn forget(_p: &mut Partition<Self>, _owner: TxnId) {}

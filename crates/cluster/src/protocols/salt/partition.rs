@@ -40,10 +40,22 @@ pub struct SaltRules {
     /// alkaline while it runs (`end_locks`).
     live: HashMap<TxnId, TxnId>,
     /// Across processes, the node of this partition's process: at a
-    /// restart only its own BASE transactions' rows are locked again
-    /// (`started`).
+    /// restart the rows of BASE transactions other nodes coordinate are
+    /// locked again for [`RELOCK_PATIENCE`] only (`started`).
     home: Option<brine_core::NodeId>,
+    /// Those locks: when they lapse, whose they are, and their holder.
+    lapsing: Vec<(std::time::Instant, TxnId, TxnId)>,
 }
+
+/// How long a restarted partition keeps the rows of another node's open
+/// BASE transaction locked again, waiting for its end. That end may never
+/// come: the transaction may have ended while this partition was down
+/// (its end reached the process that died). Past this the rows are let go
+/// and an ACID transaction may read the transaction's intermediate state
+/// here, as before rows were locked again; its coordinator, if it still
+/// runs it, rolls it forward once it meets this partition's new
+/// incarnation.
+pub const RELOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The context of subtransaction `txn` to log with its commit or prepare,
 /// with the rows it wrote here.
@@ -104,15 +116,17 @@ impl SaltRules {
             committed_ops: HashMap::default(),
             live: HashMap::default(),
             home: None,
+            lapsing: Vec::new(),
         }
     }
 
     /// Across processes (`home`: this process's node), a restart locks
-    /// again only the rows of BASE transactions this node coordinates:
-    /// its own restart settles each of those (ended, its end is sent
-    /// again; unfinished, it is rolled forward and ended), while one of
-    /// another node may have ended while this one was down, and its end,
-    /// delivered to the process that died, would never come again.
+    /// the rows of BASE transactions this node coordinates again until
+    /// their end: its own restart settles each of those (ended, its end is
+    /// sent again; unfinished, it is rolled forward and ended). Those of
+    /// another node's for [`RELOCK_PATIENCE`] at most: one may have ended
+    /// while this partition was down, and its end, delivered to the
+    /// process that died, would never come again.
     pub fn relocking_for(mut self, home: Option<brine_core::NodeId>) -> SaltRules {
         self.home = home;
         self
@@ -225,6 +239,31 @@ impl Rules for SaltRules {
     /// process, and without them an ACID transaction could read a BASE
     /// transaction's intermediate state until its roll-forward (or its
     /// end, resent until this partition acknowledges it) comes.
+    /// Lets go of the rows of another node's BASE transaction locked again
+    /// at the restart once [`RELOCK_PATIENCE`] passed without its end.
+    fn tick(p: &mut Partition<Self>) {
+        let now = crate::partition::now();
+        if p.rules.lapsing.first().is_none_or(|l| l.0 > now) {
+            return;
+        }
+        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut p.rules.lapsing)
+            .into_iter()
+            .partition(|l| l.0 <= now);
+        p.rules.lapsing = rest;
+        for (_, owner, holder) in due {
+            if p.rules.owned.disown(owner, holder) {
+                tracing::warn!(
+                    partition = p.id.0,
+                    %owner,
+                    "rows of a BASE transaction of another node, locked again after the \
+                     restart, let go: no end came within {RELOCK_PATIENCE:?}"
+                );
+                let _ = p.locks.release_all(holder, &mut p.wakeups);
+            }
+        }
+        p.process_wakeups();
+    }
+
     fn started(p: &mut Partition<Self>) {
         let Some(wal) = &p.wal else {
             return;
@@ -232,8 +271,7 @@ impl Rules for SaltRules {
         let now = crate::partition::now();
         let mut relocked = 0;
         let home = p.rules.home;
-        let open =
-            wal.open_contexts(|owner| home.is_none_or(|n| super::gather::home_of(owner) == n));
+        let open = wal.open_contexts(|_| true);
         if !open.is_empty() {
             let owners: Vec<String> = open.iter().map(|c| c.owner.to_string()).collect();
             tracing::info!(
@@ -261,6 +299,13 @@ impl Rules for SaltRules {
                     Ok(Acquire::Granted { .. }) => {
                         p.rules.owned.adopt(c.owner, c.sub, target);
                         relocked += 1;
+                        if home.is_some_and(|n| super::gather::home_of(c.owner) != n)
+                            && !p.rules.lapsing.iter().any(|l| l.2 == c.sub)
+                        {
+                            p.rules
+                                .lapsing
+                                .push((now + RELOCK_PATIENCE, c.owner, c.sub));
+                        }
                     }
                     other => tracing::error!(
                         partition = p.id.0,
