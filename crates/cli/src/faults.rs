@@ -1,5 +1,5 @@
 //! Faults for tests: `brine bench --loss P --cut NODES@FROM-UNTIL
-//! --reorder P`, the embedded link's faults (`brine_cluster::FaultConfig`),
+//! --reorder P --duplicate P`, the embedded link's faults (`brine_cluster::FaultConfig`),
 //! begun by the benchmark once its data is loaded; and `brine cut`, a
 //! network partition between the processes of a running cluster.
 
@@ -49,14 +49,45 @@ pub async fn cut(args: &CutArgs) -> Result<(), NodeError> {
     Ok(())
 }
 
-/// `--loss`, `--cut` and `--reorder` as the link's faults, begun by the
-/// benchmark once its data is loaded.
-pub fn fault_config(
-    loss: f64,
-    cuts: &[String],
-    reorder: f64,
-    duplicate: f64,
-) -> Result<brine_cluster::FaultConfig, String> {
+/// `brine bench`'s faults of the embedded link.
+#[derive(Args, Debug, Default)]
+pub struct LinkFaultArgs {
+    /// Faults of the embedded link (seeded by --seed): the chance that a
+    /// message between two nodes is lost, from the start of the warm-up
+    /// (the data is loaded) to the end of the measured interval (the
+    /// checks run without faults). An attempt a participant does not
+    /// answer is aborted and runs again (`unreachable` aborts); decisions
+    /// are sent until acknowledged.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub loss: f64,
+
+    /// Faults of the embedded link: nodes cut off from the others, as
+    /// `NODE[,NODE...]@FROM-UNTIL` in milliseconds after the warm-up began
+    /// (e.g. `1@2000-4000`). Repeat for several.
+    #[arg(long = "cut", value_name = "CUT")]
+    pub cuts: Vec<String>,
+    /// Faults of the embedded link: the chance that a message between two
+    /// nodes is held back up to 2 ms, so later ones on the same pair
+    /// overtake it (as two requests on brine's transport may).
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Faults of the embedded link: the chance that a decision (commit,
+    /// abort, release) between two nodes arrives twice, its copy up to
+    /// 2 ms later (as a resend whose first copy also arrived). Statements
+    /// are never duplicated: brine never resends one.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub duplicate: f64,
+}
+
+/// `--loss`, `--cut`, `--reorder` and `--duplicate` as the link's faults,
+/// begun by the benchmark once its data is loaded.
+pub fn fault_config(args: &LinkFaultArgs) -> Result<brine_cluster::FaultConfig, String> {
+    let LinkFaultArgs {
+        loss,
+        ref cuts,
+        reorder,
+        duplicate,
+    } = *args;
     for (flag, p) in [
         ("--loss", loss),
         ("--reorder", reorder),
@@ -115,9 +146,23 @@ fn parse_cut(text: &str) -> Result<brine_cluster::Cut, String> {
 mod tests {
     use super::*;
 
+    fn config(
+        loss: f64,
+        cuts: &[String],
+        reorder: f64,
+        duplicate: f64,
+    ) -> Result<brine_cluster::FaultConfig, String> {
+        fault_config(&LinkFaultArgs {
+            loss,
+            cuts: cuts.to_vec(),
+            reorder,
+            duplicate,
+        })
+    }
+
     #[test]
     fn fault_flags_parse_and_bad_ones_say_why() {
-        let f = fault_config(
+        let f = config(
             0.02,
             &["1,2@100-250".to_string(), "0@5-6".to_string()],
             0.1,
@@ -133,12 +178,12 @@ mod tests {
         assert_eq!(f.cuts[0].from, std::time::Duration::from_millis(100));
         assert_eq!(f.cuts[0].until, std::time::Duration::from_millis(250));
         assert_eq!((f.reorder, f.duplicate), (0.1, 0.05));
-        assert!(fault_config(0.0, &[], 0.0, 0.0).unwrap().is_none());
-        assert!(!fault_config(0.0, &[], 0.5, 0.0).unwrap().is_none());
-        assert!(!fault_config(0.0, &[], 0.0, 0.5).unwrap().is_none());
-        let e = fault_config(0.0, &[], 2.0, 0.0).expect_err("reorder 2");
+        assert!(config(0.0, &[], 0.0, 0.0).unwrap().is_none());
+        assert!(!config(0.0, &[], 0.5, 0.0).unwrap().is_none());
+        assert!(!config(0.0, &[], 0.0, 0.5).unwrap().is_none());
+        let e = config(0.0, &[], 2.0, 0.0).expect_err("reorder 2");
         assert!(e.contains("--reorder 2"), "{e}");
-        let e = fault_config(0.0, &[], 0.0, -1.0).expect_err("duplicate -1");
+        let e = config(0.0, &[], 0.0, -1.0).expect_err("duplicate -1");
         assert!(e.contains("--duplicate -1"), "{e}");
         for (loss, cut, needle) in [
             (1.5, "", "between 0 and 1"),
@@ -151,7 +196,7 @@ mod tests {
                 .then(|| cut.to_string())
                 .into_iter()
                 .collect();
-            let e = fault_config(loss, &cuts, 0.0, 0.0).expect_err(cut);
+            let e = config(loss, &cuts, 0.0, 0.0).expect_err(cut);
             assert!(e.contains(needle), "{cut}: {e}");
         }
     }

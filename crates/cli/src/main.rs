@@ -390,31 +390,9 @@ struct BenchArgs {
     #[arg(long, value_name = "US", default_value_t = 0)]
     jitter: u64,
 
-    /// Faults of the embedded link (seeded by --seed): the chance that a
-    /// message between two nodes is lost, from the start of the warm-up
-    /// (the data is loaded) to the end of the measured interval (the
-    /// checks run without faults). An attempt a participant does not
-    /// answer is aborted and runs again (`unreachable` aborts); decisions
-    /// are sent until acknowledged.
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
-    loss: f64,
-
-    /// Faults of the embedded link: nodes cut off from the others, as
-    /// `NODE[,NODE...]@FROM-UNTIL` in milliseconds after the warm-up began
-    /// (e.g. `1@2000-4000`). Repeat for several.
-    #[arg(long = "cut", value_name = "CUT")]
-    cuts: Vec<String>,
-    /// Faults of the embedded link: the chance that a message between two
-    /// nodes is held back up to 2 ms, so later ones on the same pair
-    /// overtake it (as two requests on brine's transport may).
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
-    reorder: f64,
-    /// Faults of the embedded link: the chance that a decision (commit,
-    /// abort, release) between two nodes arrives twice, its copy up to
-    /// 2 ms later (as a resend whose first copy also arrived). Statements
-    /// are never duplicated: brine never resends one.
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
-    duplicate: f64,
+    /// Faults of the embedded link (seeded by --seed).
+    #[command(flatten)]
+    faults: faults::LinkFaultArgs,
 
     /// Per-pair delays between the nodes from FILE (node i is site i), and
     /// between a client and the server of its site under elia, central and
@@ -699,8 +677,7 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         history: args.history.clone(),
         grouping: None,
         rank_holds: !args.rank_waits_at_coordinator,
-        faults: faults::fault_config(args.loss, &args.cuts, args.reorder, args.duplicate)
-            .map_err(BenchError::Config)?,
+        faults: faults::fault_config(&args.faults).map_err(BenchError::Config)?,
         ..ClusterConfig::default()
     };
     if let Some(path) = &args.topology {

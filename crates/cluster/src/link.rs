@@ -169,12 +169,19 @@ impl Faults {
             return None;
         }
         self.running_for()?;
+        let later = self.held_back(self.config.duplicate, Duration::from_millis(1))?;
+        self.stats.duplicated.fetch_add(1, Ordering::Relaxed);
+        Some(later)
+    }
+
+    /// With chance `p`, a delay of up to `reorder_window` (at least
+    /// `floor`) that a message is held back by.
+    fn held_back(&self, p: f64, floor: Duration) -> Option<Duration> {
         let mut rng = self.rng.lock();
-        if !rng.gen_bool(self.config.duplicate.min(1.0)) {
+        if !rng.gen_bool(p.min(1.0)) {
             return None;
         }
-        let us = self.config.reorder_window.as_micros().max(1_000) as u64;
-        self.stats.duplicated.fetch_add(1, Ordering::Relaxed);
+        let us = self.config.reorder_window.max(floor).as_micros().max(1) as u64;
         Some(Duration::from_micros(rng.gen_range(1..=us)))
     }
 
@@ -195,10 +202,7 @@ impl Faults {
             return Fate::Lost;
         }
         if self.config.reorder > 0.0 && !self.config.reorder_window.is_zero() {
-            let mut rng = self.rng.lock();
-            if rng.gen_bool(self.config.reorder.min(1.0)) {
-                let us = self.config.reorder_window.as_micros().max(1) as u64;
-                let held = Duration::from_micros(rng.gen_range(1..=us));
+            if let Some(held) = self.held_back(self.config.reorder, Duration::ZERO) {
                 self.stats.reordered.fetch_add(1, Ordering::Relaxed);
                 return Fate::HeldBack(held);
             }

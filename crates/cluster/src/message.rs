@@ -110,7 +110,7 @@ pub struct SubStmt {
     pub protect: bool,
     /// Salt: the alkaline subtransaction's number in its BASE transaction,
     /// which tags its operations in a recorded history (0 for Callas'
-    /// pieces, which the coordinator tags itself).
+    /// pieces, whose operations carry no such tag).
     #[serde(default)]
     pub no: u32,
 }

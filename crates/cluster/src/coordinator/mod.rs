@@ -401,7 +401,7 @@ impl TxnState {
     /// Adds to the aborted attempt's record the writes its participants
     /// undid that it lacks: those of statements whose answer was lost.
     pub fn record_undone(&mut self, undone: Vec<Op>) {
-        let Some(rec) = &mut self.rec else {
+        let Some(rec) = self.rec.as_mut().filter(|_| !undone.is_empty()) else {
             return;
         };
         let version_of = |o: &Op| match o {

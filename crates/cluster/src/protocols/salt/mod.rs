@@ -28,7 +28,7 @@ use brine_lock::DeadlockPolicy;
 use brine_sql::{Plan, QueryResult};
 use brine_storage::wal::record::BaseContext;
 use futures::future::BoxFuture;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::Registration;
 use crate::coordinator::{run_acid, CallOutcome, ProcCtx, Shared};
@@ -73,16 +73,15 @@ pub struct SaltOptions {
 /// The Salt protocol.
 pub struct Salt {
     pub options: SaltOptions,
-    /// Runs as one process of a multi-process cluster: a roll-forward
-    /// gathers its contexts from every process (`gather.rs`).
-    multi_process: bool,
-    /// Across processes, the node this process is.
+    /// Across processes, the node this process is (`None`: the embedded
+    /// cluster). A roll-forward there gathers its contexts from every
+    /// process (`gather.rs`).
     home: Option<NodeId>,
     /// Roll-forwards of transactions given up in doubt still running, for
     /// `Protocol::quiesce`.
-    rolling: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
+    rolling: Arc<watch::Sender<usize>>,
     /// This process announced its restart (`Protocol::announced`).
-    announced: Arc<(std::sync::atomic::AtomicBool, tokio::sync::Notify)>,
+    announced: Arc<watch::Sender<bool>>,
     /// The engine and the procedures, for those roll-forwards.
     attached: std::sync::OnceLock<(std::sync::Weak<Shared>, Procedures)>,
 }
@@ -100,10 +99,9 @@ impl Salt {
                 release_order: mutation != Some(Mutation::NoSalineReleaseOrder),
                 gate: mutation != Some(Mutation::NoGate),
             },
-            multi_process: false,
             home: None,
-            rolling: Arc::default(),
-            announced: Arc::default(),
+            rolling: Arc::new(watch::Sender::new(0)),
+            announced: Arc::new(watch::Sender::new(false)),
             attached: std::sync::OnceLock::new(),
         }
     }
@@ -130,7 +128,7 @@ impl Salt {
         let (procedures, opts) = (procedures.clone(), self.options);
         tracing::info!(%owner, "Salt: given up in doubt; rolling it forward once every partition answers");
         let rolling = self.rolling.clone();
-        rolling.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        rolling.send_modify(|n| *n += 1);
         tokio::spawn(async move {
             // Newer than any subtransaction its given-up run sent.
             let fence = shared.new_txn(None).id;
@@ -152,8 +150,7 @@ impl Salt {
                 base::record_undone(&shared, sub, writes);
             }
             recover::roll_forward(&shared, node, &procedures, contexts, ops, opts).await;
-            rolling.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-            rolling.1.notify_waiters();
+            rolling.send_modify(|n| *n -= 1);
         });
         true
     }
@@ -229,7 +226,6 @@ impl Protocol for Salt {
         // A fresh instance of the same options, knowing where it runs.
         let mut salt = Salt::new(self.options.local_commit, None);
         salt.options = self.options;
-        salt.multi_process = setup.hosting.is_some();
         salt.home = setup.hosting.as_ref().map(|h| h.node);
         Ok(Some(Arc::new(salt)))
     }
@@ -243,36 +239,28 @@ impl Protocol for Salt {
     /// Across processes every restart gathers the contexts of the node's
     /// BASE transactions from every process, whatever its own log holds.
     fn recovers_from_log(&self) -> bool {
-        self.multi_process
+        self.home.is_some()
     }
 
     /// Waits until the roll-forwards of transactions given up in doubt
     /// are done, so a check reads no BASE transaction half done.
     fn quiesce(&self, within: std::time::Duration) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            let rolling = &self.rolling;
-            let done = async {
-                loop {
-                    let told = rolling.1.notified();
-                    if rolling.0.load(std::sync::atomic::Ordering::Acquire) == 0 {
-                        return;
-                    }
-                    told.await;
-                }
-            };
-            tokio::time::timeout(within, done).await.map_err(|_| {
-                brine_core::Error::Internal(format!(
+            let mut rolling = self.rolling.subscribe();
+            let done = rolling.wait_for(|&n| n == 0);
+            tokio::time::timeout(within, done)
+                .await
+                .map(drop)
+                .map_err(|_| {
+                    brine_core::Error::Internal(format!(
                     "Salt: BASE transactions given up in doubt still roll forward after {within:?}"
                 ))
-            })
+                })
         })
     }
 
     fn announced(&self) {
-        self.announced
-            .0
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.announced.1.notify_waiters();
+        self.announced.send_replace(true);
     }
 
     fn encode_message(
@@ -311,7 +299,7 @@ impl Protocol for Salt {
         unfinished: Vec<BaseContext>,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            if !self.multi_process {
+            if self.home.is_none() {
                 let ops = Default::default();
                 return recover::roll_forward(
                     shared,
@@ -331,14 +319,10 @@ impl Protocol for Salt {
             // other (so new work may run before the roll-forward ends; see
             // docs/salt.md, "Across processes").
             let (shared, procedures, opts) = (shared.clone(), procedures.clone(), self.options);
-            let announced = self.announced.clone();
+            let mut announced = self.announced.subscribe();
             tokio::spawn(async move {
-                loop {
-                    let told = announced.1.notified();
-                    if announced.0.load(std::sync::atomic::Ordering::Acquire) {
-                        break;
-                    }
-                    told.await;
+                if announced.wait_for(|&a| a).await.is_err() {
+                    return; // the protocol is gone: the node shuts down
                 }
                 let which = gather::Which::CoordinatedBy(node.0);
                 // The previous run's subtransactions died with it; the

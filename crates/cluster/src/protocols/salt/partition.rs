@@ -272,15 +272,8 @@ impl Rules for SaltRules {
         let mut relocked = 0;
         let home = p.rules.home;
         let open = wal.open_contexts(|_| true);
-        if !open.is_empty() {
-            let owners: Vec<String> = open.iter().map(|c| c.owner.to_string()).collect();
-            tracing::info!(
-                partition = p.id.0,
-                "open BASE transactions here after the restart: {}",
-                owners.join(", ")
-            );
-        }
         for c in open {
+            tracing::debug!(partition = p.id.0, owner = %c.owner, "an open BASE transaction here after the restart");
             for (table, key) in c.locked {
                 let target = LockTarget::Point {
                     table,
