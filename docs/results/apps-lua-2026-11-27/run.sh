@@ -3,7 +3,7 @@
 # workloads under Salt, alternating, after the Lua path's costs were cut.
 # Release build; the default runtime (1 worker thread on this 2-core
 # machine); 32 clients, 10 s after 2 s of warm-up, --check on every run.
-D=$(cd "$(dirname "$0")" && pwd)
+D=${OUT:-$(cd "$(dirname "$0")" && pwd)}
 B=${BRINE:-/work/main/target/release/brine}
 A=/work/main/apps
 run() { # NAME ARGS...

@@ -40,6 +40,8 @@ pub struct Owned {
     /// pointer, seed 000 section 3.4.3). Stale entries (writer gone) are
     /// ignored and swept when the map grows.
     last_writer: HashMap<LockTarget, TxnId>,
+    /// The size at which `last_writer` is next swept.
+    sweep_at: usize,
 }
 
 impl Owned {
@@ -490,17 +492,22 @@ impl<R: Rules> Partition<R> {
 
     /// `owner` is now the last owner to write `target`. Sweeps the
     /// pointers of writers that no longer hold their row when the map
-    /// grows past a bound.
+    /// has doubled since the last sweep (and holds at least
+    /// `SWEEP_MIN`): the map stays about twice the rows written under
+    /// held locks, small and in cache, where a fixed bound let it grow
+    /// through every resize to the bound, each into fresh pages.
     fn note_last_writer(&mut self, target: &LockTarget, owner: TxnId) {
-        const SWEEP_AT: usize = 1 << 16;
-        let (last_writer, locks) = (&mut own(&mut self.rules).last_writer, &self.locks);
-        match last_writer.get_mut(target) {
+        const SWEEP_MIN: usize = 1 << 12;
+        let owned = own(&mut self.rules);
+        match owned.last_writer.get_mut(target) {
             Some(w) => *w = owner,
             None => {
-                if last_writer.len() >= SWEEP_AT {
-                    last_writer.retain(|t, w| locks.holds(*w, t));
+                if owned.last_writer.len() >= owned.sweep_at.max(SWEEP_MIN) {
+                    let locks = &self.locks;
+                    owned.last_writer.retain(|t, w| locks.holds(*w, t));
+                    owned.sweep_at = 2 * owned.last_writer.len();
                 }
-                last_writer.insert(target.clone(), owner);
+                owned.last_writer.insert(target.clone(), owner);
             }
         }
     }
