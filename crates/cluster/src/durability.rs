@@ -835,6 +835,13 @@ impl PartitionWal {
         self.prepared.contains_key(&txn)
     }
 
+    /// Whether `owner` (a BASE transaction, or a chopped Callas one) has
+    /// a context open here: a subtransaction of it committed here, and it
+    /// has not ended.
+    pub fn has_open_context(&self, owner: TxnId) -> bool {
+        self.base.open.contains_key(&owner)
+    }
+
     /// An abort; a prepared transaction's is logged (unforced).
     pub fn abort(&mut self, txn: TxnId) {
         self.base.decide(txn, false);

@@ -137,9 +137,15 @@ impl PartitionMsg {
                 ending: *ending,
                 reply: Reply::nobody(),
             },
-            PartitionMsg::Release { owner, stages, .. } => PartitionMsg::Release {
+            PartitionMsg::Release {
+                owner,
+                stages,
+                lasting,
+                ..
+            } => PartitionMsg::Release {
                 owner: *owner,
                 stages: stages.clone(),
+                lasting: *lasting,
                 reply: Reply::nobody(),
             },
             _ => return None,
@@ -253,6 +259,12 @@ pub enum PartitionMsg {
     Release {
         owner: TxnId,
         stages: Vec<ReleaseStage>,
+        /// Sent until a partition that restarted since has it (Salt's end
+        /// of an accepted BASE transaction: the restarted partition holds
+        /// its rows locked again until then, `SaltRules::started`). Any
+        /// other release to a process that died counts as delivered: its
+        /// locks died with it.
+        lasting: bool,
         reply: Reply<()>,
     },
     /// A message of the protocol's own for its rules here

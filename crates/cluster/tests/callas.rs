@@ -164,11 +164,13 @@ async fn a_chop_group_whose_chopping_has_an_sc_cycle_is_refused() {
     assert!(c.is_ok(), "{:?}", c.err());
 }
 
-/// With a log, `2pl` and `rp` groups run; a group that commits its pieces
-/// one by one (`chop`, `sc`) is refused with the reason (a crash between
-/// two pieces would need the rest rolled forward), not run without it.
+/// With a log, `2pl`, `rp` and `sc` groups run (a crash between two `sc`
+/// pieces is rolled forward at recovery); a `chop` group, which has no
+/// roll-forward, is refused with the reason, not run without it, and so is
+/// an `sc` group across processes (its roll-forward would need what every
+/// process logged).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_a_log_piecewise_groups_are_refused_and_the_others_run() {
+async fn with_a_log_chop_groups_are_refused_and_the_others_run() {
     let dir = tempfile::tempdir().expect("tmp");
     let durable = |grouping: &str| {
         let mut c = config(grouping, None, None);
@@ -179,20 +181,29 @@ async fn with_a_log_piecewise_groups_are_refused_and_the_others_run() {
         };
         c
     };
-    for refused in ["g1:chop=t1,t2;g2:2pl=t3", "g1:sc=sc_set,bump"] {
-        let e = Cluster::start(durable(refused), app(Gates::default()))
-            .err()
-            .unwrap_or_else(|| panic!("{refused}: refused"))
-            .to_string();
-        assert!(
-            e.contains("rolled forward") && e.contains("--durability none"),
-            "{e}"
-        );
-    }
-    for runs in ["g1:rp=order", "g1:2pl=t1,t2"] {
+    let refused = "g1:chop=t1,t2;g2:2pl=t3";
+    let e = Cluster::start(durable(refused), app(Gates::default()))
+        .err()
+        .unwrap_or_else(|| panic!("{refused}: refused"))
+        .to_string();
+    assert!(
+        e.contains("rolled forward") && e.contains("--durability none"),
+        "{e}"
+    );
+    for runs in ["g1:rp=order", "g1:2pl=t1,t2", "g1:sc=sc_set,bump"] {
         let c = Cluster::start(durable(runs), app(Gates::default()));
         assert!(c.is_ok(), "{runs}: {:?}", c.err());
     }
+    let config = durable("g1:sc=sc_set,bump");
+    let sc = brine_cluster::protocols::build("callas", &config, &["sc_set", "bump"]).expect("sc");
+    let across = sc
+        .check_deployment(true, true)
+        .expect_err("refused across processes");
+    assert!(
+        across.to_string().contains("in one process only"),
+        "{across}"
+    );
+    assert!(sc.check_deployment(true, false).is_ok());
 }
 
 // Classic transaction chopping (`sc`): the group's chopping cuts sc_set

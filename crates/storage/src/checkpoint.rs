@@ -9,7 +9,8 @@
 //!   u32 tables; per table: name (u32 len, utf-8) . columns u16 . rows u64 . row^rows
 //!   u32 in-doubt; per txn: txn . coordinator u32 . redo list
 //!   (format 2) u32 BASE contexts; per context: committed u8 . BaseContext payload
-//!   (format 3: each context with its locked rows)
+//!   (format 3: each context with its locked rows; format 4: and the rows
+//!   it read)
 //!   crc32c of everything above, u32
 //! ```
 //!
@@ -31,9 +32,9 @@ use crate::wal::writer::LogPosition;
 use crate::PartitionStore;
 
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"BRINECKP";
-/// Format 2 adds the Salt BASE contexts, format 3 their locked rows;
-/// format 1 and 2 files are still read.
-pub const CHECKPOINT_FORMAT: u32 = 3;
+/// Format 2 adds the Salt BASE contexts, format 3 their locked rows,
+/// format 4 the rows they read; formats 1 to 3 are still read.
+pub const CHECKPOINT_FORMAT: u32 = 4;
 
 pub fn checkpoint_path(dir: &Path, lsn: u64) -> PathBuf {
     dir.join(format!("{lsn:020}.ckpt"))
@@ -275,7 +276,8 @@ pub fn load_checkpoint(
             let n = d.u32("BASE contexts").map_err(e)? as usize;
             for _ in 0..n {
                 let committed = d.u8("committed").map_err(e)? != 0;
-                let c = decode_base_context_in(&mut d, Some(format >= 3)).map_err(e)?;
+                let lists = (format.saturating_sub(2)).min(2) as u8;
+                let c = decode_base_context_in(&mut d, Some(lists)).map_err(e)?;
                 if committed {
                     base.open.insert(c.owner, c);
                 } else {

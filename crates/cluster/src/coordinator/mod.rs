@@ -168,21 +168,32 @@ where
     T: Send + 'static,
     F: Fn(Reply<T>) -> PartitionMsg + Send,
 {
+    resend_until_acked(route, make, Some(DECISION_PATIENCE))
+}
+
+/// [`until_acked`] for as long as this process runs (`patience: None`):
+/// for what a participant must hear even after it restarts (Salt's end of
+/// a BASE transaction, which the restarted partition waits for holding
+/// the rows it locked again).
+pub(crate) fn resend_until_acked<T, F>(
+    route: PartRoute,
+    make: F,
+    patience: Option<Duration>,
+) -> impl Future<Output = Result<T>> + Send
+where
+    T: Send + 'static,
+    F: Fn(Reply<T>) -> PartitionMsg + Send,
+{
     let first = route.request(&make);
     async move {
         let start = crate::partition::now();
         let mut pause = Duration::from_millis(1);
         let mut last = first.await;
         loop {
+            let waited = crate::partition::now().saturating_duration_since(start);
             match last {
                 Ok(v) => return Ok(v),
-                Err(e)
-                    if route.dead()
-                        || crate::partition::now().saturating_duration_since(start)
-                            >= DECISION_PATIENCE =>
-                {
-                    return Err(e)
-                }
+                Err(e) if route.dead() || patience.is_some_and(|p| waited >= p) => return Err(e),
                 Err(_) => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(200));

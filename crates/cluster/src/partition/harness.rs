@@ -1,6 +1,7 @@
 //! A partition on its own, for the protocols' rule tests: its queue, the
 //! link its replies cross, and its catalog.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use brine_core::{Catalog, NodeId, PartitionId, Result, TxnId, Value};
@@ -8,6 +9,7 @@ use brine_lock::{LockClass, LockConfig};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Partition, PartitionCounters, PartitionParts, Rules};
+use crate::durability::{DurabilityConfig, DurabilityMode, WalSet};
 use crate::link::{Link, LinkConfig};
 use crate::message::{Executed, LockSpec, PartitionMsg, PartitionStatus, Reply, StmtExt, SubStmt};
 
@@ -36,22 +38,45 @@ pub struct Harness {
     pub link: Link,
     pub tx: mpsc::UnboundedSender<PartitionMsg>,
     pub catalog: Arc<Catalog>,
+    /// A durable partition's logs ([`Harness::durable_kv`]).
+    wal: Option<WalSet>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Harness {
     /// Partition 0 of a cluster whose schema is `ddl`, under `rules`.
     pub fn start<R: Rules>(ddl: &str, rules: R) -> Result<Harness> {
+        Harness::spawn(ddl, rules, None)
+    }
+
+    /// With `dir`: durable, its logs in `dir`, recovered from what a
+    /// previous partition left there.
+    fn spawn<R: Rules>(ddl: &str, rules: R, dir: Option<&Path>) -> Result<Harness> {
         let catalog = Arc::new(brine_sql::parse_schema(ddl)?);
+        let (wal, durable) = match dir {
+            Some(dir) => {
+                let config = DurabilityConfig {
+                    mode: DurabilityMode::Wal,
+                    data_dir: Some(dir.to_path_buf()),
+                    ..DurabilityConfig::default()
+                };
+                let (wal, mut stores) = WalSet::open(&config, 1, 1, &catalog, None)?;
+                let store = stores.first_mut().and_then(Option::take);
+                let durable = store.zip(wal.partition_wal(0));
+                (Some(wal), durable)
+            }
+            None => (None, None),
+        };
         let parts = PartitionParts {
             id: PartitionId(0),
             catalog: catalog.clone(),
             lock_config: LockConfig::default(),
             counters: Arc::new(PartitionCounters::default()),
-            wal: None,
+            wal: durable,
             record: false,
         };
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(Partition::new(parts, rules).run(rx));
+        let task = tokio::spawn(Partition::new(parts, rules).run(rx));
         let link = Link::new(
             LinkConfig {
                 delay_us: 0,
@@ -59,19 +84,46 @@ impl Harness {
             },
             1,
         );
-        Ok(Harness { link, tx, catalog })
+        Ok(Harness {
+            link,
+            tx,
+            catalog,
+            wal,
+            task,
+        })
     }
 
     /// Partition 0 of [`KV`] under `rules`, with rows `1..=rows` at 0.
     pub async fn kv<R: Rules>(rules: R, rows: i64) -> Result<Harness> {
-        let h = Harness::start(KV, rules)?;
-        let table = h.catalog.table_by_name("kv").expect("kv").id;
-        let rows = (1..=rows)
-            .map(|k| vec![Value::Int(k), Value::Int(0)])
-            .collect();
-        h.ask(|reply| PartitionMsg::Load { table, rows, reply })
-            .await?;
-        Ok(h)
+        Harness::start(KV, rules)?.load_kv(rows).await
+    }
+
+    /// [`Harness::kv`], durable: its logs in `dir`. A `dir` that holds a
+    /// previous partition's logs is recovered (load no rows then).
+    pub async fn durable_kv<R: Rules>(rules: R, rows: i64, dir: &Path) -> Result<Harness> {
+        Harness::spawn(KV, rules, Some(dir))?.load_kv(rows).await
+    }
+
+    async fn load_kv(self, rows: i64) -> Result<Harness> {
+        if rows > 0 {
+            let table = self.catalog.table_by_name("kv").expect("kv").id;
+            let rows = (1..=rows)
+                .map(|k| vec![Value::Int(k), Value::Int(0)])
+                .collect();
+            self.ask(|reply| PartitionMsg::Load { table, rows, reply })
+                .await?;
+        }
+        Ok(self)
+    }
+
+    /// A power cut: the logs stop where they are (what was acknowledged
+    /// is durable), and the partition is gone once this returns.
+    pub async fn crash(self) {
+        if let Some(wal) = &self.wal {
+            wal.crash();
+        }
+        drop(self.tx);
+        let _ = self.task.await;
     }
 
     /// Sends `sql` (binding `k` as `$1`) as a statement of `txn`, as `how`

@@ -25,6 +25,7 @@
 //!   behind release-order dependencies (used by Salt's and Callas' rules);
 //! - `rules.rs`: the rules interface and the engine's plain rules.
 
+mod contexts;
 mod ending;
 #[cfg(test)]
 pub(crate) mod harness;
@@ -32,6 +33,7 @@ mod owned;
 mod rules;
 mod statement;
 
+pub use contexts::Contexts;
 pub use owned::Owned;
 pub use rules::{Ending, Plain, Prepared, Rules};
 
@@ -439,6 +441,32 @@ impl<R: Rules> Partition<R> {
                         in_doubt.push(txn);
                         continue;
                     }
+                    // A BASE transaction a subtransaction of which
+                    // committed here keeps its locks (held under its id,
+                    // or forked to a committed subtransaction's): the
+                    // restarted coordinator rolls it forward under the
+                    // same owner (which must find it running here, not
+                    // released), or sends its end again. Its running
+                    // subtransactions, which wrote and did not commit,
+                    // are aborted.
+                    let owner = R::holder_owner(self, txn);
+                    if !self.store.has_writes(txn)
+                        && self.wal.as_ref().is_some_and(|w| w.has_open_context(owner))
+                    {
+                        if let Some(p) = self.parked.remove(&txn) {
+                            // Its statement that waited here: its
+                            // subtransaction is rolled back (as a
+                            // subtransaction, so the owner's locks stay).
+                            self.locks.cancel_waits(txn, &mut self.wakeups);
+                            let sub = p.stmt.txn;
+                            p.stmt
+                                .reply
+                                .send(Err(Error::Aborted(AbortCause::Unreachable)));
+                            self.forget_aborted(sub);
+                            self.end_txn(sub, Ending::Sub { owner: txn }, false);
+                        }
+                        continue;
+                    }
                     tracing::info!(partition = self.id.0, %txn, "aborting a transaction of a restarted coordinator");
                     self.forget_aborted(txn);
                     self.end_txn(txn, Ending::Release, false);
@@ -449,6 +477,7 @@ impl<R: Rules> Partition<R> {
                 owner,
                 stages,
                 reply,
+                ..
             } => {
                 R::release(self, owner, stages.into_iter(), reply);
                 self.process_wakeups();

@@ -14,7 +14,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use brine_core::{Access, LockNeed, LockTarget, TxnId};
+use brine_core::{Access, IndexId, Key, LockNeed, LockTarget, TableId, TxnId};
 use brine_lock::{LockClass, Mode, ReleaseOutcome};
 use smallvec::SmallVec;
 
@@ -60,41 +60,42 @@ impl Owned {
         self.forked.get(&holder).copied().unwrap_or(holder)
     }
 
-    /// Undoes [`adopt`](Self::adopt): `holder`'s locks are no longer
-    /// `owner`'s (the caller releases them). Whether they were.
-    pub fn disown(&mut self, owner: TxnId, holder: TxnId) -> bool {
-        if self.forked.get(&holder) != Some(&owner) {
-            return false;
-        }
-        self.forked.remove(&holder);
-        if let Some(f) = self.forks.get_mut(&owner) {
-            f.retain(|h| *h != holder);
-            if f.is_empty() {
-                self.forks.remove(&owner);
-            }
-        }
-        if let Some(l) = self.locks.get_mut(&owner) {
-            l.retain(|x| x.holder != holder);
-            if l.is_empty() {
-                self.locks.remove(&owner);
-            }
-        }
-        true
+    /// The rows, by primary key, that `owner`'s subtransaction `sub` read
+    /// and did not write, and keeps locked (Salt logs them with its
+    /// context, `BaseContext::read`).
+    pub fn rows_read(&self, owner: TxnId, sub: TxnId) -> Vec<(TableId, Key)> {
+        let Some(held) = self.locks.get(&owner) else {
+            return Vec::new();
+        };
+        held.iter()
+            .filter(|l| {
+                l.sub == sub
+                    && l.accesses[access_index(Access::Read)]
+                    && !l.accesses[access_index(Access::Write)]
+            })
+            .filter_map(|l| match &l.target {
+                LockTarget::Point { table, index, key } if *index == IndexId::PRIMARY => {
+                    Some((*table, key.clone()))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
-    /// `holder`'s write lock on `target` in the lock table is `owner`'s, as
-    /// a lock forked from it at the first release stage: Salt's rows of an
-    /// open BASE transaction locked again after a restart, under the id of
+    /// `holder`'s lock on `target` in the lock table (for `access`) is
+    /// `owner`'s, as a lock forked from it at the first release stage:
+    /// Salt's rows of an open BASE transaction locked again after a
+    /// restart (written or read), under the id of
     /// a subtransaction of its previous run. They go with the owner's
     /// first release stage, as the earliest of its locks (held to its end,
     /// they would wait behind the release-order dependencies its
     /// roll-forward takes on the rows, which may in turn wait for them).
-    pub fn adopt(&mut self, owner: TxnId, holder: TxnId, target: LockTarget) {
+    pub fn adopt(&mut self, owner: TxnId, holder: TxnId, target: LockTarget, access: Access) {
         if self.forked.insert(holder, owner).is_none() {
             self.forks.entry(owner).or_default().push(holder);
         }
         let mut accesses = [false; 3];
-        accesses[access_index(Access::Write)] = true;
+        accesses[access_index(access)] = true;
         self.locks.entry(owner).or_default().push(OwnedLock {
             target,
             holder,

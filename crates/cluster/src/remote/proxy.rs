@@ -327,12 +327,26 @@ async fn forward(
         PartitionMsg::Release {
             owner,
             stages,
+            lasting,
             reply,
         } => {
             let sent = client
                 .request(request(WireMsg::Release { owner, stages }))
                 .await;
-            answer_decision(sent, reply, "release", owner, &unreachable, |_| ());
+            match sent {
+                Ok(WireResponse::Ack) => reply.send(()),
+                // Not delivered until acknowledged, also where the process
+                // died: the reply is dropped, and the coordinator sends the
+                // release again until the partition's next incarnation has
+                // it.
+                Ok(other) if lasting => {
+                    tracing::debug!(%owner, "release not delivered yet: {}", unexpected(&other))
+                }
+                Err(e) if lasting => {
+                    tracing::debug!(%owner, "release not delivered yet: {}", unreachable(&e))
+                }
+                sent => answer_decision(sent, reply, "release", owner, &unreachable, |_| ()),
+            }
         }
         PartitionMsg::Load { table, rows, reply } => {
             let answer = match client.request(request(WireMsg::Load { table, rows })).await {
@@ -427,5 +441,47 @@ async fn follow_remote_gate(
             Ok(WireResponse::GateReady(Some(ready))) => notice.send(ready),
             _ => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::{Link, LinkConfig};
+    use crate::message::ReleaseStage;
+    use brine_core::NodeId;
+
+    /// A release to a process that is gone: answered at once (its locks
+    /// died with it), except the end of an accepted BASE transaction,
+    /// which goes unanswered so that the coordinator sends it again until
+    /// the partition's next incarnation has it.
+    #[tokio::test]
+    async fn an_accepted_end_is_not_delivered_to_a_dead_process() {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            l.local_addr().expect("its address")
+        };
+        // Nothing listens there now.
+        let config = brine_net::ClientConfig {
+            connect_attempts: 1,
+            ..Default::default()
+        };
+        let client = Arc::new(PeerClient::new(addr.to_string(), config).expect("a client"));
+        let protocol = crate::protocols::by_name("salt").expect("salt");
+        let link = Link::new(LinkConfig::default(), 0);
+        let mut answered = Vec::new();
+        for lasting in [false, true] {
+            let (reply, rx) = Reply::channel(&link, NodeId(1), NodeId(0));
+            let msg = PartitionMsg::Release {
+                owner: TxnId { ts: 7, id: 7 },
+                stages: vec![ReleaseStage::End],
+                lasting,
+                reply,
+            };
+            let seen = Arc::new(Incarnations::default());
+            forward(0, client.clone(), seen, protocol.clone(), msg).await;
+            answered.push(rx.await.is_ok());
+        }
+        assert_eq!(answered, [true, false]);
     }
 }

@@ -261,6 +261,7 @@ impl NodeService {
                     |reply| PartitionMsg::Release {
                         owner,
                         stages,
+                        lasting: false,
                         reply
                     },
                     |()| { WireResponse::Ack }

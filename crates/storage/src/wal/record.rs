@@ -162,6 +162,11 @@ pub struct BaseContext {
     /// transaction ends, and locked again after a restart until it does
     /// (an older log without them decodes with none).
     pub locked: Vec<(TableId, Key)>,
+    /// The rows it read here and did not write, by primary key: likewise
+    /// saline-locked (so no ACID transaction overwrites what the BASE
+    /// transaction's later steps rely on), and read-locked again after a
+    /// restart (a log from before 2026-11-27 has none).
+    pub read: Vec<(TableId, Key)>,
 }
 
 impl BaseContext {
@@ -172,6 +177,7 @@ impl BaseContext {
         }
         self.entries.extend(other.entries);
         self.locked.extend(other.locked);
+        self.read.extend(other.read);
     }
 }
 
@@ -200,25 +206,28 @@ pub fn encode_base_context(buf: &mut Vec<u8>, c: &BaseContext) {
             super::codec::put_values(buf, r);
         }
     }
-    put_u32(buf, c.locked.len() as u32);
-    for (table, key) in &c.locked {
-        put_u32(buf, table.0);
-        super::codec::put_values(buf, key.values());
+    for rows in [&c.locked, &c.read] {
+        put_u32(buf, rows.len() as u32);
+        for (table, key) in rows {
+            put_u32(buf, table.0);
+            super::codec::put_values(buf, key.values());
+        }
     }
 }
 
 /// Decodes a BaseContext payload that fills `d` (a log record's, or one
 /// sent alone), as written by [`encode_base_context`] or, without its
-/// locked rows, before 2026-11-27.
+/// locked rows or without the rows it read, before.
 pub fn decode_base_context(d: &mut Decoder<'_>) -> DecodeResult<BaseContext> {
     decode_base_context_in(d, None)
 }
 
 /// Decodes a BaseContext payload followed by more (a checkpoint's list):
-/// `with_locked` says whether it was written with its locked rows.
+/// `row_lists` says how many lists of rows it was written with (0: none;
+/// 1: its locked rows; 2: those and the rows it read).
 pub fn decode_base_context_in(
     d: &mut Decoder<'_>,
-    with_locked: Option<bool>,
+    row_lists: Option<u8>,
 ) -> DecodeResult<BaseContext> {
     let sub = d.txn()?;
     let owner = d.txn()?;
@@ -259,21 +268,26 @@ pub fn decode_base_context_in(
         });
     }
     // Written since 2026-11-27; a context logged before has none.
-    let mut locked = Vec::new();
-    if with_locked.unwrap_or(!d.is_empty()) {
+    let mut lists = [Vec::new(), Vec::new()];
+    for (i, rows) in lists.iter_mut().enumerate() {
+        if !row_lists.map_or(!d.is_empty(), |n| usize::from(n) > i) {
+            break;
+        }
         let n = d.u32("locked rows")? as usize;
-        locked.reserve(n.min(1 << 12));
+        rows.reserve(n.min(1 << 12));
         for _ in 0..n {
             let table = TableId(d.u32("table")?);
-            locked.push((table, d.key()?));
+            rows.push((table, d.key()?));
         }
     }
+    let [locked, read] = lists;
     Ok(BaseContext {
         sub,
         owner,
         intro,
         entries,
         locked,
+        read,
     })
 }
 
@@ -589,29 +603,50 @@ mod tests {
                 affected: 1,
             }],
             locked: vec![(TableId(2), Key::new([Value::Int(7), Value::str("x")]))],
+            read: vec![(TableId(1), Key::new([Value::Int(3)]))],
         };
         let mut buf = Vec::new();
         encode_base_context(&mut buf, &c);
         let back = decode_base_context(&mut Decoder::new(&buf)).unwrap();
         assert_eq!(back, c);
-        // Before, the payload ended after the entries.
+        // Earlier today, the payload ended after the locked rows.
+        let mut locked_only = Vec::new();
+        encode_base_context(
+            &mut locked_only,
+            &BaseContext {
+                read: vec![],
+                ..c.clone()
+            },
+        );
+        locked_only.truncate(locked_only.len() - 4);
+        let back = decode_base_context(&mut Decoder::new(&locked_only)).unwrap();
+        assert_eq!((&back.locked, &back.read), (&c.locked, &vec![]));
+        // Before that, after the entries.
         let mut old = Vec::new();
         encode_base_context(
             &mut old,
             &BaseContext {
                 locked: vec![],
+                read: vec![],
                 ..c.clone()
             },
         );
-        old.truncate(old.len() - 4);
+        old.truncate(old.len() - 8);
         let back = decode_base_context(&mut Decoder::new(&old)).unwrap();
         assert_eq!(back.locked, vec![], "a context from before has none");
         assert_eq!(back.entries, c.entries);
-        // In a list, what follows is not taken for locked rows.
+        // In a list, what follows is not taken for rows.
         old.push(0xff);
         let mut d = Decoder::new(&old);
-        let back = decode_base_context_in(&mut d, Some(false)).unwrap();
+        let back = decode_base_context_in(&mut d, Some(0)).unwrap();
         assert_eq!((back.locked.len(), d.is_empty()), (0, false));
+        locked_only.push(0xff);
+        let mut d = Decoder::new(&locked_only);
+        let back = decode_base_context_in(&mut d, Some(1)).unwrap();
+        assert_eq!(
+            (back.locked.len(), back.read.len(), d.is_empty()),
+            (1, 0, false)
+        );
     }
 
     #[test]

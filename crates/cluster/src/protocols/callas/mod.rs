@@ -230,7 +230,8 @@ impl CallasMsg {
 /// went rollback-safe; pieces that waited for a transaction they depend on
 /// to reach their rank (or commit), and for how long; commits that waited
 /// for a transaction they depend on to commit, and for how long; cycles of
-/// nexus release waits (a bug if ever counted). At the partitions: rank
+/// nexus release waits (a bug if ever counted); `sc` transactions rolled
+/// forward after a crash. At the partitions: rank
 /// waits held there (`CallasStmt::after_rank`), and for
 /// how long.
 const COUNTERS: &[Counter] = &[
@@ -253,6 +254,7 @@ const COUNTERS: &[Counter] = &[
     // `NexusBoard::wait_in_order`); one counted here is a bug, and fails
     // `brine bench --check`.
     counter("release_cycles", Kept::Coordinator, RELEASE_CYCLES, 1),
+    counter("rolled_forward", Kept::Coordinator, ROLLED_FORWARD, 1),
     counter("rank_holds", Kept::Partition, RANK_HOLDS, 1),
     counter("rank_hold_us_total", Kept::Partition, RANK_HOLD_NS, 1000),
 ];
@@ -262,6 +264,7 @@ const RANK_WAIT_NS: usize = 2;
 const COMMIT_WAITS: usize = 3;
 const COMMIT_WAIT_NS: usize = 4;
 const RELEASE_CYCLES: usize = 5;
+const ROLLED_FORWARD: usize = 6;
 const RANK_HOLDS: usize = 0;
 const RANK_HOLD_NS: usize = 1;
 
@@ -323,17 +326,31 @@ impl Protocol for Callas {
         })))
     }
 
-    fn check_deployment(&self, _multi_process: bool, durable: bool) -> Result<()> {
-        let chopped = self
-            .grouping
-            .groups
-            .iter()
-            .find(|g| matches!(g.mechanism, Mechanism::Chop | Mechanism::Sc));
-        if let (true, Some(g)) = (durable, chopped) {
+    /// With a log, `sc` transactions a crash cut between two pieces are
+    /// rolled forward at recovery, in one process; across processes that
+    /// would need the contexts of every process (as Salt gathers them),
+    /// and `chop` has no roll-forward: both are refused.
+    fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
+        if !durable {
+            return Ok(());
+        }
+        for g in &self.grouping.groups {
+            let why = match g.mechanism {
+                Mechanism::Chop => {
+                    "a crash between two of its pieces would leave the rest to be rolled forward \
+                     at recovery, which `chop` does not do; run it as `sc` (rolled forward in one \
+                     process), `rp` or `2pl`, or with --durability none"
+                }
+                Mechanism::Sc if multi_process => {
+                    "a crash between two of its pieces is rolled forward at recovery in one \
+                     process only (across processes the roll-forward would need what every \
+                     process logged of it); run it as `rp` or `2pl` across processes, or with \
+                     --durability none"
+                }
+                _ => continue,
+            };
             return Err(Error::Config(format!(
-                "Callas group `{}` ({}) commits its pieces one by one: with durability `wal` a crash \
-                 between two pieces would leave the rest to be rolled forward at recovery, which is \
-                 not built yet; run it as `rp` or `2pl`, or with --durability none",
+                "Callas group `{}` ({}) commits its pieces one by one with durability `wal`: {why}",
                 g.name, g.mechanism
             )));
         }
@@ -345,6 +362,20 @@ impl Protocol for Callas {
             Some(group) => Box::pin(run::run_grouped(self, call, group)),
             None => Box::pin(run_acid(call)),
         }
+    }
+
+    /// `sc` transactions a crash cut between two pieces are rolled
+    /// forward (`run::roll_forward`).
+    fn recover<'a>(
+        &'a self,
+        shared: &'a Arc<crate::coordinator::Shared>,
+        node: brine_core::NodeId,
+        procedures: &'a HashMap<String, Arc<crate::procedure::PreparedProc>>,
+        unfinished: Vec<brine_storage::wal::record::BaseContext>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(run::roll_forward(
+            self, shared, node, procedures, unfinished,
+        ))
     }
 
     fn counters(&self) -> &'static [Counter] {

@@ -17,11 +17,13 @@ use smallvec::SmallVec;
 
 use brine_core::{AbortCause, Access, Error, LockNeed, Result, TxnId};
 use brine_lock::LockClass;
+use brine_sql::QueryResult;
+use brine_storage::wal::record::BaseContext;
 
 use super::nexus_uses::{ColUse, NexusUses};
 use super::{CallasMsg, CallasStmt};
 
-use crate::partition::{now, Ending, Owned, Partition, Prepared, Rules, Stmt};
+use crate::partition::{now, Contexts, Ending, Owned, Partition, Prepared, Rules, Stmt};
 
 /// Callas' state at one partition.
 pub struct CallasRules {
@@ -55,6 +57,10 @@ pub struct CallasRules {
     /// be run next.
     held: Vec<(Stmt, Instant)>,
     ready: VecDeque<Stmt>,
+    /// With a log: what each running piece of an `sc` transaction ran
+    /// here, logged when it commits or prepares, so recovery can roll
+    /// the transaction forward (`sc.rs`, "After a crash").
+    contexts: Contexts,
 }
 
 /// A Runtime Pipelining transaction's pieces at one partition: the one
@@ -100,6 +106,7 @@ impl CallasRules {
             pieces: HashMap::default(),
             held: Vec::new(),
             ready: VecDeque::new(),
+            contexts: Contexts::default(),
         }
     }
 
@@ -348,12 +355,26 @@ impl Rules for CallasRules {
                 .any(|(u, ds)| ds.contains(&txn) && p.store.has_writes(*u))
     }
 
+    fn finishing(p: &mut Partition<Self>, stmt: &Stmt, result: &Result<QueryResult>) {
+        // Only pieces of chopped transactions run as subtransactions.
+        if let (Some(_), Some(_), Ok(r)) = (&p.wal, stmt.sub, result) {
+            p.rules.contexts.note(stmt, r);
+        }
+    }
+
     fn prepare(p: &mut Partition<Self>, txn: TxnId) -> Prepared {
         if p.rules.cascaded.remove(&txn) {
+            p.rules.contexts.take(txn);
             Prepared::Refuse
         } else {
-            Prepared::Go { context: None }
+            Prepared::Go {
+                context: p.rules.contexts.take(txn),
+            }
         }
+    }
+
+    fn commit_context(p: &mut Partition<Self>, txn: TxnId) -> Option<BaseContext> {
+        p.rules.contexts.take(txn)
     }
 
     fn committed(p: &mut Partition<Self>, txn: TxnId) {
@@ -408,6 +429,7 @@ impl Rules for CallasRules {
 
     fn aborted(p: &mut Partition<Self>, txn: TxnId) {
         p.rules.cascaded.remove(&txn);
+        p.rules.contexts.take(txn);
     }
 
     /// Fails the statement `owner` has held here, if any (it ended).
@@ -427,6 +449,11 @@ impl Rules for CallasRules {
     /// keeps nothing (nothing to wait for), or aborts, lets them go now.
     fn end_locks(p: &mut Partition<Self>, txn: TxnId, ending: Ending, commit: bool) {
         let owner = ending.owner(txn);
+        if let (Some(wal), false) = (&mut p.wal, matches!(ending, Ending::Sub { .. })) {
+            // The transaction ended (its coordinator logged the end of a
+            // chopped one first): what its pieces logged here is closed.
+            wal.context_end(owner);
+        }
         let Some(&g) = p.rules.groups.get(&owner) else {
             // The default group: strict two-phase locking.
             if ending == Ending::Release {

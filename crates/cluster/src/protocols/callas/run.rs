@@ -4,12 +4,32 @@
 use super::prelude::*;
 use super::GroupedStatements;
 
+/// A chopped (`sc`) transaction rolled forward after a crash: its first
+/// attempt runs under its owner id as it was, with the logged results of
+/// its committed pieces, from statement position `seq` on.
+pub(super) struct Resume {
+    pub owner: TxnId,
+    pub run: Box<super::sc::ScRun>,
+    pub seq: u32,
+}
+
 /// Runs a procedure of group `group` to completion: attempts, retries,
 /// commit; then, in the background, the nexus release in order.
 pub(super) async fn run_grouped(
     callas: &Callas,
     call: crate::protocol::Call<'_>,
+    group: (u32, Mechanism),
+) -> Result<CallOutcome> {
+    run_resumed(callas, call, group, None).await
+}
+
+/// [`run_grouped`], its first attempt resuming a rolled-forward
+/// transaction when `resume` says so.
+pub(super) async fn run_resumed(
+    callas: &Callas,
+    call: crate::protocol::Call<'_>,
     (group, mechanism): (u32, Mechanism),
+    mut resume: Option<Resume>,
 ) -> Result<CallOutcome> {
     let crate::protocol::Call {
         shared,
@@ -21,9 +41,18 @@ pub(super) async fn run_grouped(
     } = call;
     let mut tries = Retries::new(shared);
     let mut cascaded = false;
+    // `sc` with a log: each piece's partitions log what it ran, and the
+    // transaction's end is logged before they forget it, so a crash
+    // between two pieces leaves it to be rolled forward at recovery.
+    let durable = shared.wal.is_some() && mechanism == Mechanism::Sc;
+    let intro: crate::message::Intro = durable.then(|| Arc::new((proc.name.clone(), args.clone())));
     loop {
         tries.begin();
-        let txn = tries.new_txn();
+        let resumed = resume.take();
+        let txn = match &resumed {
+            Some(r) => r.owner,
+            None => tries.new_txn(),
+        };
         let progress = callas.board.register(txn);
         // A transaction a cascade rolled back runs its retry in the
         // default group, under ACID locks: it reads no uncommitted state,
@@ -42,7 +71,7 @@ pub(super) async fn run_grouped(
             mechanism,
             after: SmallVec::new(),
             deps: SmallVec::new(),
-            seq: 0,
+            seq: resumed.as_ref().map_or(0, |r| r.seq),
             safe: pieces
                 .as_ref()
                 .and_then(|p| p.mode.as_ref())
@@ -53,7 +82,14 @@ pub(super) async fn run_grouped(
             piece_ended: false,
             rank_hold: None,
             progress: progress.clone(),
-            sc: (mechanism == Mechanism::Sc).then(Box::default),
+            sc: match resumed {
+                Some(r) => Some(r.run),
+                None => (mechanism == Mechanism::Sc).then(|| {
+                    let mut run = Box::<super::sc::ScRun>::default();
+                    run.intro = intro.clone();
+                    run
+                }),
+            },
             board: callas.board.clone(),
         }));
         let state = Arc::new(Mutex::new(st));
@@ -99,6 +135,15 @@ pub(super) async fn run_grouped(
             (waits, !c.after.is_empty())
         };
         let ending = if waits { Ending::Keep } else { Ending::Release };
+        if let (true, Some(wal)) = (durable, &shared.wal) {
+            // Committed or not, this attempt is over: its pieces' contexts
+            // are closed before its partitions hear so (and before a retry
+            // starts). A log that is down leaves it to recovery.
+            if let Err(e) = wal.log_context_end(node, txn).await {
+                tries.failed(&e);
+                return Err(e);
+            }
+        }
         let outcome = match (body_result, doomed) {
             // Runtime Pipelining: a transaction that saw another's
             // uncommitted state asks for votes (a participant that
@@ -276,6 +321,7 @@ async fn release_in_order(
         let release = move |reply| PartitionMsg::Release {
             owner: txn,
             stages: vec![crate::message::ReleaseStage::End],
+            lasting: false,
             reply,
         };
         crate::coordinator::until_acked(shared.route(node, p), release)
@@ -350,4 +396,74 @@ pub(super) async fn exec(
     }
     ctx.doom_on_abort(&result);
     result
+}
+
+/// After a crash: the `sc` transactions whose first piece committed and
+/// whose end was not logged are rolled forward, each under its owner id,
+/// its body run again with the logged results of its committed pieces'
+/// statements replayed and the rest run live (`sc.rs`). Runs before the
+/// cluster takes new work.
+pub(super) async fn roll_forward(
+    callas: &Callas,
+    shared: &Arc<Shared>,
+    node: NodeId,
+    procedures: &HashMap<String, Arc<crate::procedure::PreparedProc>>,
+    unfinished: Vec<brine_storage::wal::record::BaseContext>,
+) {
+    let mut runs = Vec::new();
+    for c in unfinished {
+        let owner = c.owner;
+        let Some((name, args)) = c.intro.clone() else {
+            tracing::error!(%owner, "a chopped transaction's context without its procedure: cannot roll forward");
+            continue;
+        };
+        let (Some(proc), Some(group @ (_, Mechanism::Sc))) = (
+            procedures.get(&name).cloned(),
+            callas.grouping.group_of(&name),
+        ) else {
+            tracing::error!(%owner, "`{name}` is not a procedure of an `sc` group: cannot roll it forward");
+            continue;
+        };
+        let mut by_seq: std::collections::BTreeMap<u32, Vec<brine_sql::QueryResult>> =
+            Default::default();
+        for e in c.entries {
+            by_seq
+                .entry(e.seq)
+                .or_default()
+                .push(brine_sql::QueryResult {
+                    columns: e.columns.into(),
+                    rows: e.rows,
+                    affected: e.affected,
+                });
+        }
+        tracing::info!(%owner, "rolling forward {name}({args:?}) from {} logged statement result(s)", by_seq.len());
+        let seq = by_seq.keys().next_back().map_or(0, |s| s + 1);
+        let intro = Some(Arc::new((name, args.clone())));
+        let run = Box::new(super::sc::ScRun::recovered(
+            intro,
+            by_seq.into_values().collect(),
+        ));
+        runs.push((proc, args, group, Resume { owner, run, seq }));
+    }
+    let runs = runs
+        .into_iter()
+        .map(|(proc, args, group, resume)| async move {
+            let owner = resume.owner;
+            let call = crate::protocol::Call {
+                shared,
+                node,
+                proc: &proc,
+                args,
+                on_accept: None,
+                session: None,
+            };
+            shared.counters.protocol.add(super::ROLLED_FORWARD, 1);
+            match run_resumed(callas, call, group, Some(resume)).await {
+                Ok(_) => tracing::info!(%owner, "chopped transaction rolled forward"),
+                Err(e) => {
+                    tracing::warn!(%owner, "chopped transaction rolled forward, ending with: {e}")
+                }
+            }
+        });
+    futures::future::join_all(runs).await;
 }

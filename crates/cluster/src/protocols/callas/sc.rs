@@ -37,7 +37,16 @@
 //! one's lock, ran again and died again, kept a call stuck (TPC-C under
 //! `sc` groups). A transaction whose committed pieces only read is not
 //! protected: it is aborted whole, which also lets go of its nexus locks.
+//!
+//! After a crash (with the log, in one process): each piece's partitions
+//! logged its statements' results with its commit (the first piece's
+//! statements carry the call), and an attempt's end is logged at its
+//! coordinator before its partitions close what it logged. Recovery runs
+//! the transactions that logged pieces but no end again under their owner
+//! id (`run::roll_forward`): their committed pieces' statements are
+//! answered from the log ([`ScRun::recovered`]), the rest run live.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use brine_core::{AbortCause, Error, NodeId, Result, TxnId, Value};
@@ -48,7 +57,7 @@ use smallvec::SmallVec;
 use super::state::state_mut;
 use super::CallasStmt;
 use crate::coordinator::{abort_at, commit_at, ProcCtx, Retries, Sent, Shared, TxnState};
-use crate::message::{PartitionMsg, SubStmt};
+use crate::message::{Intro, PartitionMsg, SubStmt};
 use crate::partition::Ending;
 
 /// An `sc` transaction's pieces at its coordinator.
@@ -78,9 +87,44 @@ pub struct ScRun {
     protected: bool,
     /// Partitions of the committed pieces (where the nexus locks are).
     held_at: SmallVec<[usize; 4]>,
+    /// With a log: the procedure and its arguments, sent with the
+    /// statements of the first piece (its partitions log it with the
+    /// piece's context, so recovery knows what to roll forward).
+    pub(super) intro: Intro,
+    /// A roll-forward's logged results of one statement from several
+    /// partitions (by position in `results`), merged when the statement's
+    /// plan is at hand (its first replay).
+    parts: HashMap<usize, Vec<QueryResult>>,
 }
 
+/// A result in [`ScRun::results`] that a roll-forward took from the log:
+/// its piece is not known (the statement's replay sets it).
+const RECOVERED: u32 = u32::MAX;
+
 impl ScRun {
+    /// The run of a transaction rolled forward after a crash: `results`,
+    /// each statement's logged parts (one per partition it ran at) in
+    /// statement order, are its committed pieces' results. It cannot roll
+    /// back any more (its pieces may have written).
+    pub(super) fn recovered(intro: Intro, results: Vec<Vec<QueryResult>>) -> ScRun {
+        let mut run = ScRun {
+            intro,
+            protected: true,
+            ..ScRun::default()
+        };
+        for parts in results {
+            let Some(first) = parts.first().cloned() else {
+                continue;
+            };
+            if parts.len() > 1 {
+                run.parts.insert(run.results.len(), parts);
+            }
+            run.results.push((RECOVERED, Ok(first)));
+        }
+        run.committed = run.results.len();
+        run
+    }
+
     /// A piece that ran at `parts` committed. Returns the partitions to
     /// protect the transaction at: every one it holds locks at, when this
     /// is the first committed piece that wrote.
@@ -144,7 +188,14 @@ pub(super) async fn exec(
         let cur = c.piece.map(|(p, _)| p);
         let run = c.sc.as_mut().expect("sc state");
         if run.cursor < run.committed {
-            let (was, result) = &run.results[run.cursor];
+            let at = run.cursor;
+            if run.results[at].0 == RECOVERED {
+                if let Some(parts) = run.parts.remove(&at) {
+                    run.results[at].1 = plan.merge(parts);
+                }
+                run.results[at].0 = k;
+            }
+            let (was, result) = &run.results[at];
             if *was != k {
                 return Err(Error::Internal(format!(
                     "statement `{statement}` (piece {}) runs where the body's earlier run had a \
@@ -179,7 +230,7 @@ pub(super) async fn exec(
             shared.send(ctx.node, p, PartitionMsg::Protect { owner });
         }
     }
-    let (sub, base, lock_class) = {
+    let (sub, base, lock_class, intro) = {
         let mut st = ctx.state.lock();
         let mark = rec_len(&st);
         let lock_class = st.lock_class;
@@ -209,9 +260,15 @@ pub(super) async fn exec(
             }
         };
         run.open_writes |= plan.kind() != StatementKind::Select;
-        (sub, base, lock_class)
+        // Until a piece committed, the call goes with each statement.
+        let intro = if run.committed == 0 {
+            run.intro.clone()
+        } else {
+            None
+        };
+        (sub, base, lock_class, intro)
     };
-    let result = run_in_piece(ctx, sub, base, plan, args, lock_class).await;
+    let result = run_in_piece(ctx, sub, (base, intro), plan, args, lock_class).await;
     let mut st = ctx.state.lock();
     if let Err(Error::Aborted(cause)) = &result {
         st.doomed = Some(*cause);
@@ -227,7 +284,7 @@ pub(super) async fn exec(
 async fn run_in_piece(
     ctx: &ProcCtx,
     sub: TxnId,
-    base: SubStmt,
+    (base, intro): (SubStmt, Intro),
     plan: Arc<Plan>,
     args: Vec<Value>,
     lock_class: Option<brine_lock::LockClass>,
@@ -241,7 +298,7 @@ async fn run_in_piece(
     };
     let how = Sent {
         sub: Some(base),
-        call: None,
+        call: intro,
         ext: (words != CallasStmt::default()).then(|| Arc::new(words) as _),
     };
     let targets = ctx.shared.targets(&plan, &params);

@@ -752,7 +752,7 @@ pub(super) async fn run_base(
                 on_accept = b.on_accept.take();
                 b.release_at_once(ReleaseStage::End)
             };
-            release(shared.clone(), node, owner, rounds).await;
+            release(shared.clone(), node, owner, rounds, false).await;
             tries.victim(cause, owner.id).await?;
             continue;
         }
@@ -805,14 +805,14 @@ pub(super) async fn run_base(
         if !accepted {
             // Nothing committed: the BASE transaction aborted before
             // acceptance (or did nothing).
-            release(shared.clone(), node, owner, rounds).await;
+            release(shared.clone(), node, owner, rounds, false).await;
             if let Some(e) = first_error {
                 shared.counters.user_aborts.fetch_add(1, Ordering::Relaxed);
                 return Err(e);
             }
         } else {
             shared.counters.protocol.add(super::ACCEPTED, 1);
-            tokio::spawn(release(shared.clone(), node, owner, rounds));
+            tokio::spawn(release(shared.clone(), node, owner, rounds, true));
         }
         return match body_result {
             Ok(values) => {

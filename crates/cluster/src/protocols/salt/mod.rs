@@ -139,7 +139,7 @@ impl Salt {
                 // whose locks then stay as the transaction's (saline, to
                 // its end): its end goes everywhere.
                 tracing::info!(%owner, "Salt: not accepted after all (no subtransaction committed)");
-                release::end_everywhere(shared.clone(), node, owner).await;
+                release::end_everywhere(shared.clone(), node, owner, false).await;
             }
             let gather::Gathered {
                 contexts,
@@ -341,7 +341,7 @@ impl Protocol for Salt {
                 let gather::Gathered { contexts, ops, .. } = gathered;
                 let (done, unfinished): (Vec<_>, Vec<_>) = contexts.into_iter().partition(ended);
                 for c in done {
-                    tokio::spawn(release::end_everywhere(shared.clone(), node, c.owner));
+                    tokio::spawn(release::end_everywhere(shared.clone(), node, c.owner, true));
                 }
                 if !unfinished.is_empty() {
                     tracing::info!(
@@ -360,7 +360,7 @@ impl Protocol for Salt {
     }
 
     fn spawn_partition(&self, parts: PartitionParts, rx: mpsc::UnboundedReceiver<PartitionMsg>) {
-        let rules = SaltRules::new(self.options.release_order).relocking_for(self.home);
+        let rules = SaltRules::new(self.options.release_order);
         tokio::spawn(Partition::new(parts, rules).run(rx));
     }
 

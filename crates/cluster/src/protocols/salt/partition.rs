@@ -9,20 +9,20 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use brine_check::Op;
-use brine_core::{Access, IndexId, LockTarget, Result, TxnId};
+use brine_core::{Access, IndexId, Key, LockTarget, Result, TableId, TxnId};
 use brine_lock::{Acquire, LockClass, Mode};
 use brine_sql::QueryResult;
-use brine_storage::wal::record::{BaseContext, BaseEntry};
+use brine_storage::wal::record::BaseContext;
 
 use crate::message::Reply;
-use crate::partition::{Ending, Owned, Partition, Prepared, Rules, Stmt};
+use crate::partition::{Contexts, Ending, Owned, Partition, Prepared, Rules, Stmt};
 
 /// Salt's state at one partition.
 pub struct SaltRules {
     owned: Owned,
     /// With a log: what each running alkaline subtransaction ran here,
     /// logged when it commits or prepares.
-    contexts: HashMap<TxnId, BaseContext>,
+    contexts: Contexts,
     /// BASE transactions being rolled forward after their coordinator gave
     /// them up in doubt: statements of their subtransactions with ids below
     /// the fence are refused (see `gather::OpenContexts`).
@@ -39,34 +39,20 @@ pub struct SaltRules {
     /// commit resent after a loss, or a late duplicate) leaves the locks
     /// alkaline while it runs (`end_locks`).
     live: HashMap<TxnId, TxnId>,
-    /// Across processes, the node of this partition's process: at a
-    /// restart the rows of BASE transactions other nodes coordinate are
-    /// locked again for [`RELOCK_PATIENCE`] only (`started`).
-    home: Option<brine_core::NodeId>,
-    /// Those locks: when they lapse, whose they are, and their holder.
-    lapsing: Vec<(std::time::Instant, TxnId, TxnId)>,
 }
 
-/// How long a restarted partition keeps the rows of another node's open
-/// BASE transaction locked again, waiting for its end. That end may never
-/// come: the transaction may have ended while this partition was down
-/// (its end reached the process that died). Past this the rows are let go
-/// and an ACID transaction may read the transaction's intermediate state
-/// here, as before rows were locked again; its coordinator, if it still
-/// runs it, rolls it forward once it meets this partition's new
-/// incarnation.
-pub const RELOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// The context of subtransaction `txn` to log with its commit or prepare,
-/// with the rows it wrote here.
+/// with the rows it wrote here and those it read (by primary key) and
+/// keeps locked.
 fn logged_context(p: &mut Partition<SaltRules>, txn: TxnId) -> Option<BaseContext> {
-    let mut c = p.rules.contexts.remove(&txn)?;
+    let mut c = p.rules.contexts.take(txn)?;
     c.locked = p
         .store
         .write_set(txn)
         .into_iter()
         .map(|(table, key, _)| (table, key))
         .collect();
+    c.read = p.rules.owned.rows_read(c.owner, txn);
     Some(c)
 }
 
@@ -87,9 +73,8 @@ pub(super) fn fence(p: &mut Partition<SaltRules>, owner: TxnId, fence: u64) -> V
     let mut subs: Vec<TxnId> = p
         .rules
         .contexts
-        .iter()
-        .filter(|(sub, c)| c.owner == owner && sub.id < fence)
-        .map(|(sub, _)| *sub)
+        .subs_of(owner)
+        .filter(|sub| sub.id < fence)
         .collect();
     if let Some(parked) = p.parked.get(&owner) {
         let sub = parked.stmt.txn;
@@ -110,26 +95,12 @@ impl SaltRules {
     pub fn new(release_order: bool) -> SaltRules {
         SaltRules {
             owned: Owned::new(release_order),
-            contexts: HashMap::default(),
+            contexts: Contexts::default(),
             fences: HashMap::default(),
             running_ops: HashMap::default(),
             committed_ops: HashMap::default(),
             live: HashMap::default(),
-            home: None,
-            lapsing: Vec::new(),
         }
-    }
-
-    /// Across processes (`home`: this process's node), a restart locks
-    /// the rows of BASE transactions this node coordinates again until
-    /// their end: its own restart settles each of those (ended, its end is
-    /// sent again; unfinished, it is rolled forward and ended). Those of
-    /// another node's for [`RELOCK_PATIENCE`] at most: one may have ended
-    /// while this partition was down, and its end, delivered to the
-    /// process that died, would never come again.
-    pub fn relocking_for(mut self, home: Option<brine_core::NodeId>) -> SaltRules {
-        self.home = home;
-        self
     }
 }
 
@@ -198,29 +169,9 @@ impl Rules for SaltRules {
                 op
             }));
         }
-        let (Some(s), Some(_), Ok(r)) = (stmt.sub, &p.wal, result) else {
-            return;
-        };
-        let c = p
-            .rules
-            .contexts
-            .entry(stmt.txn)
-            .or_insert_with(|| BaseContext {
-                sub: stmt.txn,
-                owner: s.owner,
-                intro: None,
-                entries: Vec::new(),
-                locked: Vec::new(),
-            });
-        if let Some(call) = &stmt.call {
-            c.intro = Some((call.0.clone(), call.1.clone()));
+        if let (Some(_), Ok(r)) = (&p.wal, result) {
+            p.rules.contexts.note(stmt, r);
         }
-        c.entries.push(BaseEntry {
-            seq: s.seq,
-            columns: r.columns.to_vec(),
-            rows: r.rows.clone(),
-            affected: r.affected,
-        });
     }
 
     fn prepare(p: &mut Partition<Self>, txn: TxnId) -> Prepared {
@@ -238,74 +189,60 @@ impl Rules for SaltRules {
     /// owners, before anything else runs: their locks died with the
     /// process, and without them an ACID transaction could read a BASE
     /// transaction's intermediate state until its roll-forward (or its
-    /// end, resent until this partition acknowledges it) comes.
-    /// Lets go of the rows of another node's BASE transaction locked again
-    /// at the restart once [`RELOCK_PATIENCE`] passed without its end.
-    fn tick(p: &mut Partition<Self>) {
-        let now = crate::partition::now();
-        if p.rules.lapsing.first().is_none_or(|l| l.0 > now) {
-            return;
-        }
-        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut p.rules.lapsing)
-            .into_iter()
-            .partition(|l| l.0 <= now);
-        p.rules.lapsing = rest;
-        for (_, owner, holder) in due {
-            if p.rules.owned.disown(owner, holder) {
-                tracing::warn!(
-                    partition = p.id.0,
-                    %owner,
-                    "rows of a BASE transaction of another node, locked again after the \
-                     restart, let go: no end came within {RELOCK_PATIENCE:?}"
-                );
-                let _ = p.locks.release_all(holder, &mut p.wakeups);
-            }
-        }
-        p.process_wakeups();
-    }
-
+    /// end) comes. They stay locked until then: the coordinator sends an
+    /// accepted transaction's end until this incarnation acknowledges it
+    /// (`Release::lasting`), and a coordinator that restarted sends it
+    /// again, or rolls the transaction forward, once it has gathered its
+    /// contexts.
     fn started(p: &mut Partition<Self>) {
         let Some(wal) = &p.wal else {
             return;
         };
         let now = crate::partition::now();
         let mut relocked = 0;
-        let home = p.rules.home;
         let open = wal.open_contexts(|_| true);
-        for c in open {
+        // A row an owner also wrote here is locked for the write.
+        let written: std::collections::HashSet<(TxnId, &TableId, &Key)> = open
+            .iter()
+            .flat_map(|c| c.locked.iter().map(move |(t, k)| (c.owner, t, k)))
+            .collect();
+        let mut again = Vec::new();
+        for c in &open {
             tracing::debug!(partition = p.id.0, owner = %c.owner, "an open BASE transaction here after the restart");
-            for (table, key) in c.locked {
+            let writes = c.locked.iter().map(|row| (row, Access::Write));
+            let reads = c
+                .read
+                .iter()
+                .filter(|(t, k)| !written.contains(&(c.owner, t, k)))
+                .map(|row| (row, Access::Read));
+            for ((table, key), access) in writes.chain(reads) {
                 let target = LockTarget::Point {
-                    table,
+                    table: *table,
                     index: IndexId::PRIMARY,
-                    key,
+                    key: key.clone(),
                 };
-                let mode = Mode {
-                    class: LockClass::Saline,
-                    access: Access::Write,
-                };
-                // Held under the id of a subtransaction of its previous
-                // run, as a lock forked from the owner (`Owned::adopt`):
-                // its release stages leave it, its end releases it, and
-                // its own statements pass it.
-                match p.locks.acquire(c.sub, &target, mode, now, &mut p.wakeups) {
-                    Ok(Acquire::Granted { .. }) => {
-                        p.rules.owned.adopt(c.owner, c.sub, target);
-                        relocked += 1;
-                        if home.is_some_and(|n| super::gather::home_of(c.owner) != n)
-                            && !p.rules.lapsing.iter().any(|l| l.2 == c.sub)
-                        {
-                            p.rules
-                                .lapsing
-                                .push((now + RELOCK_PATIENCE, c.owner, c.sub));
-                        }
-                    }
-                    other => tracing::error!(
-                        partition = p.id.0,
-                        owner = %c.owner,
-                        "cannot lock a row of an open BASE transaction again: {other:?}"
-                    ),
+                again.push((c.owner, c.sub, target, access));
+            }
+        }
+        for (owner, sub, target, access) in again {
+            let mode = Mode {
+                class: LockClass::Saline,
+                access,
+            };
+            // Held under the id of a subtransaction of its previous run, as
+            // a lock forked from the owner (`Owned::adopt`): its release
+            // stages leave it, its end releases it, and its own statements
+            // pass it.
+            match p.locks.acquire(sub, &target, mode, now, &mut p.wakeups) {
+                Ok(Acquire::Granted { .. }) => {
+                    p.rules.owned.adopt(owner, sub, target, access);
+                    relocked += 1;
                 }
+                other => tracing::error!(
+                    partition = p.id.0,
+                    %owner,
+                    "cannot lock a row of an open BASE transaction again: {other:?}"
+                ),
             }
         }
         if relocked > 0 {
@@ -319,7 +256,7 @@ impl Rules for SaltRules {
     }
 
     fn aborted(p: &mut Partition<Self>, txn: TxnId) {
-        p.rules.contexts.remove(&txn);
+        p.rules.contexts.take(txn);
         p.rules.running_ops.remove(&txn);
         p.rules.live.retain(|_, live| *live != txn);
     }
@@ -457,6 +394,68 @@ mod tests {
         .await;
         let read = waiting.await.expect("answered")?;
         assert_eq!(value(read), Some(Value::Int(0)), "no dirty read");
+        Ok(())
+    }
+
+    /// After a restart, the rows an open BASE transaction read at a
+    /// partition (and did not write) are locked again, saline, like those
+    /// it wrote: an ACID transaction's write of either waits for the BASE
+    /// transaction's end (before, the read rows were open to it, and the
+    /// BASE transaction's next steps relied on a value overwritten).
+    #[tokio::test]
+    async fn rows_an_open_base_transaction_read_stay_locked_after_a_restart() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| brine_core::Error::Storage(e.to_string()))?;
+        let h = Harness::durable_kv(SaltRules::new(true), 3, dir.path()).await?;
+        let (owner, sub) = (txn(10), txn(11));
+        let get = "SELECT v FROM kv WHERE k = $1";
+        execute(&h, owner, sub, 0, get, 1)
+            .await
+            .expect("answered")?;
+        let set = "UPDATE kv SET v = 7 WHERE k = $1";
+        execute(&h, owner, sub, 1, set, 2)
+            .await
+            .expect("answered")?;
+        commit(&h, owner, sub).await;
+        h.crash().await;
+
+        // Restarted twice: from the log, then from the checkpoint the
+        // first recovery wrote.
+        let mut h = Harness::durable_kv(SaltRules::new(true), 0, dir.path()).await?;
+        let mut round = 0;
+        let (of_read, of_written) = loop {
+            // Older than the BASE transaction: they wait rather than die.
+            let acid = |id, k| {
+                let how = How {
+                    class: LockClass::Acid,
+                    sub: None,
+                    ext: None,
+                };
+                h.execute(txn(id), "UPDATE kv SET v = 1 WHERE k = $1", k, how)
+            };
+            let base = 3 * round;
+            let waiting = (acid(base + 1, 1), acid(base + 2, 2));
+            acid(base + 3, 3).await.expect("answered")?;
+            assert_eq!(
+                h.status().await.parked_statements,
+                2,
+                "restart {round}: the writes of the rows it read and wrote wait"
+            );
+            if round == 1 {
+                break waiting;
+            }
+            round += 1;
+            h.crash().await;
+            h = Harness::durable_kv(SaltRules::new(true), 0, dir.path()).await?;
+        };
+        h.ask(|reply| PartitionMsg::Release {
+            owner,
+            stages: vec![crate::message::ReleaseStage::End],
+            lasting: true,
+            reply,
+        })
+        .await;
+        of_read.await.expect("answered")?;
+        of_written.await.expect("answered")?;
         Ok(())
     }
 }

@@ -10,7 +10,7 @@ use brine_core::{NodeId, Result, TxnId};
 use parking_lot::Mutex;
 
 use super::base::{base_mut, BaseState};
-use crate::coordinator::{Shared, TxnState};
+use crate::coordinator::{Shared, TxnState, DECISION_PATIENCE};
 use crate::message::{PartitionMsg, ReleaseStage};
 
 /// The `Release` messages that end a BASE transaction, in rounds: a
@@ -77,7 +77,8 @@ pub(super) fn give_up(shared: &Arc<Shared>, node: NodeId, state: &Arc<Mutex<TxnS
             base_mut(&mut st).release_at_once(ReleaseStage::AllKept),
         )
     };
-    tokio::spawn(release(shared.clone(), node, owner, rounds));
+    // No end among them: `lasting` has nothing to say.
+    tokio::spawn(release(shared.clone(), node, owner, rounds, false));
 }
 
 /// Releases the BASE transaction's locks at every partition it touched,
@@ -86,12 +87,14 @@ pub(super) fn give_up(shared: &Arc<Shared>, node: NodeId, state: &Arc<Mutex<TxnS
 /// logged first: a caller that spawns the rest and then reports
 /// completion has the release on the link ahead of the client's next
 /// request (pay after create-order used to wait for the saline lock its
-/// own order still held).
+/// own order still held). `lasting`: the transaction was accepted, and
+/// its end must reach a partition that restarted since (`send_round`).
 pub(super) fn release(
     shared: Arc<Shared>,
     node: NodeId,
     owner: TxnId,
     rounds: Rounds,
+    lasting: bool,
 ) -> impl Future<Output = ()> + Send + 'static {
     let ends = |round: &Round| {
         round
@@ -102,7 +105,7 @@ pub(super) fn release(
     let first = match rounds.peek() {
         Some(round) if shared.wal.is_none() || !ends(round) => rounds
             .next()
-            .map(|round| send_round(&shared, node, owner, round)),
+            .map(|round| send_round(&shared, node, owner, round, lasting)),
         _ => None,
     };
     async move {
@@ -124,38 +127,47 @@ pub(super) fn release(
                     }
                 }
             }
-            acknowledged(owner, send_round(&shared, node, owner, round)).await;
+            acknowledged(owner, send_round(&shared, node, owner, round, lasting)).await;
         }
     }
 }
 
 /// Ends BASE transaction `owner` at every partition (its end is logged):
 /// what they still hold of its context and locks goes.
-pub(super) async fn end_everywhere(shared: Arc<Shared>, node: NodeId, owner: TxnId) {
+/// `lasting` as in `send_round`.
+pub(super) async fn end_everywhere(shared: Arc<Shared>, node: NodeId, owner: TxnId, lasting: bool) {
     let round: Round = (0..shared.partitions.len())
         .map(|p| (p, vec![ReleaseStage::End]))
         .collect();
-    acknowledged(owner, send_round(&shared, node, owner, round)).await;
+    acknowledged(owner, send_round(&shared, node, owner, round, lasting)).await;
 }
 
 /// Sends one round of `Release` messages now, each again until it is
 /// acknowledged (a lost message; releasing what is released already is a
-/// no-op); the answers come later.
+/// no-op); the answers come later. With `lasting` (the transaction was
+/// accepted), an end is sent for as long as this process runs, also to a
+/// partition's next incarnation: one that restarted holds the
+/// transaction's rows locked again until it hears it
+/// (`SaltRules::started`).
 fn send_round(
     shared: &Shared,
     node: NodeId,
     owner: TxnId,
     round: Round,
+    lasting: bool,
 ) -> Vec<impl Future<Output = Result<()>> + Send + 'static> {
     round
         .into_iter()
         .map(|(p, stages)| {
+            let lasting = lasting && stages.contains(&ReleaseStage::End);
+            let patience = (!lasting).then_some(DECISION_PATIENCE);
             let release = move |reply| PartitionMsg::Release {
                 owner,
                 stages: stages.clone(),
+                lasting,
                 reply,
             };
-            crate::coordinator::until_acked(shared.route(node, p), release)
+            crate::coordinator::resend_until_acked(shared.route(node, p), release, patience)
         })
         .collect()
 }

@@ -1,0 +1,60 @@
+//! What the subtransactions running here ran, for a roll-forward after a
+//! crash: Salt's alkaline subtransactions and the pieces of Callas' `sc`
+//! transactions. With a log, each statement's result joins its
+//! subtransaction's context, which is logged with its commit or prepare
+//! (`Rules::commit_context`, `Prepared::Go`) and stays open in the log
+//! until its owner's end.
+
+use rustc_hash::FxHashMap as HashMap;
+
+use brine_core::TxnId;
+use brine_sql::QueryResult;
+use brine_storage::wal::record::{BaseContext, BaseEntry};
+
+use super::Stmt;
+
+/// The contexts of the subtransactions running here, by subtransaction.
+#[derive(Default)]
+pub struct Contexts(HashMap<TxnId, BaseContext>);
+
+impl Contexts {
+    /// `stmt` (a statement of a subtransaction) ran with result `r`: its
+    /// result joins its subtransaction's context, and the call it belongs
+    /// to, when it came with the statement, becomes the context's intro.
+    pub fn note(&mut self, stmt: &Stmt, r: &QueryResult) {
+        let Some(s) = stmt.sub else {
+            return;
+        };
+        let c = self.0.entry(stmt.txn).or_insert_with(|| BaseContext {
+            sub: stmt.txn,
+            owner: s.owner,
+            intro: None,
+            entries: Vec::new(),
+            locked: Vec::new(),
+            read: Vec::new(),
+        });
+        if let Some(call) = &stmt.call {
+            c.intro = Some((call.0.clone(), call.1.clone()));
+        }
+        c.entries.push(BaseEntry {
+            seq: s.seq,
+            columns: r.columns.to_vec(),
+            rows: r.rows.clone(),
+            affected: r.affected,
+        });
+    }
+
+    /// The context of subtransaction `sub`, to log (it committed or
+    /// prepares here), or to drop (it aborted).
+    pub fn take(&mut self, sub: TxnId) -> Option<BaseContext> {
+        self.0.remove(&sub)
+    }
+
+    /// The subtransactions of `owner` with a context here.
+    pub fn subs_of(&self, owner: TxnId) -> impl Iterator<Item = TxnId> + '_ {
+        self.0
+            .iter()
+            .filter(move |(_, c)| c.owner == owner)
+            .map(|(sub, _)| *sub)
+    }
+}
