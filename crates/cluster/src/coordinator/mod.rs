@@ -151,6 +151,12 @@ fn push(tx: mpsc::UnboundedSender<PartitionMsg>, msg: PartitionMsg) -> impl FnOn
     }
 }
 
+/// Whether a failed commit (or autocommitted statement) leaves its outcome
+/// unknown: nobody answered, so it may have committed.
+pub(crate) fn outcome_unknown(e: &Error) -> bool {
+    matches!(e, Error::Transport(_) | Error::Storage(_))
+}
+
 /// How long a decision (commit, abort, release) is sent again to a
 /// participant that did not acknowledge it: a network partition heals, or
 /// a restarted node recovers, within it; past it the participant is given

@@ -138,8 +138,16 @@ pub(super) async fn run_resumed(
         if let (true, Some(wal)) = (durable, &shared.wal) {
             // Committed or not, this attempt is over: its pieces' contexts
             // are closed before its partitions hear so (and before a retry
-            // starts). A log that is down leaves it to recovery.
-            if let Err(e) = wal.log_context_end(node, txn).await {
+            // starts). A piece whose commit went unanswered (the log is
+            // down, or a participant was out of reach past the decision's
+            // patience) may have committed: the attempt is left as it is,
+            // contexts and locks, for recovery to roll it forward; so is
+            // one whose end cannot be logged.
+            let unknown = match &body_result {
+                Err(e) if crate::coordinator::outcome_unknown(e) => Some(e.clone()),
+                _ => wal.log_context_end(node, txn).await.err(),
+            };
+            if let Some(e) = unknown {
                 tries.failed(&e);
                 return Err(e);
             }

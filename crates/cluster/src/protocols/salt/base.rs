@@ -54,7 +54,7 @@ use brine_check::{Op, Outcome, TxnClass};
 
 use super::SaltOptions;
 use crate::coordinator::{
-    abort_at, commit_at, CallOutcome, ProcCtx, Retries, Sent, Shared, TxnState,
+    abort_at, commit_at, outcome_unknown, CallOutcome, ProcCtx, Retries, Sent, Shared, TxnState,
 };
 use crate::message::{PartitionMsg, ReleaseStage, SubStmt};
 use crate::partition::Ending;
@@ -199,12 +199,6 @@ impl BaseState {
         }
         self.context[i] = Some(result.clone());
     }
-}
-
-/// Whether a failed commit (or autocommitted statement) leaves its outcome
-/// unknown: nobody answered, so it may have committed.
-fn outcome_unknown(e: &Error) -> bool {
-    matches!(e, Error::Transport(_) | Error::Storage(_))
 }
 
 /// Refuses to go on once an outcome is unknown (see `in_doubt`).
