@@ -37,3 +37,7 @@ run bank-callas serializable bank --protocol callas
 run tpcc-acid serializable tpcc --warehouses 1 --protocol acid
 run tpcc-salt salt tpcc --warehouses 1 --protocol salt --durability wal
 run tpcc-callas serializable tpcc --warehouses 1 --protocol callas --grouping "orders:rp=new_order,payment"
+# Callas `sc` with its log: each piece commits on its own; a piece's
+# commit resent until acknowledged, and a chopped transaction cut by a
+# crash rolled forward (none here: no crash, only link faults).
+run tpcc-callas-sc serializable tpcc --warehouses 1 --protocol callas --grouping "orders:sc=new_order,payment" --durability wal
