@@ -14,7 +14,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use brine_core::{Access, IndexId, Key, LockNeed, LockTarget, TableId, TxnId};
+use brine_core::{Access, LockNeed, LockTarget, TxnId};
 use brine_lock::{LockClass, Mode, ReleaseOutcome};
 use smallvec::SmallVec;
 
@@ -60,25 +60,19 @@ impl Owned {
         self.forked.get(&holder).copied().unwrap_or(holder)
     }
 
-    /// The rows, by primary key, that `owner`'s subtransaction `sub` read
-    /// and did not write, and keeps locked (Salt logs them with its
-    /// context, `BaseContext::read`).
-    pub fn rows_read(&self, owner: TxnId, sub: TxnId) -> Vec<(TableId, Key)> {
+    /// What `owner`'s subtransaction `sub` read and did not write, and
+    /// keeps locked: keys and intervals of any index (Salt logs them with
+    /// its context, `BaseContext::read`).
+    pub fn reads_kept(&self, owner: TxnId, sub: TxnId) -> Vec<LockTarget> {
         let Some(held) = self.locks.get(&owner) else {
             return Vec::new();
         };
+        let read = |l: &OwnedLock| {
+            l.accesses[access_index(Access::Read)] || l.accesses[access_index(Access::RangeRead)]
+        };
         held.iter()
-            .filter(|l| {
-                l.sub == sub
-                    && l.accesses[access_index(Access::Read)]
-                    && !l.accesses[access_index(Access::Write)]
-            })
-            .filter_map(|l| match &l.target {
-                LockTarget::Point { table, index, key } if *index == IndexId::PRIMARY => {
-                    Some((*table, key.clone()))
-                }
-                _ => None,
-            })
+            .filter(|l| l.sub == sub && read(l) && !l.accesses[access_index(Access::Write)])
+            .map(|l| l.target.clone())
             .collect()
     }
 

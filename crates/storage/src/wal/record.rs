@@ -18,7 +18,9 @@
 //! it tells a torn tail (nothing valid after the bad frame) from corruption
 //! in the middle (a valid frame after it).
 
-use brine_core::{Key, Row, TableId, TxnId};
+use std::ops::Bound;
+
+use brine_core::{IndexId, Key, LockTarget, Row, TableId, TxnId};
 
 use super::codec::{put_txn, put_u16, put_u32, put_u8, DecodeError, DecodeResult, Decoder};
 
@@ -162,11 +164,12 @@ pub struct BaseContext {
     /// transaction ends, and locked again after a restart until it does
     /// (an older log without them decodes with none).
     pub locked: Vec<(TableId, Key)>,
-    /// The rows it read here and did not write, by primary key: likewise
-    /// saline-locked (so no ACID transaction overwrites what the BASE
-    /// transaction's later steps rely on), and read-locked again after a
-    /// restart (a log from before 2026-11-27 has none).
-    pub read: Vec<(TableId, Key)>,
+    /// What it read here and did not write, and kept locked: keys of any
+    /// index (a point read) and intervals of one (a range read). Likewise
+    /// saline-locked (so no ACID transaction overwrites, or inserts into,
+    /// what the BASE transaction's later steps rely on), and read-locked
+    /// again after a restart (a log from before 2026-11-27 has none).
+    pub read: Vec<LockTarget>,
 }
 
 impl BaseContext {
@@ -206,13 +209,80 @@ pub fn encode_base_context(buf: &mut Vec<u8>, c: &BaseContext) {
             super::codec::put_values(buf, r);
         }
     }
-    for rows in [&c.locked, &c.read] {
-        put_u32(buf, rows.len() as u32);
-        for (table, key) in rows {
+    put_u32(buf, c.locked.len() as u32);
+    for (table, key) in &c.locked {
+        put_u32(buf, table.0);
+        super::codec::put_values(buf, key.values());
+    }
+    put_u32(buf, c.read.len() as u32);
+    for target in &c.read {
+        put_target(buf, target);
+    }
+}
+
+/// A lock target: `0` table, index, key (a point); or `1` table, index,
+/// and its two bounds, each `0` unbounded, `1` included or `2` excluded,
+/// then its key (a range).
+fn put_target(buf: &mut Vec<u8>, target: &LockTarget) {
+    let put_bound = |buf: &mut Vec<u8>, b: &Bound<Key>| match b {
+        Bound::Unbounded => put_u8(buf, 0),
+        Bound::Included(k) => {
+            put_u8(buf, 1);
+            super::codec::put_values(buf, k.values());
+        }
+        Bound::Excluded(k) => {
+            put_u8(buf, 2);
+            super::codec::put_values(buf, k.values());
+        }
+    };
+    match target {
+        LockTarget::Point { table, index, key } => {
+            put_u8(buf, 0);
             put_u32(buf, table.0);
+            put_u32(buf, index.0);
             super::codec::put_values(buf, key.values());
         }
+        LockTarget::Range {
+            table,
+            index,
+            lo,
+            hi,
+        } => {
+            put_u8(buf, 1);
+            put_u32(buf, table.0);
+            put_u32(buf, index.0);
+            put_bound(buf, lo);
+            put_bound(buf, hi);
+        }
     }
+}
+
+fn target(d: &mut Decoder<'_>) -> DecodeResult<LockTarget> {
+    let bound = |d: &mut Decoder<'_>| -> DecodeResult<Bound<Key>> {
+        Ok(match d.u8("bound")? {
+            0 => Bound::Unbounded,
+            1 => Bound::Included(d.key()?),
+            2 => Bound::Excluded(d.key()?),
+            b => return Err(DecodeError(format!("bad bound tag {b}"))),
+        })
+    };
+    let kind = d.u8("lock target")?;
+    let table = TableId(d.u32("table")?);
+    let index = IndexId(d.u32("index")?);
+    Ok(match kind {
+        0 => LockTarget::Point {
+            table,
+            index,
+            key: d.key()?,
+        },
+        1 => LockTarget::Range {
+            table,
+            index,
+            lo: bound(d)?,
+            hi: bound(d)?,
+        },
+        k => return Err(DecodeError(format!("bad lock target tag {k}"))),
+    })
 }
 
 /// Decodes a BaseContext payload that fills `d` (a log record's, or one
@@ -268,19 +338,24 @@ pub fn decode_base_context_in(
         });
     }
     // Written since 2026-11-27; a context logged before has none.
-    let mut lists = [Vec::new(), Vec::new()];
-    for (i, rows) in lists.iter_mut().enumerate() {
-        if !row_lists.map_or(!d.is_empty(), |n| usize::from(n) > i) {
-            break;
-        }
+    let more = |d: &Decoder<'_>, list: u8| row_lists.map_or(!d.is_empty(), |n| n > list);
+    let mut locked = Vec::new();
+    if more(d, 0) {
         let n = d.u32("locked rows")? as usize;
-        rows.reserve(n.min(1 << 12));
+        locked.reserve(n.min(1 << 12));
         for _ in 0..n {
             let table = TableId(d.u32("table")?);
-            rows.push((table, d.key()?));
+            locked.push((table, d.key()?));
         }
     }
-    let [locked, read] = lists;
+    let mut read = Vec::new();
+    if more(d, 1) {
+        let n = d.u32("read targets")? as usize;
+        read.reserve(n.min(1 << 12));
+        for _ in 0..n {
+            read.push(target(d)?);
+        }
+    }
     Ok(BaseContext {
         sub,
         owner,
@@ -603,7 +678,19 @@ mod tests {
                 affected: 1,
             }],
             locked: vec![(TableId(2), Key::new([Value::Int(7), Value::str("x")]))],
-            read: vec![(TableId(1), Key::new([Value::Int(3)]))],
+            read: vec![
+                LockTarget::Point {
+                    table: TableId(1),
+                    index: IndexId(1),
+                    key: Key::new([Value::str("a")]),
+                },
+                LockTarget::Range {
+                    table: TableId(1),
+                    index: IndexId::PRIMARY,
+                    lo: Bound::Included(Key::new([Value::Int(3)])),
+                    hi: Bound::Unbounded,
+                },
+            ],
         };
         let mut buf = Vec::new();
         encode_base_context(&mut buf, &c);

@@ -9,7 +9,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use brine_check::Op;
-use brine_core::{Access, IndexId, Key, LockTarget, Result, TableId, TxnId};
+use brine_core::{Access, IndexId, LockTarget, Result, TxnId};
 use brine_lock::{Acquire, LockClass, Mode};
 use brine_sql::QueryResult;
 use brine_storage::wal::record::BaseContext;
@@ -42,8 +42,7 @@ pub struct SaltRules {
 }
 
 /// The context of subtransaction `txn` to log with its commit or prepare,
-/// with the rows it wrote here and those it read (by primary key) and
-/// keeps locked.
+/// with the rows it wrote here and what it read and keeps locked.
 fn logged_context(p: &mut Partition<SaltRules>, txn: TxnId) -> Option<BaseContext> {
     let mut c = p.rules.contexts.take(txn)?;
     c.locked = p
@@ -52,7 +51,7 @@ fn logged_context(p: &mut Partition<SaltRules>, txn: TxnId) -> Option<BaseContex
         .into_iter()
         .map(|(table, key, _)| (table, key))
         .collect();
-    c.read = p.rules.owned.rows_read(c.owner, txn);
+    c.read = p.rules.owned.reads_kept(c.owner, txn);
     Some(c)
 }
 
@@ -202,26 +201,34 @@ impl Rules for SaltRules {
         let mut relocked = 0;
         let open = wal.open_contexts(|_| true);
         // A row an owner also wrote here is locked for the write.
-        let written: std::collections::HashSet<(TxnId, &TableId, &Key)> = open
+        let written: std::collections::HashSet<(TxnId, LockTarget)> = open
             .iter()
-            .flat_map(|c| c.locked.iter().map(move |(t, k)| (c.owner, t, k)))
+            .flat_map(|c| {
+                c.locked.iter().map(|(table, key)| {
+                    let target = LockTarget::Point {
+                        table: *table,
+                        index: IndexId::PRIMARY,
+                        key: key.clone(),
+                    };
+                    (c.owner, target)
+                })
+            })
             .collect();
         let mut again = Vec::new();
         for c in &open {
             tracing::debug!(partition = p.id.0, owner = %c.owner, "an open BASE transaction here after the restart");
-            let writes = c.locked.iter().map(|row| (row, Access::Write));
-            let reads = c
-                .read
-                .iter()
-                .filter(|(t, k)| !written.contains(&(c.owner, t, k)))
-                .map(|row| (row, Access::Read));
-            for ((table, key), access) in writes.chain(reads) {
-                let target = LockTarget::Point {
-                    table: *table,
-                    index: IndexId::PRIMARY,
-                    key: key.clone(),
+            for w in written.iter().filter(|(o, _)| *o == c.owner) {
+                again.push((c.owner, c.sub, w.1.clone(), Access::Write));
+            }
+            for target in &c.read {
+                if written.contains(&(c.owner, target.clone())) {
+                    continue;
+                }
+                let access = match target {
+                    LockTarget::Point { .. } => Access::Read,
+                    LockTarget::Range { .. } => Access::RangeRead,
                 };
-                again.push((c.owner, c.sub, target, access));
+                again.push((c.owner, c.sub, target.clone(), access));
             }
         }
         for (owner, sub, target, access) in again {
@@ -397,15 +404,16 @@ mod tests {
         Ok(())
     }
 
-    /// After a restart, the rows an open BASE transaction read at a
-    /// partition (and did not write) are locked again, saline, like those
-    /// it wrote: an ACID transaction's write of either waits for the BASE
-    /// transaction's end (before, the read rows were open to it, and the
-    /// BASE transaction's next steps relied on a value overwritten).
+    /// After a restart, what an open BASE transaction read at a partition
+    /// (and did not write), a row and a range, is locked again, saline,
+    /// like the rows it wrote: an ACID transaction's write of any of them
+    /// waits for the BASE transaction's end (before, what it read was open
+    /// to it, and the BASE transaction's next steps relied on a value
+    /// overwritten).
     #[tokio::test]
     async fn rows_an_open_base_transaction_read_stay_locked_after_a_restart() -> Result<()> {
         let dir = tempfile::tempdir().map_err(|e| brine_core::Error::Storage(e.to_string()))?;
-        let h = Harness::durable_kv(SaltRules::new(true), 3, dir.path()).await?;
+        let h = Harness::durable_kv(SaltRules::new(true), 6, dir.path()).await?;
         let (owner, sub) = (txn(10), txn(11));
         let get = "SELECT v FROM kv WHERE k = $1";
         execute(&h, owner, sub, 0, get, 1)
@@ -415,6 +423,10 @@ mod tests {
         execute(&h, owner, sub, 1, set, 2)
             .await
             .expect("answered")?;
+        let scan = "SELECT v FROM kv WHERE k >= $1";
+        execute(&h, owner, sub, 2, scan, 5)
+            .await
+            .expect("answered")?;
         commit(&h, owner, sub).await;
         h.crash().await;
 
@@ -422,7 +434,7 @@ mod tests {
         // first recovery wrote.
         let mut h = Harness::durable_kv(SaltRules::new(true), 0, dir.path()).await?;
         let mut round = 0;
-        let (of_read, of_written) = loop {
+        let (of_read, of_written, in_range) = loop {
             // Older than the BASE transaction: they wait rather than die.
             let acid = |id, k| {
                 let how = How {
@@ -432,13 +444,13 @@ mod tests {
                 };
                 h.execute(txn(id), "UPDATE kv SET v = 1 WHERE k = $1", k, how)
             };
-            let base = 3 * round;
-            let waiting = (acid(base + 1, 1), acid(base + 2, 2));
-            acid(base + 3, 3).await.expect("answered")?;
+            let base = 4 * round;
+            let waiting = (acid(base + 1, 1), acid(base + 2, 2), acid(base + 3, 6));
+            acid(base + 4, 3).await.expect("answered")?;
             assert_eq!(
                 h.status().await.parked_statements,
-                2,
-                "restart {round}: the writes of the rows it read and wrote wait"
+                3,
+                "restart {round}: the writes of what it read and wrote wait"
             );
             if round == 1 {
                 break waiting;
@@ -454,8 +466,9 @@ mod tests {
             reply,
         })
         .await;
-        of_read.await.expect("answered")?;
-        of_written.await.expect("answered")?;
+        for waited in [of_read, of_written, in_range] {
+            waited.await.expect("answered")?;
+        }
         Ok(())
     }
 }
