@@ -68,8 +68,8 @@ pub fn put_value(buf: &mut Vec<u8>, v: &Value) {
             put_u8(buf, 4);
             put_i64(buf, *t);
         }
-        // Never stored (type checks reject it); encoded so a bug shows up
-        // as a decode error at recovery rather than a panic here.
+        // Never in a row (type checks reject it), so a row's decoder
+        // refuses it; a lock interval's bound may hold it (`bound_key`).
         Value::Max => put_u8(buf, 255),
     }
 }
@@ -188,10 +188,25 @@ impl<'a> Decoder<'a> {
     }
 
     pub fn key(&mut self) -> DecodeResult<Key> {
+        self.key_with(false)
+    }
+
+    /// A lock interval's bound: a key whose values may include
+    /// `Value::Max` (a prefix's upper end).
+    pub fn bound_key(&mut self) -> DecodeResult<Key> {
+        self.key_with(true)
+    }
+
+    fn key_with(&mut self, max: bool) -> DecodeResult<Key> {
         let n = self.u16("key arity")? as usize;
         let mut vs = Vec::with_capacity(n);
         for _ in 0..n {
-            vs.push(self.value()?);
+            if max && self.buf.get(self.pos) == Some(&255) {
+                self.u8("value tag")?;
+                vs.push(Value::Max);
+            } else {
+                vs.push(self.value()?);
+            }
         }
         Ok(Key::new(vs))
     }

@@ -261,8 +261,8 @@ fn target(d: &mut Decoder<'_>) -> DecodeResult<LockTarget> {
     let bound = |d: &mut Decoder<'_>| -> DecodeResult<Bound<Key>> {
         Ok(match d.u8("bound")? {
             0 => Bound::Unbounded,
-            1 => Bound::Included(d.key()?),
-            2 => Bound::Excluded(d.key()?),
+            1 => Bound::Included(d.bound_key()?),
+            2 => Bound::Excluded(d.bound_key()?),
             b => return Err(DecodeError(format!("bad bound tag {b}"))),
         })
     };
@@ -688,7 +688,7 @@ mod tests {
                     table: TableId(1),
                     index: IndexId::PRIMARY,
                     lo: Bound::Included(Key::new([Value::Int(3)])),
-                    hi: Bound::Unbounded,
+                    hi: Bound::Included(Key::new([Value::Int(3), Value::Max])),
                 },
             ],
         };
