@@ -33,7 +33,7 @@ impl Contexts {
             locked: Vec::new(),
             read: Vec::new(),
         });
-        if let Some(call) = &stmt.call {
+        if let (None, Some(call)) = (&c.intro, &stmt.call) {
             c.intro = Some((call.0.clone(), call.1.clone()));
         }
         c.entries.push(BaseEntry {

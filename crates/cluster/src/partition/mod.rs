@@ -453,15 +453,10 @@ impl<R: Rules> Partition<R> {
                     if !self.store.has_writes(txn)
                         && self.wal.as_ref().is_some_and(|w| w.has_open_context(owner))
                     {
-                        if let Some(p) = self.parked.remove(&txn) {
-                            // Its statement that waited here: its
-                            // subtransaction is rolled back (as a
-                            // subtransaction, so the owner's locks stay).
-                            self.locks.cancel_waits(txn, &mut self.wakeups);
-                            let sub = p.stmt.txn;
-                            p.stmt
-                                .reply
-                                .send(Err(Error::Aborted(AbortCause::Unreachable)));
+                        // A statement of it that waited here: its
+                        // subtransaction is rolled back, as one (the
+                        // statement fails, the owner's locks stay).
+                        if let Some(sub) = self.parked.get(&txn).map(|p| p.stmt.txn) {
                             self.forget_aborted(sub);
                             self.end_txn(sub, Ending::Sub { owner: txn }, false);
                         }

@@ -200,36 +200,38 @@ impl Rules for SaltRules {
         let now = crate::partition::now();
         let mut relocked = 0;
         let open = wal.open_contexts(|_| true);
-        // A row an owner also wrote here is locked for the write.
-        let written: std::collections::HashSet<(TxnId, LockTarget)> = open
-            .iter()
-            .flat_map(|c| {
-                c.locked.iter().map(|(table, key)| {
-                    let target = LockTarget::Point {
-                        table: *table,
-                        index: IndexId::PRIMARY,
-                        key: key.clone(),
-                    };
-                    (c.owner, target)
-                })
-            })
-            .collect();
         let mut again = Vec::new();
         for c in &open {
             tracing::debug!(partition = p.id.0, owner = %c.owner, "an open BASE transaction here after the restart");
-            for w in written.iter().filter(|(o, _)| *o == c.owner) {
-                again.push((c.owner, c.sub, w.1.clone(), Access::Write));
-            }
-            for target in &c.read {
-                if written.contains(&(c.owner, target.clone())) {
-                    continue;
-                }
-                let access = match target {
-                    LockTarget::Point { .. } => Access::Read,
-                    LockTarget::Range { .. } => Access::RangeRead,
-                };
-                again.push((c.owner, c.sub, target.clone(), access));
-            }
+            // A row it also read is locked for the write (one context per
+            // owner: its subtransactions' here, merged).
+            let written: std::collections::HashSet<LockTarget> = c
+                .locked
+                .iter()
+                .map(|(table, key)| LockTarget::Point {
+                    table: *table,
+                    index: IndexId::PRIMARY,
+                    key: key.clone(),
+                })
+                .collect();
+            let reads: Vec<_> = c
+                .read
+                .iter()
+                .filter(|t| !written.contains(*t))
+                .map(|t| {
+                    let access = match t {
+                        LockTarget::Point { .. } => Access::Read,
+                        LockTarget::Range { .. } => Access::RangeRead,
+                    };
+                    (c.owner, c.sub, t.clone(), access)
+                })
+                .collect();
+            again.extend(
+                written
+                    .into_iter()
+                    .map(|t| (c.owner, c.sub, t, Access::Write)),
+            );
+            again.extend(reads);
         }
         for (owner, sub, target, access) in again {
             let mode = Mode {
