@@ -31,6 +31,20 @@ pub async fn serve(file: &ClusterFile, name: &str) -> Result<(), NodeError> {
     })?;
     let mut config = cluster_config(file)?;
     config.hosts_service = Some(name.to_string());
+    // A durable cluster's service keeps its state beside the nodes' data
+    // (Mediator's TSO: its clock's lease, so a restart never hands out a
+    // timestamp twice).
+    if file.durability == "wal" {
+        if let Some(dir) = file.service_data_dir(name) {
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                NodeError::Config(format!(
+                    "service {name}'s data directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+            config.service_dir = Some(dir);
+        }
+    }
     let cluster = Cluster::start_service(config, application(file)?, peers).map_err(|source| {
         NodeError::Engine {
             context: format!("starting service {name}"),

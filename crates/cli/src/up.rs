@@ -200,9 +200,11 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
             role: vec!["--service".into(), name.clone()],
             log: args.dir.join(format!("service-{name}.log")),
             pid_file: args.dir.join(format!("service-{name}.pid")),
-            restart_warning: Some(format!(
-                "service {name} keeps its state in memory only: it restarts without it"
-            )),
+            // Durable, Mediator's TSO keeps its clock's lease in the data
+            // directory and settles with the nodes when it restarts.
+            restart_warning: (!durable).then(|| {
+                format!("service {name} keeps its state in memory only: it restarts without it")
+            }),
         });
     }
     let supervisor = Supervisor::start(exe, path.clone(), processes)?;

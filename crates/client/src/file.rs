@@ -108,6 +108,14 @@ impl ClusterFile {
             .map(|d| Path::new(d).join(format!("node-{node}")))
     }
 
+    /// Where service `name` (a protocol's process of its own: Mediator's
+    /// TSO) keeps its state, under `data_dir`.
+    pub fn service_data_dir(&self, name: &str) -> Option<std::path::PathBuf> {
+        self.data_dir
+            .as_ref()
+            .map(|d| Path::new(d).join(format!("service-{name}")))
+    }
+
     /// The file as TOML text.
     pub fn to_toml(&self) -> Result<String, ClientError> {
         toml::to_string(self)

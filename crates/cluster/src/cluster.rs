@@ -106,6 +106,9 @@ pub struct ClusterConfig {
     /// This process hosts that service of the protocol (`brine server
     /// --service NAME`) and no partition.
     pub hosts_service: Option<String>,
+    /// Where such a service keeps its state when the cluster is durable
+    /// (Mediator's TSO: its clock's lease); `None`: it keeps none.
+    pub service_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ClusterConfig {
@@ -138,6 +141,7 @@ impl Default for ClusterConfig {
             faults: Default::default(),
             services: Default::default(),
             hosts_service: None,
+            service_dir: None,
         }
     }
 }

@@ -25,6 +25,13 @@
 //!
 //! A get is answered once the partition's log is durable up to its end,
 //! so nobody acts on a version a crash could take back.
+//!
+//! Across processes each process logs the commits its coordinators made
+//! and the versions of the partitions it hosts. Recovery writes a logged
+//! commit back into the local partitions as above, and keeps it in the
+//! commit log (logged again after the log is emptied) until its
+//! coordinator's recovery has written it back at every partition, remote
+//! ones too, over the network (`MediatorLogs::take_resends`, `run.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -75,6 +82,9 @@ pub struct MediatorLogs {
     /// Each partition's log and recovered versions, taken by its actor.
     parts: parking_lot::Mutex<Vec<Option<PartitionLog>>>,
     pub recovery: MediatorRecovery,
+    /// Across processes: the recovered commits still to be written back at
+    /// every partition (taken once by recovery).
+    resends: parking_lot::Mutex<Vec<(Ts, super::helper::PartitionWrites)>>,
 }
 
 /// One partition's versions log, held by its actor.
@@ -291,8 +301,16 @@ fn read_commits(dir: &Path, catalog: &Catalog) -> Result<(Logged, usize, LogPosi
 
 impl MediatorLogs {
     /// Recovers Mediator's logs under `wal`'s data directory (nothing, the
-    /// first time) and opens them.
-    pub fn open(wal: &WalSet, catalog: &Catalog, partitions: u32) -> Result<MediatorLogs> {
+    /// first time) and opens them. `across`: the cluster runs across
+    /// processes, so a recovered commit may write to partitions other
+    /// processes host: it stays logged to be sent to them
+    /// ([`MediatorLogs::take_resends`]).
+    pub fn open(
+        wal: &WalSet,
+        catalog: &Catalog,
+        partitions: u32,
+        across: bool,
+    ) -> Result<MediatorLogs> {
         let root = wal.protocol_dir(DIR);
         let mut report = MediatorRecovery::default();
         let mut latest = Vec::with_capacity(partitions as usize);
@@ -309,7 +327,20 @@ impl MediatorLogs {
         let (open, finished, commits_end) = read_commits(&commits_dir, catalog)?;
         report.finished = finished;
         report.replayed = open.len();
+        let mut resends = Vec::new();
         for (ts, writes) in open {
+            if across {
+                let mut by_part: super::helper::PartitionWrites = Vec::new();
+                for (p, table, row) in &writes {
+                    let item = (*table, catalog.table(*table).primary_key_of(row));
+                    let p = *p as usize;
+                    match by_part.iter_mut().find(|(q, _)| *q == p) {
+                        Some((_, w)) => w.push((item, row.clone())),
+                        None => by_part.push((p, vec![(item, row.clone())])),
+                    }
+                }
+                resends.push((ts, by_part));
+            }
             for (p, table, row) in writes {
                 let part = latest.get_mut(p as usize).ok_or_else(|| {
                     corrupt(
@@ -347,6 +378,25 @@ impl MediatorLogs {
             .max()
             .unwrap_or(0);
         let commits = wal.open_protocol_log(commits_dir, 0, commits_end)?;
+        for (ts, parts) in &resends {
+            let writes: Vec<(Item, Row, usize)> = parts
+                .iter()
+                .flat_map(|(p, w)| w.iter().map(|(i, r)| (i.clone(), r.clone(), *p)))
+                .collect();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let _ = commits.append_then(
+                RecordKind::MediatorCommit,
+                |buf| encode_commit(buf, *ts, &writes),
+                Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            );
+            rx.recv().map_err(|_| {
+                Error::Storage(format!(
+                    "the commit log stopped before commit {ts} was logged again"
+                ))
+            })??;
+        }
         let every = wal.checkpoint_every_bytes();
         let mut parts = Vec::with_capacity(partitions as usize);
         for (p, (recovered, end)) in latest.into_iter().zip(ends).enumerate() {
@@ -366,7 +416,19 @@ impl MediatorLogs {
             commits,
             parts: parking_lot::Mutex::new(parts),
             recovery: report,
+            resends: parking_lot::Mutex::new(resends),
         })
+    }
+
+    /// Across processes: the recovered commits to write back at every
+    /// partition, then log done (once).
+    pub fn take_resends(&self) -> Vec<(Ts, super::helper::PartitionWrites)> {
+        std::mem::take(&mut *self.resends.lock())
+    }
+
+    /// The file of the TSO's clock lease, beside Mediator's logs.
+    pub fn lease_path(wal: &WalSet) -> PathBuf {
+        wal.protocol_dir(DIR).join("tso-lease")
     }
 
     /// Partition `p`'s log, for its actor (once).
@@ -380,15 +442,7 @@ impl MediatorLogs {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let _ = self.commits.append_then(
             RecordKind::MediatorCommit,
-            |buf| {
-                put_u64(buf, ts);
-                put_u32(buf, writes.len() as u32);
-                for ((table, _), row, p) in writes {
-                    put_u32(buf, *p as u32);
-                    put_u32(buf, table.0);
-                    put_values(buf, row);
-                }
-            },
+            |buf| encode_commit(buf, ts, writes),
             Box::new(move |r| {
                 let _ = tx.send(r);
             }),
@@ -409,6 +463,17 @@ impl MediatorLogs {
         {
             tracing::error!("cannot log the end of commit {ts}: {e}");
         }
+    }
+}
+
+/// A commit record's payload: its timestamp and writes.
+fn encode_commit(buf: &mut Vec<u8>, ts: Ts, writes: &[(Item, Row, usize)]) {
+    put_u64(buf, ts);
+    put_u32(buf, writes.len() as u32);
+    for ((table, _), row, p) in writes {
+        put_u32(buf, *p as u32);
+        put_u32(buf, table.0);
+        put_values(buf, row);
     }
 }
 
@@ -489,7 +554,7 @@ mod tests {
             ..DurabilityConfig::default()
         };
         let (wal, _) = WalSet::open(&config, 1, 1, catalog, None).expect("engine logs");
-        let logs = MediatorLogs::open(&wal, catalog, 1).expect("Mediator logs");
+        let logs = MediatorLogs::open(&wal, catalog, 1, false).expect("Mediator logs");
         (Arc::new(wal), logs)
     }
 

@@ -62,6 +62,9 @@ pub type PartitionWrites = Vec<(usize, Vec<(super::kv::Item, brine_core::Row)>)>
 /// commit timestamp, so commits do not meet on one lock.
 pub struct Inflight {
     shards: Vec<parking_lot::Mutex<HashMap<Ts, Stage>>>,
+    /// Commit requests at the TSO not answered yet (their timestamps are
+    /// not known here yet).
+    asking: std::sync::atomic::AtomicUsize,
 }
 
 /// Where an in-flight commit is.
@@ -74,6 +77,9 @@ pub enum Stage {
     /// The helper gave up on it before it was logged: its coordinator,
     /// if still there, must abort it.
     Abandoned,
+    /// Recovered from the log after a restart: being written back by
+    /// recovery (`run::recover`), not by the helper.
+    Resending,
 }
 
 const SHARDS: usize = 16;
@@ -82,6 +88,7 @@ impl Default for Inflight {
     fn default() -> Self {
         Inflight {
             shards: (0..SHARDS).map(|_| Default::default()).collect(),
+            asking: Default::default(),
         }
     }
 }
@@ -117,6 +124,52 @@ impl Inflight {
         }
     }
 
+    /// A commit request goes to the TSO; `asked` when it is answered (and
+    /// its timestamp, if any, is in flight here).
+    pub fn ask(&self) {
+        self.asking
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    pub fn asked(&self) {
+        self.asking
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Recovery writes `ts` back (logged before a restart).
+    pub fn resending(&self, ts: Ts) {
+        self.shard(ts).lock().insert(ts, Stage::Resending);
+    }
+
+    /// For a restarted TSO whose epoch is `ts`: the commits serialized
+    /// before it that are being checked are abandoned (their coordinators
+    /// abort them), and those logged are returned, to be written back.
+    pub fn settle_before(&self, ts: Ts) -> Vec<(Ts, PartitionWrites)> {
+        let mut logged = Vec::new();
+        for shard in &self.shards {
+            for (&c, stage) in shard.lock().iter_mut().filter(|(&c, _)| c < ts) {
+                match stage {
+                    Stage::Checking => *stage = Stage::Abandoned,
+                    Stage::Logged(w) => logged.push((c, w.clone())),
+                    Stage::Abandoned | Stage::Resending => {}
+                }
+            }
+        }
+        logged
+    }
+
+    /// Whether a commit serialized before `ts` that may still be written
+    /// back (or one whose timestamp is on its way from the TSO) is in
+    /// flight here.
+    pub fn any_before(&self, ts: Ts) -> bool {
+        self.asking.load(std::sync::atomic::Ordering::Acquire) > 0
+            || self.shards.iter().any(|s| {
+                s.lock()
+                    .iter()
+                    .any(|(&c, stage)| c < ts && !matches!(stage, Stage::Abandoned))
+            })
+    }
+
     /// `ts` ended (written back, or aborted by its coordinator).
     pub fn done(&self, ts: Ts) {
         self.shard(ts).lock().remove(&ts);
@@ -130,6 +183,7 @@ impl Inflight {
         let mut shard = self.shard(ts).lock();
         match shard.get(&ts)? {
             Stage::Logged(w) => Some(Some(w.clone())),
+            Stage::Resending => None,
             Stage::Checking | Stage::Abandoned => {
                 shard.insert(ts, Stage::Abandoned);
                 Some(None)

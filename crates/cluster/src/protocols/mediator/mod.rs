@@ -237,8 +237,16 @@ pub struct Mediator {
     /// Mediator's logs, when the cluster is durable (`durable.rs`).
     logs: Option<Arc<durable::MediatorLogs>>,
     /// The version collector (`run.rs`, `collect_versions`), started
-    /// with the first call.
+    /// with the first call (at start on a durable node across processes).
     collector: std::sync::Once,
+    /// Across processes, this process's node (`None`: embedded).
+    home: Option<NodeId>,
+    /// Durable across processes: the nodes whose coordinators log their
+    /// commits (`0..n`); the TSO's process never gives up on one of
+    /// theirs by itself (their restart settles it). 0 otherwise.
+    logging_nodes: u32,
+    /// Where a service process keeps the TSO's lease (durable cluster).
+    service_dir: Option<std::path::PathBuf>,
 }
 
 impl Mediator {
@@ -270,6 +278,9 @@ impl Mediator {
             tso: None,
             logs: None,
             collector: std::sync::Once::new(),
+            home: None,
+            logging_nodes: 0,
+            service_dir: config.service_dir.clone(),
         }
     }
 }
@@ -297,6 +308,12 @@ impl Mediator {
         self.collected.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Whether this process is a node whose coordinators log their commits
+    /// in a cluster durable across processes.
+    fn logging_node(&self) -> bool {
+        self.logs.is_some() && self.home.is_some()
+    }
+
     /// Stops the TSO (from node `node`): transactions then fail with a
     /// clear error, native gets and puts go on.
     pub fn stop_tso(&self, node: NodeId) {
@@ -316,6 +333,7 @@ impl Protocol for Mediator {
     }
 
     fn start(&self, setup: &Setup<'_>) -> Result<Option<Arc<dyn Protocol>>> {
+        let across = setup.hosting.is_some();
         let logs = match setup.wal {
             Some(wal) => {
                 let catalog = brine_sql::parse_schema(setup.ddl)?;
@@ -323,11 +341,21 @@ impl Protocol for Mediator {
                     wal,
                     &catalog,
                     setup.partitions,
+                    across,
                 )?))
             }
             None => None,
         };
         let resume = logs.as_ref().map_or(0, |l| l.recovery.clock);
+        // Durable across processes, the TSO keeps a lease on its clock:
+        // at node 0 beside Mediator's logs, in a process of its own in the
+        // service's data directory.
+        let lease = match (setup.wal, &self.service_dir) {
+            _ if !across => None,
+            (Some(wal), _) => Some(durable::MediatorLogs::lease_path(wal)),
+            (None, Some(dir)) => Some(dir.join("tso-lease")),
+            (None, None) => None,
+        };
         // The TSO is a node of its own: across processes, a process of
         // its own (or node 0's), which the others reach over the network.
         let node = NodeId(setup.nodes + 1);
@@ -351,8 +379,13 @@ impl Protocol for Mediator {
                 },
                 resume,
                 self.options.snapshot_lifetime,
-            ),
+                lease.clone().map(|lease| service::TsoDurable {
+                    lease,
+                    nodes: setup.nodes,
+                }),
+            )?,
         };
+        let home = setup.hosting.as_ref().map(|h| h.node);
         Ok(Some(Arc::new(Mediator {
             name: self.name,
             level: self.level,
@@ -367,21 +400,52 @@ impl Protocol for Mediator {
             collected: Default::default(),
             logs,
             collector: std::sync::Once::new(),
+            home,
+            logging_nodes: if lease.is_some() { setup.nodes } else { 0 },
+            service_dir: self.service_dir.clone(),
         })))
     }
 
-    fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
+    /// Durable across processes too: each node logs its commits and its
+    /// partitions' versions, the TSO its clock's lease (`service.rs`,
+    /// `durable.rs`, docs/mediator.md).
+    fn check_deployment(&self, _multi_process: bool, durable: bool) -> Result<()> {
         if self.raw_store && durable {
             return Err(Error::Config(
                 "`kv` (the raw store, a benchmark baseline) keeps no log".into(),
             ));
         }
-        if multi_process && durable {
-            return Err(Error::Config(
-                "Mediator across processes runs without a log for now (issue 38)".into(),
-            ));
-        }
         Ok(())
+    }
+
+    /// Across processes a durable node settles its commits with the TSO
+    /// at every start, before it takes calls (`run::recover`).
+    fn recovers_from_log(&self) -> bool {
+        self.logging_node()
+    }
+
+    fn recover<'a>(
+        &'a self,
+        shared: &'a Arc<crate::coordinator::Shared>,
+        node: NodeId,
+        _procedures: &'a std::collections::HashMap<String, Arc<crate::procedure::PreparedProc>>,
+        _unfinished: Vec<brine_storage::wal::record::BaseContext>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(run::recover(self, shared, node))
+    }
+
+    fn attach(
+        &self,
+        shared: &Arc<crate::coordinator::Shared>,
+        _procedures: &Arc<std::collections::HashMap<String, Arc<crate::procedure::PreparedProc>>>,
+    ) {
+        // A durable node across processes runs its helper from the start:
+        // it settles its commits when the TSO restarts, calls or not.
+        if let (Some(home), true) = (self.home, self.logging_node()) {
+            self.collector.call_once(|| {
+                tokio::spawn(run::collect_versions(Arc::downgrade(shared), home));
+            });
+        }
     }
 
     fn run<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<CallOutcome>> {

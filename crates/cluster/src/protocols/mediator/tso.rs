@@ -130,6 +130,16 @@ impl<K: Hash + Eq + Clone> Tso<K> {
         self.ts_min = self.ts_min.max(self.clock);
     }
 
+    /// The newest timestamp handed out (or ticked to).
+    pub fn clock(&self) -> Ts {
+        self.clock
+    }
+
+    /// The step of the clock (Delta).
+    pub fn big_delta(&self) -> Ts {
+        self.config.big_delta
+    }
+
     pub fn ring_len(&self) -> usize {
         self.ring.len()
     }

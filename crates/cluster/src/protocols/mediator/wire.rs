@@ -60,6 +60,7 @@ enum TsoRequest {
     Begin,
     TryCommit {
         start: Ts,
+        node: u32,
         writes: Vec<Item>,
         checked: Vec<(Item, Ts)>,
     },
@@ -78,6 +79,15 @@ enum TsoRequest {
     Unresolved,
     Status {
         commit: Ts,
+    },
+    Epoch,
+    Drained {
+        node: u32,
+        epoch: Ts,
+    },
+    Restarted {
+        node: u32,
+        logged: Vec<Ts>,
     },
     Stop,
 }
@@ -202,12 +212,14 @@ pub fn encode_tso(msg: TsoMsg) -> Result<(Vec<u8>, WireAnswer)> {
         TsoMsg::Begin { reply } => (TsoRequest::Begin, answer(reply)),
         TsoMsg::TryCommit {
             start,
+            node,
             writes,
             checked,
             reply,
         } => (
             TsoRequest::TryCommit {
                 start,
+                node,
                 writes,
                 checked,
             },
@@ -221,6 +233,13 @@ pub fn encode_tso(msg: TsoMsg) -> Result<(Vec<u8>, WireAnswer)> {
         TsoMsg::Oldest { reply } => (TsoRequest::Oldest, answer(reply)),
         TsoMsg::Unresolved { reply } => (TsoRequest::Unresolved, answer(reply)),
         TsoMsg::Status { commit, reply } => (TsoRequest::Status { commit }, answer(reply)),
+        TsoMsg::Epoch { reply } => (TsoRequest::Epoch, answer(reply)),
+        TsoMsg::Drained { node, epoch } => (TsoRequest::Drained { node, epoch }, no_answer()),
+        TsoMsg::Restarted {
+            node,
+            logged,
+            reply,
+        } => (TsoRequest::Restarted { node, logged }, answer(reply)),
         TsoMsg::Stop => (TsoRequest::Stop, no_answer()),
     };
     Ok((to_bytes(&req)?, ans))
@@ -242,6 +261,7 @@ pub async fn serve_tso(
         }
         TsoRequest::TryCommit {
             start,
+            node: coordinator,
             writes,
             checked,
         } => {
@@ -249,6 +269,7 @@ pub async fn serve_tso(
             (
                 TsoMsg::TryCommit {
                     start,
+                    node: coordinator,
                     writes,
                     checked,
                     reply,
@@ -270,6 +291,22 @@ pub async fn serve_tso(
         TsoRequest::Status { commit } => {
             let (reply, a) = local_reply(link, node);
             (TsoMsg::Status { commit, reply }, Some(a))
+        }
+        TsoRequest::Epoch => {
+            let (reply, a) = local_reply(link, node);
+            (TsoMsg::Epoch { reply }, Some(a))
+        }
+        TsoRequest::Drained { node, epoch } => (TsoMsg::Drained { node, epoch }, None),
+        TsoRequest::Restarted { node: n, logged } => {
+            let (reply, a) = local_reply(link, node);
+            (
+                TsoMsg::Restarted {
+                    node: n,
+                    logged,
+                    reply,
+                },
+                Some(a),
+            )
         }
         TsoRequest::Stop => (TsoMsg::Stop, None),
     };
