@@ -652,6 +652,27 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
     );
 }
 
+/// The kill trials `BRINE_<name>_KILL_TRIALS` asks for (default 2), from
+/// `BRINE_<name>_KILL_FROM` on (to replay a failing one), each with the
+/// node it kills: `first` in trial 0 if given, else drawn from the
+/// trial's seed.
+fn kill_trials(name: &str, first: Option<usize>) -> Vec<(u64, usize)> {
+    use rand::{Rng, SeedableRng};
+    let var = |what: &str, default: u64| {
+        std::env::var(format!("BRINE_{name}_KILL_{what}"))
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (trials, from) = (var("TRIALS", 2), var("FROM", 0));
+    (from..from + trials)
+        .map(|t| match (t, first) {
+            (0, Some(node)) => (t, node),
+            _ => (t, rand::rngs::SmallRng::seed_from_u64(t).gen_range(0..3)),
+        })
+        .collect()
+}
+
 /// Issue 38: Salt on a three-process cluster with the log. BASE transfers
 /// (accepted at the debit) under load, a random node killed with SIGKILL
 /// and restarted, `BRINE_SALT_KILL_TRIALS` times (default 2; 50 in
@@ -663,20 +684,7 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
 /// doubt on restarted).
 #[test]
 fn accepted_base_transfers_complete_once_after_a_node_is_killed() {
-    use rand::{Rng, SeedableRng};
-    let var = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    // BRINE_SALT_KILL_FROM replays trials from that one on.
-    let (trials, from) = (
-        var("BRINE_SALT_KILL_TRIALS", 2),
-        var("BRINE_SALT_KILL_FROM", 0),
-    );
-    for trial in from..from + trials {
-        let victim = rand::rngs::SmallRng::seed_from_u64(trial).gen_range(0..3);
+    for (trial, victim) in kill_trials("SALT", None) {
         eprintln!("trial {trial}: node {victim} killed");
         fault_under_transfers(
             "salt",
@@ -741,24 +749,9 @@ fn kv_bank() -> (tempfile::TempDir, std::path::PathBuf) {
 /// it serialized and never logged.
 #[test]
 fn mediator_transfers_survive_a_node_killed_and_restarted() {
-    use rand::{Rng, SeedableRng};
-    let var = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let (trials, from) = (
-        var("BRINE_MEDIATOR_KILL_TRIALS", 2),
-        var("BRINE_MEDIATOR_KILL_FROM", 0),
-    );
     let (_dir, app) = kv_bank();
-    for trial in from..from + trials {
-        // Node 0 (the TSO's) in the first trial, then at random.
-        let victim = match trial {
-            0 => 0,
-            t => rand::rngs::SmallRng::seed_from_u64(t).gen_range(0..3),
-        };
+    // Node 0 (the TSO's) in the first trial, then at random.
+    for (trial, victim) in kill_trials("MEDIATOR", Some(0)) {
         eprintln!("trial {trial}: node {victim} killed");
         fault_under_transfers_of(
             "mediator",
