@@ -31,7 +31,7 @@
 //! commit back into the local partitions as above, and keeps it in the
 //! commit log (logged again after the log is emptied) until its
 //! coordinator's recovery has written it back at every partition, remote
-//! ones too, over the network (`MediatorLogs::take_resends`, `run.rs`).
+//! ones too, over the network (`MediatorLogs::take_resends`, `upkeep.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -78,7 +78,7 @@ pub enum Stage {
     /// if still there, must abort it.
     Abandoned,
     /// Recovered from the log after a restart: being written back by
-    /// recovery (`run::recover`), not by the helper.
+    /// recovery (`upkeep::recover`), not by the helper.
     Resending,
 }
 

@@ -21,8 +21,9 @@
 //!
 //! - `service.rs`: the TSO as a task on a node of its own (across
 //!   processes, a process of its own or node 0's);
-//! - `run.rs`: a call at its coordinator, native or transactional, the
-//!   version collector and the running helper;
+//! - `run.rs`: a call at its coordinator, native or transactional;
+//! - `upkeep.rs`: the version collector and the running helper, and the
+//!   settling of commits when a process restarts;
 //! - `durable.rs`: the versions logs and the commit log, recovery;
 //! - `wire.rs`: the messages across processes.
 //!
@@ -42,6 +43,7 @@ mod run;
 pub mod service;
 pub mod store;
 pub mod tso;
+mod upkeep;
 mod wire;
 
 #[cfg(test)]
@@ -236,7 +238,7 @@ pub struct Mediator {
     collected: std::sync::atomic::AtomicU64,
     /// Mediator's logs, when the cluster is durable (`durable.rs`).
     logs: Option<Arc<durable::MediatorLogs>>,
-    /// The version collector (`run.rs`, `collect_versions`), started
+    /// The version collector (`upkeep.rs`, `collect_versions`), started
     /// with the first call (at start on a durable node across processes).
     collector: std::sync::Once,
     /// Across processes, this process's node (`None`: embedded).
@@ -419,7 +421,7 @@ impl Protocol for Mediator {
     }
 
     /// Across processes a durable node settles its commits with the TSO
-    /// at every start, before it takes calls (`run::recover`).
+    /// at every start, before it takes calls (`upkeep::recover`).
     fn recovers_from_log(&self) -> bool {
         self.logging_node()
     }
@@ -431,7 +433,7 @@ impl Protocol for Mediator {
         _procedures: &'a std::collections::HashMap<String, Arc<crate::procedure::PreparedProc>>,
         _unfinished: Vec<brine_storage::wal::record::BaseContext>,
     ) -> BoxFuture<'a, ()> {
-        Box::pin(run::recover(self, shared, node))
+        Box::pin(upkeep::recover(self, shared, node))
     }
 
     fn attach(
@@ -443,7 +445,7 @@ impl Protocol for Mediator {
         // it settles its commits when the TSO restarts, calls or not.
         if let (Some(home), true) = (self.home, self.logging_node()) {
             self.collector.call_once(|| {
-                tokio::spawn(run::collect_versions(Arc::downgrade(shared), home));
+                tokio::spawn(upkeep::collect_versions(Arc::downgrade(shared), home));
             });
         }
     }
