@@ -192,7 +192,7 @@ async fn measure_point(
         end: measure_end,
         stop: stop.clone(),
         isolated: name != "raw",
-        faulty: !spec.cluster.faults.is_none(),
+        faulty: !spec.cluster.faults.is_none() || spec.remote.is_some(),
     };
     let mut set = JoinSet::new();
     let mut queues = Vec::new();
@@ -630,12 +630,13 @@ struct Window {
     /// guards can trip (a seat two carts took at once), and such a call
     /// is an anomaly to count, not a bug that stops the run.
     isolated: bool,
-    /// The link has faults (`--loss`, `--cut`, `--reorder`): a call whose
-    /// outcome they left unknown (a transport error: a Salt BASE
-    /// transaction given up in doubt, which its protocol rolls forward; a
-    /// one-round commit never acknowledged) is counted as given up, not a
-    /// bug that stops the run. The checks after the run say whether the
-    /// protocol kept its promises.
+    /// The link has faults (`--loss`, `--cut`, `--reorder`), or the run
+    /// drives processes (`--cluster`), any of which may die and restart: a
+    /// call whose outcome they left unknown (a transport error: a Salt
+    /// BASE transaction given up in doubt, which its protocol rolls
+    /// forward; a one-round commit never acknowledged; a node's connection
+    /// lost) is counted as given up, not a bug that stops the run. The
+    /// checks after the run say whether the protocol kept its promises.
     faulty: bool,
 }
 

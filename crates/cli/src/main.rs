@@ -445,6 +445,14 @@ struct BenchArgs {
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = LoadArg::IfEmpty)]
     load: LoadArg,
 
+    /// With --cluster: send each call to a node (round-robin by client), whose
+    /// coordinator runs it, instead of coordinating it in this process. With a
+    /// durable cluster the nodes log what a protocol needs to finish a call a
+    /// crash interrupted (Salt's and Callas' roll-forwards, Mediator's
+    /// commits); this process keeps no log.
+    #[arg(long)]
+    calls_at_nodes: bool,
+
     /// Record the run's history (every transaction's reads and writes with
     /// versions, JSON lines) to this file, for `brine check`. One protocol
     /// and one client count only.
@@ -829,11 +837,17 @@ async fn bench(args: BenchArgs) -> Result<(), BenchError> {
         )?;
     }
     if let Some(remote) = &mut spec.remote {
+        remote.cluster.calls_at_nodes = args.calls_at_nodes;
         remote.load = match args.load {
             LoadArg::IfEmpty => LoadPolicy::IfEmpty,
             LoadArg::Always => LoadPolicy::Always,
             LoadArg::Never => LoadPolicy::Never,
         };
+    } else if args.calls_at_nodes {
+        return Err(BenchError::Config(
+            "--calls-at-nodes sends calls to the nodes of a running cluster (--cluster FILE)"
+                .into(),
+        ));
     } else if args.load == LoadArg::Never {
         return Err(BenchError::Config(
             "--load never runs on the data of a running cluster (--cluster FILE); an embedded \

@@ -796,6 +796,7 @@ pub async fn load(args: &LoadArgs) -> Result<(), NodeError> {
     let workload = workload_of(&file)?;
     let remote = brine_cluster::remote::RemoteCluster {
         addresses: file.nodes.iter().map(|n| n.address.clone()).collect(),
+        calls_at_nodes: false,
     };
     let cluster = remote
         .connect(cluster_config(&file)?, workload.application())
@@ -953,6 +954,7 @@ pub fn use_cluster_file(
     spec.remote = Some(brine_bench::spec::Remote {
         cluster: brine_cluster::remote::RemoteCluster {
             addresses: file.nodes.iter().map(|n| n.address.clone()).collect(),
+            calls_at_nodes: false,
         },
         load: brine_bench::spec::LoadPolicy::default(),
     });

@@ -145,6 +145,118 @@ fn tpcc_under_callas_over_three_processes_passes_the_consistency_checks() {
     );
 }
 
+/// Issue 38: Callas `sc` groups durable across processes. New-order and
+/// payment chopped by the classic chopping (pieces that commit one by
+/// one at partitions of three processes with the log), a node killed with
+/// SIGKILL mid-run and restarted, `BRINE_CALLAS_SC_KILL_TRIALS` times
+/// (default 1). A transaction the kill cut between two pieces is rolled
+/// forward: by its restarted coordinator from the contexts of every
+/// process, or by its live coordinator once the partition its piece's
+/// commit went unanswered at came back; meanwhile a restarted partition
+/// holds the rows of open transactions locked again. Afterwards the TPC-C
+/// consistency checks pass (a chopped transaction left half done breaks
+/// them: an order whose line count disagrees with its lines).
+#[test]
+fn tpcc_sc_over_three_processes_rolls_chopped_transactions_forward_after_a_kill() {
+    let tpcc = ["--warehouses", "1", "--tpcc-scale", "small"];
+    let durable = "durability = \"wal\"\ndata_dir = \"data\"\n\
+                   grouping = \"orders:sc=new_order,payment\"\n";
+    for (trial, victim) in kill_trials("CALLAS_SC", None) {
+        eprintln!("trial {trial}: node {victim} killed");
+        let mut cluster = start_as("callas", 3, "tpcc", &tpcc, durable);
+        let config = cluster.config.clone();
+        let mut run = vec!["bench", "tpcc"];
+        run.extend(tpcc);
+        // The nodes coordinate the calls: they keep the logs.
+        run.extend(["--cluster", path(&config), "--check", "--calls-at-nodes"]);
+        run.extend(["--clients", "8", "--duration", "8", "--warmup", "0"]);
+        let bench = Command::new(BRINE)
+            .args(&run)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the bench");
+        // Killed once transactions run (the load is over), 2 s into them.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while committed_at(&config, victim) < 200 {
+            assert!(Instant::now() < deadline, "the run did not start");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        kill_and_restart(&mut cluster, victim);
+        let ran = bench.wait_with_output().expect("the bench");
+        let out = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&ran.stdout),
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        let relocked = count_in_logs(&cluster, "locked again (nexus)", "rows");
+        let rolled = count_in_logs(&cluster, "chopped transaction rolled forward", "");
+        let in_doubt = count_in_logs(&cluster, "given up in doubt", "");
+        let again = count_in_logs(&cluster, "ended again at a restarted node", "");
+        eprintln!(
+            "trial {trial}: {relocked} rows locked again at a restart; {rolled} chopped \
+             transactions rolled forward ({in_doubt} given up in doubt by live coordinators); \
+             {again} ended again for a restarted node"
+        );
+        if !out.contains("check: passed") {
+            for n in 0..3 {
+                let log = std::fs::read_to_string(cluster.dir.path().join(format!("node-{n}.log")))
+                    .unwrap_or_default();
+                for line in log.lines().filter(|l| !l.contains("restart announcement")) {
+                    eprintln!("node {n}: {line}");
+                }
+            }
+        }
+        assert!(out.contains("check: passed"), "trial {trial}: {out}");
+    }
+}
+
+/// Kills node `victim` with SIGKILL, restarts it half a second later and
+/// waits until every node is up.
+fn kill_and_restart(cluster: &mut Nodes, victim: usize) {
+    let killed = &mut cluster.children[victim];
+    killed.kill().expect("SIGKILL");
+    killed.wait().expect("reaped");
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.children[victim] = spawn_server(&cluster.config, cluster.dir.path(), victim);
+    wait_up(&cluster.config);
+}
+
+/// How many transactions node `node` committed so far, as `brine status`
+/// says (0 while it cannot tell).
+fn committed_at(config: &Path, node: usize) -> u64 {
+    let o = brine(&["status", "--cluster", path(config)]);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&node.to_string()))
+        .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The sum of `field=N` over the cluster's node log lines that say
+/// `what` (with no field: how many such lines).
+fn count_in_logs(cluster: &Nodes, what: &str, field: &str) -> u64 {
+    (0..3)
+        .flat_map(|n| {
+            let log = std::fs::read_to_string(cluster.dir.path().join(format!("node-{n}.log")))
+                .unwrap_or_default();
+            log.lines()
+                .filter(|l| l.contains(what))
+                .map(|l| {
+                    if field.is_empty() {
+                        return 1;
+                    }
+                    l.split(&format!("{field}="))
+                        .nth(1)
+                        .and_then(|v| v.split(' ').next()?.parse().ok())
+                        .unwrap_or(0)
+                })
+                .collect::<Vec<u64>>()
+        })
+        .sum()
+}
+
 #[test]
 fn tpcc_over_three_processes_passes_the_consistency_checks() {
     tpcc_over_three_processes(
@@ -867,14 +979,7 @@ fn fault_under_transfers_of(
         .collect();
     std::thread::sleep(before);
     match fault {
-        Fault::Kill(victim) => {
-            let killed = &mut cluster.children[victim];
-            killed.kill().expect("SIGKILL");
-            killed.wait().expect("reaped");
-            std::thread::sleep(Duration::from_millis(500));
-            cluster.children[victim] = spawn_server(&config, cluster.dir.path(), victim);
-            wait_up(&config);
-        }
+        Fault::Kill(victim) => kill_and_restart(&mut cluster, victim),
         Fault::Cut(node, d) => {
             let (node, ms) = (node.to_string(), d.as_millis().to_string());
             let cut = brine(&[
@@ -915,32 +1020,13 @@ fn fault_under_transfers_of(
     // Rows of open BASE transactions a restarted partition locked again
     // (`SaltRules::started` logs how many): they are let go only by their
     // transaction's end, which the reads below wait for.
-    // The sum of `field=N` over the nodes' log lines that say `what`.
-    let logged = |what: &str, field: &str| -> u64 {
-        (0..3)
-            .flat_map(|n| {
-                let log = std::fs::read_to_string(cluster.dir.path().join(format!("node-{n}.log")))
-                    .unwrap_or_default();
-                log.lines()
-                    .filter(|l| l.contains(what))
-                    .filter_map(|l| {
-                        l.split(&format!("{field}="))
-                            .nth(1)?
-                            .split(' ')
-                            .next()?
-                            .parse()
-                            .ok()
-                    })
-                    .collect::<Vec<u64>>()
-            })
-            .sum()
-    };
-    let relocked = logged("locked again (saline)", "rows");
+    let relocked = count_in_logs(&cluster, "locked again (saline)", "rows");
     // Mediator: commits a restarted node wrote back from its log, and
     // commits a restarted TSO's ring had listed that their nodes wrote
     // back before transactions began again.
-    let resent = logged("logged before its restart", "commits");
-    let settled = logged(
+    let resent = count_in_logs(&cluster, "logged before its restart", "commits");
+    let settled = count_in_logs(
+        &cluster,
         "writing back the logged commits it had serialized",
         "commits",
     );

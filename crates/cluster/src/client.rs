@@ -32,6 +32,9 @@ impl Client {
 
     /// Calls a procedure; concurrency-control victims are retried (bounded).
     pub async fn call(&self, procedure: &str, args: Vec<Value>) -> Result<CallOutcome> {
+        if let Some(nodes) = &self.cluster.call_nodes {
+            return self.call_at_node(nodes, procedure, args).await;
+        }
         let proc = self.procedure(procedure)?;
         coordinator::run_procedure(
             &self.cluster.shared,
@@ -42,6 +45,33 @@ impl Client {
             Some(self.session),
         )
         .await
+    }
+
+    /// Sends the call to this client's node, whose coordinator runs it
+    /// (`Cluster::calls_at_nodes`). A lost connection leaves its outcome
+    /// unknown.
+    async fn call_at_node(
+        &self,
+        nodes: &[Arc<crate::remote::PeerClient>],
+        procedure: &str,
+        args: Vec<Value>,
+    ) -> Result<CallOutcome> {
+        use crate::remote::{WireRequest, WireResponse};
+        let peer = &nodes[self.session as usize % nodes.len()];
+        let req = WireRequest::Call {
+            procedure: procedure.to_string(),
+            args,
+        };
+        match peer.request(req).await {
+            Ok(WireResponse::Called(r)) => {
+                r.map(|(values, attempts)| CallOutcome { values, attempts })
+            }
+            Ok(other) => Err(crate::remote::unexpected(&other)),
+            Err(e) => Err(Error::Transport(format!(
+                "the call at {}: {e}; its outcome is unknown",
+                peer.addr()
+            ))),
+        }
     }
 
     /// Starts a call and returns at once with its two moments (Salt): a

@@ -238,6 +238,9 @@ pub struct Cluster {
     /// The node this process is, in a multi-process cluster; its clients'
     /// calls are coordinated here.
     home: Option<NodeId>,
+    /// A coordinator-only process's clients send their calls to these
+    /// nodes instead (client `c` to node `c % n`; [`Cluster::calls_at_nodes`]).
+    pub(crate) call_nodes: Option<Arc<Vec<Arc<PeerClient>>>>,
 }
 
 /// Lock figures of one table (see `PartitionCounters`).
@@ -363,6 +366,15 @@ impl Cluster {
             book: None,
         };
         Ok(Cluster::start_hosting(config, app, Some(hosting))?.0)
+    }
+
+    /// This coordinator-only process's clients send each call to a node of
+    /// `nodes` (client `c` to node `c % n`), whose coordinator runs it:
+    /// with a durable cluster, the node logs what its protocol needs to
+    /// finish a call a crash interrupted, which this process does not.
+    pub fn calls_at_nodes(mut self, nodes: Vec<Arc<PeerClient>>) -> Cluster {
+        self.call_nodes = (!nodes.is_empty()).then(|| Arc::new(nodes));
+        self
     }
 
     /// Joins a running multi-process cluster as a coordinator only (as the
@@ -620,6 +632,7 @@ impl Cluster {
             adhoc: Default::default(),
             next_client: Default::default(),
             home: hosting_node,
+            call_nodes: None,
         };
         Ok((cluster, service))
     }

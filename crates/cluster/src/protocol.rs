@@ -241,6 +241,13 @@ pub trait Protocol: Send + Sync + 'static {
     /// the previous run never meets the roll-forward's work.
     fn announced(&self) {}
 
+    /// Across processes, node `peer` restarted and told this node `me`
+    /// (after its partitions serve; `NodeService::announce_restart`).
+    /// Callas: a chopped transaction of this node that ended while a
+    /// partition of that node held part of it may have lost its end there
+    /// (it was logged after the end's answer), and is ended again.
+    fn peer_restarted(&self, _shared: &Arc<Shared>, _me: NodeId, _peer: NodeId) {}
+
     /// Across processes, a statement's protocol words
     /// (`PartitionMsg::Execute`'s `ext`) as bytes; [`Protocol::decode_ext`]
     /// reads them at the partition's process.

@@ -50,6 +50,26 @@ impl Contexts {
         self.0.remove(&sub)
     }
 
+    /// The context of subtransaction `txn`, taken to be logged with its
+    /// commit or prepare, with the rows it wrote here (`store`) and what
+    /// it read and keeps locked (`owned`): a restarted partition locks
+    /// them again for its owner.
+    pub fn take_logged(
+        &mut self,
+        txn: TxnId,
+        store: &brine_storage::PartitionStore,
+        owned: &super::Owned,
+    ) -> Option<BaseContext> {
+        let mut c = self.take(txn)?;
+        c.locked = store
+            .write_set(txn)
+            .into_iter()
+            .map(|(table, key, _)| (table, key))
+            .collect();
+        c.read = owned.reads_kept(c.owner, txn);
+        Some(c)
+    }
+
     /// The subtransactions of `owner` with a context here.
     pub fn subs_of(&self, owner: TxnId) -> impl Iterator<Item = TxnId> + '_ {
         self.0
@@ -57,4 +77,32 @@ impl Contexts {
             .filter(move |(_, c)| c.owner == owner)
             .map(|(sub, _)| *sub)
     }
+}
+
+/// What a restarted partition locks again for an open context `c`: the
+/// rows it wrote (for the write; a row it also read is locked for the
+/// write), and what it read and kept locked (rows and ranges).
+pub fn locked_again(c: &BaseContext) -> Vec<(brine_core::LockTarget, brine_core::Access)> {
+    use brine_core::{Access, IndexId, LockTarget};
+    let written: std::collections::HashSet<LockTarget> = c
+        .locked
+        .iter()
+        .map(|(table, key)| LockTarget::Point {
+            table: *table,
+            index: IndexId::PRIMARY,
+            key: key.clone(),
+        })
+        .collect();
+    let reads = c.read.iter().filter(|t| !written.contains(*t)).map(|t| {
+        let access = match t {
+            LockTarget::Point { .. } => Access::Read,
+            LockTarget::Range { .. } => Access::RangeRead,
+        };
+        (t.clone(), access)
+    });
+    written
+        .iter()
+        .map(|t| (t.clone(), Access::Write))
+        .chain(reads)
+        .collect()
 }

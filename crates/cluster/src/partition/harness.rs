@@ -135,6 +135,19 @@ impl Harness {
         k: i64,
         how: How,
     ) -> oneshot::Receiver<Result<Executed>> {
+        self.execute_in_call(txn, sql, k, how, None)
+    }
+
+    /// [`Harness::execute`] of a statement that carries its call (the
+    /// procedure and its arguments, `PartitionMsg::Execute`'s `call`).
+    pub fn execute_in_call(
+        &self,
+        txn: TxnId,
+        sql: &str,
+        k: i64,
+        how: How,
+        call: crate::message::Intro,
+    ) -> oneshot::Receiver<Result<Executed>> {
         let plan = Arc::new(brine_sql::prepare(&self.catalog, sql).expect("plan"));
         let (reply, rx) = Reply::channel(&self.link, NodeId(0), NodeId(1));
         self.send(PartitionMsg::Execute {
@@ -149,7 +162,7 @@ impl Harness {
                 for_update: false,
             },
             sub: how.sub,
-            call: None,
+            call,
             ext: how.ext,
             gate: None,
             reply,

@@ -12,6 +12,7 @@ pub mod acid;
 pub mod callas;
 pub mod central;
 pub mod elia;
+pub(crate) mod gather;
 pub mod mediator;
 pub mod raw;
 pub mod salt;

@@ -64,6 +64,10 @@ pub type PeerClient = brine_net::Client<WireRequest, WireResponse>;
 #[derive(Clone, Debug)]
 pub struct RemoteCluster {
     pub addresses: Vec<String>,
+    /// Procedure calls go to the nodes (each client's to one node, in
+    /// turn), whose coordinators run them, instead of being coordinated in
+    /// the joining process ([`Cluster::calls_at_nodes`]).
+    pub calls_at_nodes: bool,
 }
 
 impl RemoteCluster {
@@ -81,7 +85,16 @@ impl RemoteCluster {
                 self.addresses.len()
             )));
         }
-        Cluster::connect(config, app, peer_clients(&self.addresses, None)?)
+        let peers = peer_clients(&self.addresses, None)?;
+        let nodes: Vec<Arc<PeerClient>> = (0..self.addresses.len() as u32)
+            .filter_map(|n| peers.get(&NodeId(n)).cloned())
+            .collect();
+        let cluster = Cluster::connect(config, app, peers)?;
+        Ok(if self.calls_at_nodes {
+            cluster.calls_at_nodes(nodes)
+        } else {
+            cluster
+        })
     }
 }
 

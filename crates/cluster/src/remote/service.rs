@@ -388,7 +388,13 @@ impl NodeService {
                 None => Inquiry::Aborted,
             }),
             WireRequest::Cut { peers, millis } => WireResponse::Done(self.cut(&peers, millis)),
-            WireRequest::PeerRestarted { node } => WireResponse::Done(self.end_orphans(node).await),
+            WireRequest::PeerRestarted { node } => {
+                let ended = self.end_orphans(node).await;
+                cluster
+                    .protocol()
+                    .peer_restarted(&cluster.shared, self.node, NodeId(node));
+                WireResponse::Done(ended)
+            }
             WireRequest::Abort { session } => match self.sessions.end(session) {
                 Ok(txn) => {
                     txn.abort().await;

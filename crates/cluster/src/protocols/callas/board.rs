@@ -374,9 +374,15 @@ impl NexusBoard {
 
     /// Registers `t` before it takes its first lock.
     pub(super) fn register(&self, t: TxnId) -> Arc<Progress> {
-        let r = Arc::new(Progress::default());
-        self.shard(t).lock().live.insert(t, r.clone());
-        r
+        // A transaction rolled forward under its owner id while its given-up
+        // attempt is still registered (`across::gave_up_in_doubt`) keeps
+        // its progress: whoever waits for it waits for the roll-forward.
+        self.shard(t)
+            .lock()
+            .live
+            .entry(t)
+            .or_insert_with(|| Arc::new(Progress::default()))
+            .clone()
     }
 
     /// `t`'s progress; `None` once it released its nexus locks. A

@@ -46,6 +46,7 @@
 //!
 //! User guide: `docs/callas.md`.
 
+mod across;
 mod board;
 mod grouping;
 mod nexus_uses;
@@ -101,7 +102,7 @@ use brine_sql::{Plan, QueryResult};
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
-use super::Registration;
+use super::{gather, Registration};
 use crate::coordinator::{run_acid, CallOutcome, ProcCtx, Shared};
 use crate::message::{LockSpec, PartitionMsg};
 use crate::partition::{Partition, PartitionParts};
@@ -122,13 +123,11 @@ pub const CALLAS: Registration = Registration {
             None => Grouping::one_group(procedures.iter().copied()),
         };
         Ok(Arc::new(Callas {
-            grouping,
             safe_mode: config.safe_mode,
             rank_holds: config.rank_holds,
             exact_deps: config.mutation == Some(Mutation::ExactCallasDeps),
             release_order: config.mutation != Some(Mutation::NoNexusReleaseOrder),
-            pieces: HashMap::new(),
-            board: Arc::default(),
+            ..Callas::new(grouping)
         }))
     },
 };
@@ -153,6 +152,18 @@ pub struct Callas {
     pieces: HashMap<String, Arc<ProcPieces>>,
     /// Which transactions still hold nexus locks, and how far each got.
     board: Arc<NexusBoard>,
+    /// Across processes, the node this process is (`None`: the embedded
+    /// cluster). An `sc` roll-forward there gathers its contexts from
+    /// every process (`across.rs`).
+    home: Option<brine_core::NodeId>,
+    /// This process announced its restart (`Protocol::announced`).
+    announced: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Roll-forwards across processes still running, for
+    /// `Protocol::quiesce`.
+    rolling: gather::Rolling,
+    /// The engine and the procedures, for the roll-forward of a
+    /// transaction given up in doubt.
+    attached: std::sync::OnceLock<(std::sync::Weak<Shared>, across::Procedures)>,
 }
 
 /// The Callas protocol a Callas transaction runs under.
@@ -233,7 +244,7 @@ impl CallasMsg {
 /// nexus release waits (a bug if ever counted); `sc` transactions rolled
 /// forward after a crash. At the partitions: rank
 /// waits held there (`CallasStmt::after_rank`), and for
-/// how long.
+/// how long; rows of open `sc` transactions locked again at a restart.
 const COUNTERS: &[Counter] = &[
     counter(
         "safe_mode_switches",
@@ -257,6 +268,7 @@ const COUNTERS: &[Counter] = &[
     counter("rolled_forward", Kept::Coordinator, ROLLED_FORWARD, 1),
     counter("rank_holds", Kept::Partition, RANK_HOLDS, 1),
     counter("rank_hold_us_total", Kept::Partition, RANK_HOLD_NS, 1000),
+    counter("relocked", Kept::Partition, RELOCKED, 1),
 ];
 const SAFE_MODE_SWITCHES: usize = 0;
 const RANK_WAITS: usize = 1;
@@ -265,8 +277,14 @@ const COMMIT_WAITS: usize = 3;
 const COMMIT_WAIT_NS: usize = 4;
 const RELEASE_CYCLES: usize = 5;
 const ROLLED_FORWARD: usize = 6;
+/// The first byte of Callas' messages across processes.
+const CALLAS_TAG: u8 = 0;
+const CONTEXTS_TAG: u8 = 1;
 const RANK_HOLDS: usize = 0;
 const RANK_HOLD_NS: usize = 1;
+/// Rows of open `sc` transactions a restarted partition locked again
+/// (`partition::relock_open_contexts`).
+const RELOCKED: usize = 2;
 
 const fn counter(name: &'static str, kept: Kept, slot: usize, divisor: u64) -> Counter {
     Counter {
@@ -316,41 +334,36 @@ impl Protocol for Callas {
             None => Arc::default(),
         };
         Ok(Some(Arc::new(Callas {
-            grouping: self.grouping.clone(),
             safe_mode: self.safe_mode,
             rank_holds: self.rank_holds,
             exact_deps: self.exact_deps,
             release_order: self.release_order,
             pieces,
             board,
+            home: setup.hosting.as_ref().map(|h| h.node),
+            ..Callas::new(self.grouping.clone())
         })))
     }
 
     /// With a log, `sc` transactions a crash cut between two pieces are
-    /// rolled forward at recovery, in one process; across processes that
-    /// would need the contexts of every process (as Salt gathers them),
-    /// and `chop` has no roll-forward: both are refused.
-    fn check_deployment(&self, multi_process: bool, durable: bool) -> Result<()> {
+    /// rolled forward at recovery (across processes from the contexts of
+    /// every process, `across.rs`); `chop` has no roll-forward and is
+    /// refused.
+    fn check_deployment(&self, _multi_process: bool, durable: bool) -> Result<()> {
         if !durable {
             return Ok(());
         }
-        for g in &self.grouping.groups {
-            let why = match g.mechanism {
-                Mechanism::Chop => {
-                    "a crash between two of its pieces would leave the rest to be rolled forward \
-                     at recovery, which `chop` does not do; run it as `sc` (rolled forward in one \
-                     process), `rp` or `2pl`, or with --durability none"
-                }
-                Mechanism::Sc if multi_process => {
-                    "a crash between two of its pieces is rolled forward at recovery in one \
-                     process only (across processes the roll-forward would need what every \
-                     process logged of it); run it as `rp` or `2pl` across processes, or with \
-                     --durability none"
-                }
-                _ => continue,
-            };
+        if let Some(g) = self
+            .grouping
+            .groups
+            .iter()
+            .find(|g| g.mechanism == Mechanism::Chop)
+        {
             return Err(Error::Config(format!(
-                "Callas group `{}` ({}) commits its pieces one by one with durability `wal`: {why}",
+                "Callas group `{}` ({}) commits its pieces one by one with durability `wal`: a \
+                 crash between two of its pieces would leave the rest to be rolled forward at \
+                 recovery, which `chop` does not do; run it as `sc` (rolled forward), `rp` or \
+                 `2pl`, or with --durability none",
                 g.name, g.mechanism
             )));
         }
@@ -365,7 +378,9 @@ impl Protocol for Callas {
     }
 
     /// `sc` transactions a crash cut between two pieces are rolled
-    /// forward (`run::roll_forward`).
+    /// forward (`run::roll_forward`): in one process from this log, before
+    /// the cluster takes new work; across processes from the contexts of
+    /// every process, in the background (`across::recover`).
     fn recover<'a>(
         &'a self,
         shared: &'a Arc<crate::coordinator::Shared>,
@@ -373,9 +388,53 @@ impl Protocol for Callas {
         procedures: &'a HashMap<String, Arc<crate::procedure::PreparedProc>>,
         unfinished: Vec<brine_storage::wal::record::BaseContext>,
     ) -> BoxFuture<'a, ()> {
+        if self.home.is_some() {
+            across::recover(self, shared, node, Arc::new(procedures.clone()));
+            return Box::pin(async {});
+        }
         Box::pin(run::roll_forward(
             self, shared, node, procedures, unfinished,
         ))
+    }
+
+    /// Across processes every restart of a node with `sc` groups gathers
+    /// their contexts from every process, whatever its own log holds.
+    fn recovers_from_log(&self) -> bool {
+        self.home.is_some()
+            && self
+                .grouping
+                .groups
+                .iter()
+                .any(|g| g.mechanism == Mechanism::Sc)
+    }
+
+    fn attach(
+        &self,
+        shared: &Arc<Shared>,
+        procedures: &Arc<HashMap<String, Arc<crate::procedure::PreparedProc>>>,
+    ) {
+        let _ = self
+            .attached
+            .set((Arc::downgrade(shared), procedures.clone()));
+    }
+
+    fn announced(&self) {
+        self.announced.send_replace(true);
+    }
+
+    fn peer_restarted(
+        &self,
+        shared: &Arc<Shared>,
+        me: brine_core::NodeId,
+        peer: brine_core::NodeId,
+    ) {
+        across::peer_restarted(self, shared, me, peer);
+    }
+
+    /// Waits until the roll-forwards across processes are done, so a
+    /// check reads no chopped transaction half done.
+    fn quiesce(&self, within: std::time::Duration) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.rolling.settled(within, "Callas: chopped transactions"))
     }
 
     fn counters(&self) -> &'static [Counter] {
@@ -393,7 +452,8 @@ impl Protocol for Callas {
     }
 
     fn spawn_partition(&self, parts: PartitionParts, rx: mpsc::UnboundedReceiver<PartitionMsg>) {
-        let rules = CallasRules::new(self.exact_deps);
+        let rules =
+            CallasRules::new(self.exact_deps).with_procedure_groups(self.procedure_groups());
         let mut p = Partition::new(parts, rules);
         // Runtime Pipelining lets several running transactions change one
         // row: the log's redo and the checkpoints account for that.
@@ -424,27 +484,50 @@ impl Protocol for Callas {
         self
     }
 
+    /// Callas' own messages (one-way), and the gathering of `sc`
+    /// transactions' contexts (`gather::OpenContexts`, answered): a first
+    /// byte tells them apart.
     fn encode_message(
         &self,
         msg: Box<dyn Any + Send>,
     ) -> Result<(Vec<u8>, crate::protocol::WireAnswer)> {
-        crate::protocol::encode_message_as("Callas", msg, |msg: CallasMsg| {
-            let bytes = postcard::to_stdvec(&msg)
-                .map_err(|e| Error::Internal(format!("a Callas message: {e}")))?;
-            let no_answer: crate::protocol::WireAnswer = Box::new(|_| Ok(()));
-            Ok((bytes, no_answer))
-        })
+        let (tag, (body, answer)) = match msg.downcast::<gather::OpenContexts>() {
+            Ok(open) => (CONTEXTS_TAG, gather::encode(*open)?),
+            Err(msg) => (
+                CALLAS_TAG,
+                crate::protocol::encode_message_as("Callas", msg, |msg: CallasMsg| {
+                    let bytes = postcard::to_stdvec(&msg)
+                        .map_err(|e| Error::Internal(format!("a Callas message: {e}")))?;
+                    let no_answer: crate::protocol::WireAnswer = Box::new(|_| Ok(()));
+                    Ok((bytes, no_answer))
+                })?,
+            ),
+        };
+        let mut bytes = Vec::with_capacity(body.len() + 1);
+        bytes.push(tag);
+        bytes.extend_from_slice(&body);
+        Ok((bytes, answer))
     }
 
     fn decode_message(
         &self,
-        _link: &crate::link::Link,
-        _node: brine_core::NodeId,
+        link: &crate::link::Link,
+        node: brine_core::NodeId,
         bytes: &[u8],
     ) -> Result<(Box<dyn Any + Send>, crate::protocol::WireAnswering)> {
-        let msg: CallasMsg = postcard::from_bytes(bytes)
-            .map_err(|e| Error::Internal(format!("a Callas message: {e}")))?;
-        Ok((Box::new(msg), Box::pin(async { Ok(Vec::new()) })))
+        match bytes.split_first() {
+            Some((&CONTEXTS_TAG, body)) => {
+                crate::protocol::decoded_message(gather::decode(link, node, body))
+            }
+            Some((&CALLAS_TAG, body)) => {
+                let msg: CallasMsg = postcard::from_bytes(body)
+                    .map_err(|e| Error::Transport(format!("a Callas message: {e}")))?;
+                Ok((Box::new(msg), Box::pin(async { Ok(Vec::new()) })))
+            }
+            _ => Err(Error::Transport(
+                "a Callas message of no kind Callas knows".into(),
+            )),
+        }
     }
 
     fn encode_ext(&self, ext: &(dyn Any + Send + Sync)) -> Result<Vec<u8>> {
@@ -490,6 +573,37 @@ fn homes(peers: HashMap<brine_core::NodeId, Arc<crate::remote::PeerClient>>) -> 
 }
 
 impl Callas {
+    /// Callas with `grouping` and every other setting at its default, in
+    /// one process, before it starts.
+    fn new(grouping: Grouping) -> Callas {
+        Callas {
+            grouping,
+            safe_mode: SafeModeConfig::default(),
+            rank_holds: false,
+            exact_deps: false,
+            release_order: true,
+            pieces: HashMap::new(),
+            board: Arc::default(),
+            home: None,
+            announced: Arc::new(tokio::sync::watch::Sender::new(false)),
+            rolling: gather::Rolling::default(),
+            attached: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The group of each grouped procedure, by name.
+    fn procedure_groups(&self) -> Arc<HashMap<String, u32>> {
+        let mut groups = HashMap::new();
+        for g in &self.grouping.groups {
+            for name in &g.procedures {
+                if let Some((id, _)) = self.grouping.group_of(name) {
+                    groups.insert(name.clone(), id);
+                }
+            }
+        }
+        Arc::new(groups)
+    }
+
     /// The pieces of procedure `name`, if its group is cut into pieces.
     fn pieces_of(&self, name: &str) -> Option<Arc<ProcPieces>> {
         self.pieces.get(name).cloned()

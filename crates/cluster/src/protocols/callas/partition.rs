@@ -16,7 +16,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
 
 use brine_core::{AbortCause, Access, Error, LockNeed, Result, TxnId};
-use brine_lock::LockClass;
+use brine_lock::{Acquire, LockClass, Mode};
 use brine_sql::QueryResult;
 use brine_storage::wal::record::BaseContext;
 
@@ -24,6 +24,7 @@ use super::nexus_uses::{ColUse, NexusUses};
 use super::{CallasMsg, CallasStmt};
 
 use crate::partition::{now, Contexts, Ending, Owned, Partition, Prepared, Rules, Stmt};
+use crate::protocols::gather;
 
 /// Callas' state at one partition.
 pub struct CallasRules {
@@ -61,6 +62,13 @@ pub struct CallasRules {
     /// here, logged when it commits or prepares, so recovery can roll
     /// the transaction forward (`sc.rs`, "After a crash").
     contexts: Contexts,
+    /// Across processes: `sc` transactions fenced here by a roll-forward
+    /// (`gather::OpenContexts`), and the fence: their pieces' statements
+    /// sent before it are refused.
+    fences: HashMap<TxnId, u64>,
+    /// The group of each grouped procedure, for the rows of open `sc`
+    /// transactions locked again after a restart (`started`).
+    procedure_groups: std::sync::Arc<std::collections::HashMap<String, u32>>,
 }
 
 /// A Runtime Pipelining transaction's pieces at one partition: the one
@@ -107,7 +115,18 @@ impl CallasRules {
             held: Vec::new(),
             ready: VecDeque::new(),
             contexts: Contexts::default(),
+            fences: HashMap::default(),
+            procedure_groups: Default::default(),
         }
+    }
+
+    /// The group of each grouped procedure (by name).
+    pub fn with_procedure_groups(
+        mut self,
+        groups: std::sync::Arc<std::collections::HashMap<String, u32>>,
+    ) -> CallasRules {
+        self.procedure_groups = groups;
+        self
     }
 
     /// Whether `txn` ended a piece of rank `>= rank` here.
@@ -119,6 +138,7 @@ impl CallasRules {
 /// `txn` holds nothing here any more.
 fn forget(p: &mut Partition<CallasRules>, txn: TxnId) {
     p.rules.groups.remove(&txn);
+    p.rules.fences.remove(&txn);
     p.rules.nexus.forget_txn(txn);
     // Ended here: what waited for its rank here goes on.
     p.rules.reached.remove(&txn);
@@ -276,6 +296,87 @@ fn member_granted(p: &mut Partition<CallasRules>, stmt: &mut Stmt, need: &LockNe
     rules.nexus.record(&need.target, mine);
 }
 
+impl gather::GatherRules for CallasRules {
+    fn fencing(&mut self) -> (&mut HashMap<TxnId, u64>, &Contexts) {
+        (&mut self.fences, &self.contexts)
+    }
+}
+
+/// The context of piece `txn` to log with its commit or prepare, with the
+/// rows it wrote here and what it read and keeps locked.
+fn logged_context(p: &mut Partition<CallasRules>, txn: TxnId) -> Option<BaseContext> {
+    let CallasRules {
+        contexts, owned, ..
+    } = &mut p.rules;
+    contexts.take_logged(txn, &p.store, owned)
+}
+
+/// With a log, the rows the open `sc` transactions' committed pieces
+/// wrote or read here are locked again after a restart, before anything
+/// else runs: as their group's nexus locks, held by their owners, who are
+/// protected (they cannot roll back). Their locks died with the process,
+/// and without them a transaction of another group could see a chopped
+/// transaction's intermediate state until its roll-forward or its end.
+/// Their uses are recorded as of every column, so a same-group
+/// transaction that meets them depends on them (the release order). They
+/// go with the owner's end here: its commit or abort, from its
+/// coordinator, its roll-forward, or a restarted coordinator that found
+/// its end logged.
+fn relock_open_contexts(p: &mut Partition<CallasRules>) {
+    let Some(wal) = &p.wal else {
+        return;
+    };
+    let at = now();
+    let mut relocked = 0u64;
+    for c in wal.open_contexts(|_| true) {
+        let group = c
+            .intro
+            .as_ref()
+            .and_then(|(name, _)| p.rules.procedure_groups.get(name))
+            .copied();
+        let Some(g) = group else {
+            tracing::error!(partition = p.id.0, owner = %c.owner, "an open chopped transaction's context names no procedure of a group: its rows are not locked again");
+            continue;
+        };
+        for (target, access) in crate::partition::locked_again(&c) {
+            let mode = Mode {
+                class: LockClass::Nexus(g),
+                access,
+            };
+            match p.locks.acquire(c.owner, &target, mode, at, &mut p.wakeups) {
+                Ok(Acquire::Granted { .. }) => {
+                    let write = if access == Access::Write { u64::MAX } else { 0 };
+                    let used = ColUse {
+                        txn: c.owner,
+                        piece: c.sub,
+                        read: u64::MAX,
+                        write,
+                        add: 0,
+                        rows: access == Access::Write,
+                    };
+                    p.rules.nexus.record(&target, used);
+                    relocked += 1;
+                }
+                other => tracing::error!(
+                    partition = p.id.0,
+                    owner = %c.owner,
+                    "cannot lock a row of an open chopped transaction again: {other:?}"
+                ),
+            }
+        }
+        p.rules.groups.insert(c.owner, g);
+        p.locks.protect(c.owner, &mut p.wakeups);
+    }
+    if relocked > 0 {
+        p.counters.protocol.add(super::RELOCKED, relocked);
+        tracing::info!(
+            partition = p.id.0,
+            rows = relocked,
+            "rows of open chopped transactions locked again (nexus) after the restart"
+        );
+    }
+}
+
 impl Rules for CallasRules {
     fn owned(&mut self) -> Option<&mut Owned> {
         Some(&mut self.owned)
@@ -293,6 +394,9 @@ impl Rules for CallasRules {
     fn arrive(p: &mut Partition<Self>, stmt: &Stmt) -> Result<()> {
         if p.rules.cascaded.contains(&stmt.owner) {
             return Err(Error::Aborted(AbortCause::Cascade));
+        }
+        if gather::fenced_off(p, stmt) {
+            return Err(Error::Aborted(AbortCause::Unreachable));
         }
         if let LockClass::Member(g) = stmt.lock.class {
             p.rules.groups.insert(stmt.owner, g);
@@ -368,13 +472,17 @@ impl Rules for CallasRules {
             Prepared::Refuse
         } else {
             Prepared::Go {
-                context: p.rules.contexts.take(txn),
+                context: logged_context(p, txn),
             }
         }
     }
 
     fn commit_context(p: &mut Partition<Self>, txn: TxnId) -> Option<BaseContext> {
-        p.rules.contexts.take(txn)
+        logged_context(p, txn)
+    }
+
+    fn started(p: &mut Partition<Self>) {
+        relock_open_contexts(p);
     }
 
     fn committed(p: &mut Partition<Self>, txn: TxnId) {
@@ -483,9 +591,15 @@ impl Rules for CallasRules {
     }
 
     fn message(p: &mut Partition<Self>, msg: Box<dyn Any + Send>) -> Result<()> {
-        let msg = msg
-            .downcast::<CallasMsg>()
-            .map_err(|_| Error::Internal("a message Callas' rules do not know".into()))?;
+        let msg = match msg.downcast::<gather::OpenContexts>() {
+            Ok(open) => {
+                gather::answer(p, *open);
+                return Ok(());
+            }
+            Err(msg) => msg
+                .downcast::<CallasMsg>()
+                .map_err(|_| Error::Internal("a message Callas' rules do not know".into()))?,
+        };
         match *msg {
             CallasMsg::EndPiece { owner, piece, rank } => piece_ended(p, owner, piece, rank),
             CallasMsg::RankGo { txn, after } => {
@@ -572,6 +686,81 @@ mod tests {
         end_piece(&h, t1, 1);
         let read = waiting.await.expect("answered")?;
         assert_eq!(value(read), Some(Value::Int(7)));
+        Ok(())
+    }
+
+    /// After a restart, what an open `sc` transaction's committed piece
+    /// wrote and read here is locked again, as its group's nexus locks:
+    /// another group's write of either waits for the transaction's end
+    /// (before, the chopped transaction's intermediate state was open to
+    /// other groups until its roll-forward), a row it did not touch does
+    /// not, and its end lets them go.
+    #[tokio::test]
+    async fn rows_an_open_chopped_transaction_used_stay_locked_after_a_restart() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Storage(e.to_string()))?;
+        let groups: std::collections::HashMap<String, u32> = [("p".to_string(), 1)].into();
+        let rules = || CallasRules::new(false).with_procedure_groups(Arc::new(groups.clone()));
+        let h = Harness::durable_kv(rules(), 4, dir.path()).await?;
+        let (owner, piece) = (txn(10), txn(11));
+        let call: crate::message::Intro = Some(Arc::new(("p".to_string(), Vec::new())));
+        let in_piece = |seq| How {
+            class: LockClass::Member(1),
+            sub: Some(crate::message::SubStmt {
+                owner,
+                seq,
+                autocommit: false,
+                commit_first: None,
+                protect: false,
+                no: seq,
+            }),
+            ext: Some(Arc::new(CallasStmt {
+                track: true,
+                ..CallasStmt::default()
+            })),
+        };
+        let get = "SELECT v FROM kv WHERE k = $1";
+        let set = "UPDATE kv SET v = 7 WHERE k = $1";
+        h.execute_in_call(piece, get, 1, in_piece(0), call.clone())
+            .await
+            .expect("answered")?;
+        h.execute_in_call(piece, set, 2, in_piece(1), call)
+            .await
+            .expect("answered")?;
+        h.ask(|reply| PartitionMsg::Commit {
+            txn: piece,
+            ending: Ending::Sub { owner },
+            decided: false,
+            reply,
+        })
+        .await?;
+        h.crash().await;
+
+        let h = Harness::durable_kv(rules(), 0, dir.path()).await?;
+        // Of another group, older: they wait rather than die.
+        let other = |id, k| {
+            let how = How {
+                class: LockClass::Member(2),
+                sub: None,
+                ext: None,
+            };
+            h.execute(txn(id), set, k, how)
+        };
+        let (of_read, of_written) = (other(1, 1), other(2, 2));
+        other(3, 3).await.expect("answered")?;
+        assert_eq!(
+            h.status().await.parked_statements,
+            2,
+            "the writes of what it read and wrote wait"
+        );
+        h.ask(|reply| PartitionMsg::Abort {
+            txn: owner,
+            ending: Ending::Release,
+            reply,
+        })
+        .await;
+        for waited in [of_read, of_written] {
+            waited.await.expect("answered")?;
+        }
         Ok(())
     }
 }

@@ -148,6 +148,14 @@ pub(super) async fn run_resumed(
                 _ => wal.log_context_end(node, txn).await.err(),
             };
             if let Some(e) = unknown {
+                // Across processes it is rolled forward now, from the
+                // contexts of every process (`across.rs`).
+                let rolled = super::across::gave_up_in_doubt(callas, shared, txn, node);
+                let e = Error::Transport(format!(
+                    "chopped transaction {txn}: outcome unknown ({e}); if a piece committed, it \
+                     is rolled forward{}",
+                    if rolled { "" } else { " at the next recovery" }
+                ));
                 tries.failed(&e);
                 return Err(e);
             }
@@ -198,6 +206,9 @@ pub(super) async fn run_resumed(
         } else {
             // Released with the commit, or by the abort.
             callas.board.released(txn);
+            if durable {
+                super::across::end_lasting(shared, node, txn, &participants);
+            }
         }
         match outcome {
             Ok(values) => return Ok(tries.committed(txn, &proc.name, values, on_accept)),
@@ -325,14 +336,19 @@ async fn release_in_order(
             .wait_in_order(txn, t, || counters.add(super::RELEASE_CYCLES, 1))
             .await;
     }
+    // With a log, the end goes for as long as this process runs, also to
+    // a partition's next incarnation: a restarted one holds the chopped
+    // transaction's rows locked again until it hears it.
+    let lasting = shared.wal.is_some();
+    let patience = (!lasting).then_some(crate::coordinator::DECISION_PATIENCE);
     let acks = futures::future::join_all(participants.iter().map(|&p| {
         let release = move |reply| PartitionMsg::Release {
             owner: txn,
             stages: vec![crate::message::ReleaseStage::End],
-            lasting: false,
+            lasting,
             reply,
         };
-        crate::coordinator::until_acked(shared.route(node, p), release)
+        crate::coordinator::resend_until_acked(shared.route(node, p), release, patience)
     }))
     .await;
     for a in acks {
@@ -341,6 +357,9 @@ async fn release_in_order(
         }
     }
     board.released(txn);
+    if lasting {
+        super::across::end_lasting(&shared, node, txn, &participants);
+    }
 }
 
 /// Runs one statement of a grouped transaction, as its mechanism says:
@@ -472,6 +491,11 @@ pub(super) async fn roll_forward(
                     tracing::warn!(%owner, "chopped transaction rolled forward, ending with: {e}")
                 }
             }
+            // The pieces of its earlier run may hold their nexus locks at
+            // partitions the roll-forward did not reach: locked again at
+            // a restart, or kept by a process that lived on. Once it
+            // released its own, in order, it ends there too.
+            super::across::end_after_release(callas, shared, node, owner).await;
         });
     futures::future::join_all(runs).await;
 }

@@ -87,9 +87,10 @@ pub struct ScRun {
     protected: bool,
     /// Partitions of the committed pieces (where the nexus locks are).
     held_at: SmallVec<[usize; 4]>,
-    /// With a log: the procedure and its arguments, sent with the
-    /// statements of the first piece (its partitions log it with the
-    /// piece's context, so recovery knows what to roll forward).
+    /// With a log: the procedure and its arguments, sent with every
+    /// statement (its partitions log it with the piece's context, so
+    /// recovery knows what to roll forward, and a restarted partition the
+    /// group whose nexus locks it takes again).
     pub(super) intro: Intro,
     /// A roll-forward's logged results of one statement from several
     /// partitions (by position in `results`), merged when the statement's
@@ -260,12 +261,11 @@ pub(super) async fn exec(
             }
         };
         run.open_writes |= plan.kind() != StatementKind::Select;
-        // Until a piece committed, the call goes with each statement.
-        let intro = if run.committed == 0 {
-            run.intro.clone()
-        } else {
-            None
-        };
+        // With a log, the call goes with each statement: the first piece's
+        // context carries it to recovery, and every context names the
+        // procedure, whose group a restarted partition locks the
+        // transaction's rows again for (`partition::relock_open_contexts`).
+        let intro = run.intro.clone();
         (sub, base, lock_class, intro)
     };
     let result = run_in_piece(ctx, sub, (base, intro), plan, args, lock_class).await;

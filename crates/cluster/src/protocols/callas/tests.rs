@@ -311,15 +311,7 @@ fn a_rolled_back_piece_s_dependencies_are_forgotten() {
 /// (`brine bench --check` runs it), naming the count.
 #[test]
 fn a_counted_release_cycle_breaks_the_rules_check() {
-    let callas = Callas {
-        grouping: Grouping::parse("g:2pl=p").expect("grouping"),
-        safe_mode: SafeModeConfig::default(),
-        rank_holds: false,
-        exact_deps: false,
-        release_order: true,
-        pieces: HashMap::new(),
-        board: Arc::default(),
-    };
+    let callas = Callas::new(Grouping::parse("g:2pl=p").expect("grouping"));
     let mut stats = crate::StatsSnapshot::default();
     stats.protocol.insert("release_cycles", 0);
     assert!(callas.rules_kept(&stats).is_ok());

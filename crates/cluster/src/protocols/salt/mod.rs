@@ -14,7 +14,7 @@
 //! User guide: `docs/salt.md`.
 
 mod base;
-mod gather;
+use super::gather;
 mod partition;
 mod recover;
 mod release;
@@ -79,7 +79,7 @@ pub struct Salt {
     home: Option<NodeId>,
     /// Roll-forwards of transactions given up in doubt still running, for
     /// `Protocol::quiesce`.
-    rolling: Arc<watch::Sender<usize>>,
+    rolling: gather::Rolling,
     /// This process announced its restart (`Protocol::announced`).
     announced: Arc<watch::Sender<bool>>,
     /// The engine and the procedures, for those roll-forwards.
@@ -100,7 +100,7 @@ impl Salt {
                 gate: mutation != Some(Mutation::NoGate),
             },
             home: None,
-            rolling: Arc::new(watch::Sender::new(0)),
+            rolling: gather::Rolling::default(),
             announced: Arc::new(watch::Sender::new(false)),
             attached: std::sync::OnceLock::new(),
         }
@@ -127,13 +127,9 @@ impl Salt {
         };
         let (procedures, opts) = (procedures.clone(), self.options);
         tracing::info!(%owner, "Salt: given up in doubt; rolling it forward once every partition answers");
-        let rolling = self.rolling.clone();
-        rolling.send_modify(|n| *n += 1);
+        let rolling = self.rolling.one();
         tokio::spawn(async move {
-            // Newer than any subtransaction its given-up run sent.
-            let fence = shared.new_txn(None).id;
-            let which = gather::Which::Owners(vec![owner]);
-            let gathered = gather::gather(&shared, node, which, Some(fence)).await;
+            let gathered = gather::fenced(&shared, node, owner).await;
             if gathered.contexts.is_empty() {
                 // The fence may have rolled back a subtransaction of it,
                 // whose locks then stay as the transaction's (saline, to
@@ -150,7 +146,7 @@ impl Salt {
                 base::record_undone(&shared, sub, writes);
             }
             recover::roll_forward(&shared, node, &procedures, contexts, ops, opts).await;
-            rolling.send_modify(|n| *n -= 1);
+            drop(rolling);
         });
         true
     }
@@ -245,18 +241,10 @@ impl Protocol for Salt {
     /// Waits until the roll-forwards of transactions given up in doubt
     /// are done, so a check reads no BASE transaction half done.
     fn quiesce(&self, within: std::time::Duration) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move {
-            let mut rolling = self.rolling.subscribe();
-            let done = rolling.wait_for(|&n| n == 0);
-            tokio::time::timeout(within, done)
-                .await
-                .map(drop)
-                .map_err(|_| {
-                    brine_core::Error::Internal(format!(
-                    "Salt: BASE transactions given up in doubt still roll forward after {within:?}"
-                ))
-                })
-        })
+        Box::pin(
+            self.rolling
+                .settled(within, "Salt: BASE transactions given up in doubt"),
+        )
     }
 
     fn announced(&self) {

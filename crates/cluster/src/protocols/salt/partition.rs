@@ -9,13 +9,14 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use brine_check::Op;
-use brine_core::{Access, IndexId, LockTarget, Result, TxnId};
+use brine_core::{Result, TxnId};
 use brine_lock::{Acquire, LockClass, Mode};
 use brine_sql::QueryResult;
 use brine_storage::wal::record::BaseContext;
 
 use crate::message::Reply;
 use crate::partition::{Contexts, Ending, Owned, Partition, Prepared, Rules, Stmt};
+use crate::protocols::gather;
 
 /// Salt's state at one partition.
 pub struct SaltRules {
@@ -44,49 +45,10 @@ pub struct SaltRules {
 /// The context of subtransaction `txn` to log with its commit or prepare,
 /// with the rows it wrote here and what it read and keeps locked.
 fn logged_context(p: &mut Partition<SaltRules>, txn: TxnId) -> Option<BaseContext> {
-    let mut c = p.rules.contexts.take(txn)?;
-    c.locked = p
-        .store
-        .write_set(txn)
-        .into_iter()
-        .map(|(table, key, _)| (table, key))
-        .collect();
-    c.read = p.rules.owned.reads_kept(c.owner, txn);
-    Some(c)
-}
-
-/// The operations of BASE transaction `owner`'s committed subtransactions
-/// here, when the run records a history.
-pub(super) fn committed_ops(p: &Partition<SaltRules>, owner: TxnId) -> Option<&Vec<Op>> {
-    p.rules.committed_ops.get(&owner)
-}
-
-/// Fences BASE transaction `owner` here at `fence` (`gather::OpenContexts`):
-/// its subtransactions older than the fence that have not committed here
-/// are aborted (a statement of one waiting for a lock fails), and later
-/// statements of such subtransactions are refused (`arrive`). Returns the
-/// subtransactions it aborted.
-pub(super) fn fence(p: &mut Partition<SaltRules>, owner: TxnId, fence: u64) -> Vec<TxnId> {
-    let f = p.rules.fences.entry(owner).or_insert(fence);
-    *f = (*f).max(fence);
-    let mut subs: Vec<TxnId> = p
-        .rules
-        .contexts
-        .subs_of(owner)
-        .filter(|sub| sub.id < fence)
-        .collect();
-    if let Some(parked) = p.parked.get(&owner) {
-        let sub = parked.stmt.txn;
-        if sub.id < fence && !subs.contains(&sub) {
-            subs.push(sub);
-        }
-    }
-    for &sub in &subs {
-        tracing::info!(partition = p.id.0, %owner, %sub, "fenced: a subtransaction of a BASE transaction rolled forward is aborted");
-        p.forget_aborted(sub);
-        p.end_txn(sub, Ending::Sub { owner }, false);
-    }
-    subs
+    let SaltRules {
+        contexts, owned, ..
+    } = &mut p.rules;
+    contexts.take_logged(txn, &p.store, owned)
 }
 
 impl SaltRules {
@@ -103,6 +65,16 @@ impl SaltRules {
     }
 }
 
+impl gather::GatherRules for SaltRules {
+    fn fencing(&mut self) -> (&mut HashMap<TxnId, u64>, &Contexts) {
+        (&mut self.fences, &self.contexts)
+    }
+
+    fn committed_ops(p: &Partition<Self>, owner: TxnId) -> Option<Vec<Op>> {
+        p.rules.committed_ops.get(&owner).cloned()
+    }
+}
+
 impl Rules for SaltRules {
     fn owned(&mut self) -> Option<&mut Owned> {
         Some(&mut self.owned)
@@ -111,10 +83,10 @@ impl Rules for SaltRules {
     /// Salt's only message: the open BASE contexts logged here
     /// (`gather.rs`).
     fn message(p: &mut Partition<Self>, msg: Box<dyn std::any::Any + Send>) -> Result<()> {
-        let msg = msg.downcast::<super::gather::OpenContexts>().map_err(|_| {
+        let msg = msg.downcast::<gather::OpenContexts>().map_err(|_| {
             brine_core::Error::Internal("a message Salt's rules do not know".into())
         })?;
-        super::gather::answer(p, *msg);
+        gather::answer(p, *msg);
         Ok(())
     }
 
@@ -129,13 +101,7 @@ impl Rules for SaltRules {
     }
 
     fn arrive(p: &mut Partition<Self>, stmt: &Stmt) -> Result<()> {
-        if p.rules
-            .fences
-            .get(&stmt.owner)
-            .is_some_and(|&fence| stmt.txn.id < fence)
-        {
-            // Sent before its coordinator gave the transaction up: the
-            // roll-forward runs this part again if it must.
+        if gather::fenced_off(p, stmt) {
             return Err(brine_core::Error::Aborted(
                 brine_core::AbortCause::Unreachable,
             ));
@@ -203,35 +169,12 @@ impl Rules for SaltRules {
         let mut again = Vec::new();
         for c in &open {
             tracing::debug!(partition = p.id.0, owner = %c.owner, "an open BASE transaction here after the restart");
-            // A row it also read is locked for the write (one context per
-            // owner: its subtransactions' here, merged).
-            let written: std::collections::HashSet<LockTarget> = c
-                .locked
-                .iter()
-                .map(|(table, key)| LockTarget::Point {
-                    table: *table,
-                    index: IndexId::PRIMARY,
-                    key: key.clone(),
-                })
-                .collect();
-            let reads: Vec<_> = c
-                .read
-                .iter()
-                .filter(|t| !written.contains(*t))
-                .map(|t| {
-                    let access = match t {
-                        LockTarget::Point { .. } => Access::Read,
-                        LockTarget::Range { .. } => Access::RangeRead,
-                    };
-                    (c.owner, c.sub, t.clone(), access)
-                })
-                .collect();
+            // One context per owner: its subtransactions' here, merged.
             again.extend(
-                written
+                crate::partition::locked_again(c)
                     .into_iter()
-                    .map(|t| (c.owner, c.sub, t, Access::Write)),
+                    .map(|(t, access)| (c.owner, c.sub, t, access)),
             );
-            again.extend(reads);
         }
         for (owner, sub, target, access) in again {
             let mode = Mode {

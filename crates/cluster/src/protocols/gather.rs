@@ -1,12 +1,13 @@
-//! Across processes, the contexts of a coordinator's accepted BASE
-//! transactions are gathered from every partition, in whichever process
-//! it is: each partition logged what the subtransactions that committed
-//! there ran, and a roll-forward needs all of it.
+//! Across processes, the contexts of a coordinator's transactions to roll
+//! forward (Salt's accepted BASE transactions, Callas' chopped `sc`
+//! transactions) are gathered from every partition, in whichever process
+//! it is: each partition logged what the subtransactions (pieces) that
+//! committed there ran, and a roll-forward needs all of it.
 //!
 //! ```text
 //!  node N restarts ──► recover: OpenContexts { coordinator: N } to every
 //!                      partition ──► merged by owner ──► roll forward
-//!  N gives a BASE transaction up in doubt (an unanswered commit) ──►
+//!  N gives a transaction up in doubt (an unanswered commit) ──►
 //!                      OpenContexts { owners, fence } to every partition
 //!                      (each fences it first) ──► roll forward
 //! ```
@@ -23,12 +24,61 @@ use serde::{Deserialize, Serialize};
 use crate::coordinator::Shared;
 use crate::link::Link;
 use crate::message::{PartitionMsg, Reply};
-use crate::partition::Partition;
+use crate::partition::{Contexts, Ending, Partition, Stmt};
 use crate::protocol::{WireAnswer, WireAnswering};
 
-use super::SaltRules;
+/// What a protocol's rules keep for [`OpenContexts`] at a partition.
+pub(crate) trait GatherRules: crate::partition::Rules + Sized {
+    /// The fence of each transaction fenced here, and the contexts of the
+    /// subtransactions running here.
+    fn fencing(&mut self) -> (&mut rustc_hash::FxHashMap<TxnId, u64>, &Contexts);
 
-/// Salt's message to a partition: the contexts of the BASE transactions
+    /// The operations `owner`'s committed subtransactions recorded here
+    /// (when the run records a history).
+    fn committed_ops(_p: &Partition<Self>, _owner: TxnId) -> Option<Vec<Op>> {
+        None
+    }
+}
+
+/// Fences `owner` here at `fence`: its subtransactions older than the
+/// fence that have not committed here are aborted (a statement of one
+/// waiting for a lock fails), and later statements of such
+/// subtransactions are refused ([`fenced_off`]). Returns the
+/// subtransactions it aborted.
+pub(crate) fn fence<R: GatherRules>(p: &mut Partition<R>, owner: TxnId, fence: u64) -> Vec<TxnId> {
+    let (fences, contexts) = p.rules.fencing();
+    let f = fences.entry(owner).or_insert(fence);
+    *f = (*f).max(fence);
+    let mut subs: Vec<TxnId> = contexts
+        .subs_of(owner)
+        .filter(|sub| sub.id < fence)
+        .collect();
+    if let Some(parked) = p.parked.get(&owner) {
+        let sub = parked.stmt.txn;
+        if sub.id < fence && !subs.contains(&sub) {
+            subs.push(sub);
+        }
+    }
+    for &sub in &subs {
+        tracing::info!(partition = p.id.0, %owner, %sub, "fenced: a subtransaction of a transaction rolled forward is aborted");
+        p.forget_aborted(sub);
+        p.end_txn(sub, Ending::Sub { owner }, false);
+    }
+    subs
+}
+
+/// Whether `stmt` belongs to a subtransaction its owner's fence here
+/// refuses: it was sent before its coordinator gave the transaction up,
+/// and the roll-forward runs this part again if it must.
+pub(crate) fn fenced_off<R: GatherRules>(p: &mut Partition<R>, stmt: &Stmt) -> bool {
+    p.rules
+        .fencing()
+        .0
+        .get(&stmt.owner)
+        .is_some_and(|&fence| stmt.txn.id < fence)
+}
+
+/// A protocol's message to a partition: the contexts of the transactions
 /// that have not ended there, of those `which` names, encoded
 /// (`encode_base_context`). With `fence`, the partition first fences
 /// those transactions (`which` names them): it aborts their
@@ -49,17 +99,17 @@ pub struct Answer {
     /// The contexts, each encoded (`encode_base_context`).
     contexts: Vec<Vec<u8>>,
     /// When the run records a history: the operations of the committed
-    /// subtransactions of each BASE transaction named, and the writes
+    /// subtransactions of each transaction named, and the writes
     /// the fence undid, by subtransaction.
     ops: Vec<(TxnId, Vec<Op>)>,
     undone: Vec<(TxnId, Vec<Op>)>,
 }
 
-/// The contexts gathered from every partition, merged by BASE
+/// The contexts gathered from every partition, merged by owning
 /// transaction, and the operations their committed subtransactions
 /// recorded (when the run records a history), in subtransaction order.
 #[derive(Default)]
-pub(super) struct Gathered {
+pub(crate) struct Gathered {
     pub contexts: Vec<BaseContext>,
     pub ops: HashMap<TxnId, Vec<Op>>,
     /// What the fence undid, by subtransaction.
@@ -69,7 +119,7 @@ pub(super) struct Gathered {
 /// Whose contexts [`OpenContexts`] asks for.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Which {
-    /// Every BASE transaction coordinated by node `0` (its transaction ids
+    /// Every transaction coordinated by node `0` (its transaction ids
     /// carry it, `NODE_TXN_SHIFT`).
     CoordinatedBy(u32),
     Owners(Vec<TxnId>),
@@ -85,17 +135,17 @@ impl Which {
 }
 
 /// The node a transaction's coordinator runs on.
-pub(super) fn home_of(t: TxnId) -> NodeId {
+pub(crate) fn home_of(t: TxnId) -> NodeId {
     NodeId((t.id >> crate::cluster::NODE_TXN_SHIFT) as u32)
 }
 
-/// The partition's answer (`SaltRules`' `message`): a partition without a
+/// The partition's answer (its rules' `message`): a partition without a
 /// log has no contexts.
-pub(super) fn answer(p: &mut Partition<SaltRules>, msg: OpenContexts) {
+pub(crate) fn answer<R: GatherRules>(p: &mut Partition<R>, msg: OpenContexts) {
     let mut undone = Vec::new();
     if let (Some(fence), Which::Owners(owners)) = (msg.fence, &msg.which) {
         for &owner in owners {
-            for sub in super::partition::fence(p, owner, fence) {
+            for sub in self::fence(p, owner, fence) {
                 let ops = p.store.undone_writes(sub);
                 if !ops.is_empty() {
                     undone.push((sub, ops));
@@ -115,7 +165,7 @@ pub(super) fn answer(p: &mut Partition<SaltRules>, msg: OpenContexts) {
     owners.dedup();
     let ops = owners
         .into_iter()
-        .filter_map(|o| super::partition::committed_ops(p, o).map(|ops| (o, ops.clone())))
+        .filter_map(|o| R::committed_ops(p, o).map(|ops| (o, ops)))
         .collect();
     let contexts = contexts
         .iter()
@@ -133,16 +183,16 @@ pub(super) fn answer(p: &mut Partition<SaltRules>, msg: OpenContexts) {
 }
 
 fn to_bytes<T: Serialize>(v: &T) -> Result<Vec<u8>> {
-    postcard::to_allocvec(v).map_err(|e| Error::Internal(format!("Salt wire encoding: {e}")))
+    postcard::to_allocvec(v).map_err(|e| Error::Internal(format!("a contexts message: {e}")))
 }
 
 fn from_bytes<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T> {
     postcard::from_bytes(b)
-        .map_err(|e| Error::Transport(format!("a Salt message that does not decode: {e}")))
+        .map_err(|e| Error::Transport(format!("a contexts message that does not decode: {e}")))
 }
 
 /// The coordinator's side across processes (`Protocol::encode_message`).
-pub(super) fn encode(msg: OpenContexts) -> Result<(Vec<u8>, WireAnswer)> {
+pub(crate) fn encode(msg: OpenContexts) -> Result<(Vec<u8>, WireAnswer)> {
     let reply = msg.reply;
     let answer: WireAnswer = Box::new(move |bytes| {
         reply.send(from_bytes(&bytes)?);
@@ -152,7 +202,7 @@ pub(super) fn encode(msg: OpenContexts) -> Result<(Vec<u8>, WireAnswer)> {
 }
 
 /// The serving side (`Protocol::decode_message`).
-pub(super) fn decode(
+pub(crate) fn decode(
     link: &Link,
     node: NodeId,
     bytes: &[u8],
@@ -161,7 +211,9 @@ pub(super) fn decode(
     let (reply, rx) = Reply::channel(link, node, node);
     let answering: WireAnswering = Box::pin(async move {
         let v = rx.await.map_err(|_| {
-            Error::Transport("a Salt partition dropped its answer (shutting down?)".into())
+            Error::Transport(
+                "a partition dropped its answer to a contexts message (shutting down?)".into(),
+            )
         })?;
         to_bytes(&v)
     });
@@ -183,7 +235,7 @@ const SAY_AFTER: Duration = Duration::from_secs(5);
 /// merged by owner. A partition that does not answer (its process down)
 /// is asked again until it does: a roll-forward from part of a context
 /// would run again what the missing part records.
-pub(super) async fn gather(
+pub(crate) async fn gather(
     shared: &Shared,
     node: NodeId,
     which: Which,
@@ -210,7 +262,7 @@ pub(super) async fn gather(
                         said = true;
                         tracing::warn!(
                             partition = p,
-                            "Salt: gathering BASE contexts: {e}; asking again"
+                            "gathering the contexts of transactions to roll forward: {e}; asking again"
                         );
                     }
                     _ => {}
@@ -232,7 +284,7 @@ pub(super) async fn gather(
             let c = match decode_base_context(&mut Decoder::new(&bytes)) {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::error!("Salt: a BASE context that does not decode: {e:?}");
+                    tracing::error!("a logged context that does not decode: {e:?}");
                     continue;
                 }
             };
@@ -252,4 +304,50 @@ pub(super) async fn gather(
         ops,
         undone,
     }
+}
+
+/// Roll-forwards running in the background (of transactions given up in
+/// doubt, or a restarted node's), counted for `Protocol::quiesce`.
+#[derive(Clone)]
+pub(crate) struct Rolling(std::sync::Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Default for Rolling {
+    fn default() -> Self {
+        Rolling(std::sync::Arc::new(tokio::sync::watch::Sender::new(0)))
+    }
+}
+
+/// One roll-forward counted by [`Rolling`], until dropped.
+pub(crate) struct RollingOne(std::sync::Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for RollingOne {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+impl Rolling {
+    /// A roll-forward starts; it is over when the result is dropped.
+    pub(crate) fn one(&self) -> RollingOne {
+        self.0.send_modify(|n| *n += 1);
+        RollingOne(self.0.clone())
+    }
+
+    /// Waits until none runs; an error naming `what` after `within`.
+    pub(crate) async fn settled(&self, within: Duration, what: &str) -> Result<()> {
+        let mut rolling = self.0.subscribe();
+        let done = rolling.wait_for(|&n| n == 0);
+        tokio::time::timeout(within, done)
+            .await
+            .map(drop)
+            .map_err(|_| Error::Internal(format!("{what} still roll forward after {within:?}")))
+    }
+}
+
+/// The contexts of `owner` (given up in doubt at its coordinator `node`)
+/// from every partition, each fencing it first with a fence newer than
+/// any subtransaction its given-up run sent.
+pub(crate) async fn fenced(shared: &Shared, node: NodeId, owner: TxnId) -> Gathered {
+    let fence = shared.new_txn(None).id;
+    gather(shared, node, Which::Owners(vec![owner]), Some(fence)).await
 }
