@@ -610,6 +610,12 @@ struct BenchArgs {
     #[arg(long, value_name = "LIST", default_value = "none")]
     durability: String,
 
+    /// With --durability wal: replicas of every log (a replication group on
+    /// raft-rs, docs/replication.md): a commit is acknowledged once a
+    /// majority of them has it. 1: the log alone. Embedded cluster only.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    replicas: u32,
+
     /// wal: directory under which each point gets a fresh data directory
     /// (default: a new temporary directory per point).
     #[arg(long, value_name = "DIR")]
@@ -789,8 +795,19 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         keep_data: args.keep_data,
         group_commit_window: Duration::from_micros(args.group_commit_us),
         checkpoint_every_bytes: args.checkpoint_mib.saturating_mul(1 << 20),
+        replicas: args.replicas,
+        // The replicas live on other nodes: the link's delay apart.
+        replica_delay: Duration::from_micros(cluster.link.delay_us),
         ..DurabilityConfig::default()
     };
+    if args.replicas == 0 {
+        return Err(BenchError::Config("--replicas must be at least 1".into()));
+    }
+    if args.replicas > 1 && (args.cluster.is_some() || !args.durability.contains("wal")) {
+        return Err(BenchError::Config(
+            "--replicas replicates the logs of an embedded cluster with --durability wal".into(),
+        ));
+    }
     let duration = seconds(args.duration, "--duration")?;
     if duration.is_zero() {
         return Err(BenchError::Config("--duration must be positive".into()));

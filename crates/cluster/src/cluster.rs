@@ -419,6 +419,12 @@ impl Cluster {
             hosting.is_some(),
             config.durability.mode == DurabilityMode::Wal,
         )?;
+        if hosting.is_some() && config.durability.replicas > 1 {
+            return Err(Error::Config(
+                "replicated logs run in the embedded cluster only for now (docs/replication.md)"
+                    .into(),
+            ));
+        }
         let link = Link::build(
             config.link,
             config.seed,

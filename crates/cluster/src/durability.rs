@@ -111,11 +111,19 @@ pub struct DurabilityConfig {
     pub crash: Option<Arc<CrashSwitch>>,
     /// Benchmarks: keep each point's data directory instead of removing it.
     pub keep_data: bool,
+    /// Replicas of each log (1: none but its own; `replication.rs`): a
+    /// batch is durable once a majority of them has it.
+    pub replicas: u32,
+    /// The one-way delay between a log and its other replicas (the
+    /// link's: they live on other nodes).
+    pub replica_delay: Duration,
 }
 
 impl Default for DurabilityConfig {
     fn default() -> Self {
         DurabilityConfig {
+            replicas: 1,
+            replica_delay: Duration::ZERO,
             mode: DurabilityMode::None,
             data_dir: None,
             group_commit_window: Duration::from_micros(200),
@@ -427,10 +435,13 @@ impl WalSet {
             segment_bytes: durability.segment_bytes,
             group_commit_window: durability.group_commit_window,
             max_batch_bytes: durability.max_batch_bytes,
+            replicas: None,
         };
+        let (replicas, replica_delay) = (durability.replicas, durability.replica_delay);
         let config = |dir: PathBuf, log_id: u32| LogConfig {
             dir,
             log_id,
+            replicas: crate::replication::group(replicas, replica_delay),
             ..template.clone()
         };
         let mut plogs = Vec::with_capacity(ends.len());

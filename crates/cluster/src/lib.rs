@@ -38,6 +38,7 @@ pub mod procedure;
 pub mod protocol;
 pub mod protocols;
 pub mod remote;
+pub mod replication;
 pub mod stats;
 pub mod topology;
 

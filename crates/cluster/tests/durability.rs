@@ -283,6 +283,48 @@ fn committed_data_survives_a_clean_restart() {
     }
 }
 
+/// Issue 39 (first part): with three replicas of every log, each batch
+/// goes to the log's replication group, and commits are acknowledged
+/// once a majority has it; the data survives a restart as before (the
+/// log's own replica is the one recovery reads).
+#[test]
+fn with_replicated_logs_commits_go_through_the_groups_and_survive_a_restart() {
+    let dir = tempfile::tempdir().expect("tmpdir");
+    let rt = runtime(true);
+    let replicated = |replicas| {
+        let mut c = wal_config(dir.path(), None, 100, 8192);
+        c.durability.replicas = replicas;
+        c.durability.replica_delay = std::time::Duration::from_micros(100);
+        c
+    };
+    let acked = rt.block_on(async {
+        let cluster = Cluster::start(replicated(3), app()).expect("start");
+        load_accounts(&cluster).await;
+        let acked = run_payments(&cluster, 1, 4, 25).await;
+        assert_eq!(acked.len(), 100);
+        let stats = cluster.wal_stats().expect("wal stats");
+        assert!(
+            stats.partitions.replicated > 0 && stats.decisions.replicated > 0,
+            "{stats:?}"
+        );
+        cluster.close_logs();
+        acked
+    });
+    rt.block_on(async {
+        let cluster = Cluster::start(replicated(1), app()).expect("restart");
+        let (balances, ledger) = read_state(&cluster).await;
+        check_state(&balances, &ledger, &acked, "after restart");
+        assert_eq!(ledger.len(), 100);
+        let stats = cluster.wal_stats().expect("wal stats");
+        assert_eq!(
+            stats.total().replicated,
+            0,
+            "one replica: nothing handed over"
+        );
+        cluster.close_logs();
+    });
+}
+
 /// One crash trial: load, arm the switch `k` I/O steps ahead, run
 /// payments until the crash, crash, recover, check.
 fn crash_trial(root: &Path, seed: u64, multi: bool, tally: &mut Tally) {

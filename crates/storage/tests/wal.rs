@@ -21,6 +21,7 @@ fn config(dir: &Path, segment_bytes: u64) -> LogConfig {
         segment_bytes,
         group_commit_window: Duration::ZERO,
         max_batch_bytes: 1 << 20,
+        replicas: None,
     }
 }
 
@@ -299,4 +300,65 @@ fn partition_recovery_replays_commits_and_keeps_prepares_in_doubt() {
     assert_eq!(again.store.len(TableId(0)), 12);
     assert_eq!(again.stats.checkpoint_lsn, rec.end.lsn);
     assert_eq!(again.stats.records, 0);
+}
+
+/// A log with replicas (`LogConfig::replicas`): a batch written and
+/// fsynced here is not durable (its waiters wait, the durable lsn stays
+/// behind) until its replicas say a quorum has it; then its waiters run.
+#[test]
+fn a_replicated_batch_is_durable_once_its_replicas_say_so() {
+    use brine_storage::wal::{Replicas, Replicate, Waiter};
+    /// Holds every batch it is given, to let it go when told.
+    #[derive(Default)]
+    struct Held(parking_lot::Mutex<Vec<(Vec<u8>, u64, Waiter)>>);
+    impl Replicate for Held {
+        fn replicate(&self, batch: Vec<u8>, end: u64, done: Waiter) {
+            self.0.lock().push((batch, end, done));
+        }
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let held = Arc::new(Held::default());
+    let log = Log::open(
+        LogConfig {
+            replicas: Some(Replicas(held.clone())),
+            ..config(dir.path(), 1 << 20)
+        },
+        LogPosition::default(),
+        Arc::new(CrashSwitch::never(1)),
+    )
+    .expect("open");
+    let (tx, rx) = mpsc::channel();
+    let lsn = log
+        .append_then(
+            RecordKind::Commit,
+            |buf| brine_storage::wal::codec::put_txn(buf, txn(1)),
+            Box::new(move |r| tx.send(r.is_ok()).expect("send")),
+        )
+        .expect("append");
+    // The writer hands the batch over once it is on disk here.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while held.0.lock().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no batch replicated");
+        std::thread::yield_now();
+    }
+    assert!(
+        rx.try_recv().is_err(),
+        "acknowledged before its replicas had it"
+    );
+    assert!(
+        log.durable_lsn() < lsn,
+        "durable before its replicas had it"
+    );
+    let (batch, end, done) = held.0.lock().remove(0);
+    assert!(
+        !batch.is_empty() && end >= lsn,
+        "{} bytes to {end}",
+        batch.len()
+    );
+    done(Ok(()));
+    assert!(rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("acknowledged"));
+    assert_eq!(log.durable_lsn(), end);
+    log.close();
 }

@@ -23,4 +23,4 @@ pub mod writer;
 pub use fault::{CrashSwitch, StepKind};
 pub use reader::{read_log, LogEnd, ReadOptions};
 pub use record::{Record, RecordKind, RedoOp};
-pub use writer::{Log, LogConfig, LogPosition, LogStatsSnapshot, Waiter};
+pub use writer::{Log, LogConfig, LogPosition, LogStatsSnapshot, Replicas, Replicate, Waiter};

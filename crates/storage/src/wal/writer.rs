@@ -45,6 +45,24 @@ use crate::checkpoint::{checkpoint_path, list_checkpoints, tmp_checkpoint_path};
 /// Runs once the lsn it waits for is durable (or the log failed).
 pub type Waiter = Box<dyn FnOnce(Result<()>) + Send>;
 
+/// Copies a log's batches to its other replicas (a replication group):
+/// `done` runs once a quorum of them has the batch, in batch order. Until
+/// then the batch's waiters wait, and the log's durable lsn stays behind.
+pub trait Replicate: Send + Sync {
+    /// `batch` holds the frames up to lsn `end`, durable here.
+    fn replicate(&self, batch: Vec<u8>, end: u64, done: Waiter);
+}
+
+/// A log's [`Replicate`], if it has replicas.
+#[derive(Clone)]
+pub struct Replicas(pub Arc<dyn Replicate>);
+
+impl std::fmt::Debug for Replicas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Replicas")
+    }
+}
+
 /// Settings of one log.
 #[derive(Clone, Debug)]
 pub struct LogConfig {
@@ -60,6 +78,8 @@ pub struct LogConfig {
     pub group_commit_window: Duration,
     /// A batch is written at once when this much is pending, window or not.
     pub max_batch_bytes: usize,
+    /// The log's other replicas: a batch is durable once a quorum has it.
+    pub replicas: Option<Replicas>,
 }
 
 /// Where a log ends: the next frame's lsn and the chain crc before it.
@@ -78,6 +98,8 @@ pub struct LogStats {
     pub waiters: AtomicU64,
     pub rotations: AtomicU64,
     pub checkpoints: AtomicU64,
+    /// Batches handed to the log's replicas (`LogConfig::replicas`).
+    pub replicated: AtomicU64,
 }
 
 /// A copy of [`LogStats`].
@@ -89,6 +111,7 @@ pub struct LogStatsSnapshot {
     pub waiters: u64,
     pub rotations: u64,
     pub checkpoints: u64,
+    pub replicated: u64,
 }
 
 impl LogStatsSnapshot {
@@ -99,6 +122,7 @@ impl LogStatsSnapshot {
         self.waiters += o.waiters;
         self.rotations += o.rotations;
         self.checkpoints += o.checkpoints;
+        self.replicated += o.replicated;
     }
 
     pub fn since(&self, before: &LogStatsSnapshot) -> LogStatsSnapshot {
@@ -109,6 +133,7 @@ impl LogStatsSnapshot {
             waiters: self.waiters.saturating_sub(before.waiters),
             rotations: self.rotations.saturating_sub(before.rotations),
             checkpoints: self.checkpoints.saturating_sub(before.checkpoints),
+            replicated: self.replicated.saturating_sub(before.replicated),
         }
     }
 }
@@ -248,6 +273,7 @@ impl Log {
             waiters: s.waiters.load(Ordering::Relaxed),
             rotations: s.rotations.load(Ordering::Relaxed),
             checkpoints: s.checkpoints.load(Ordering::Relaxed),
+            replicated: s.replicated.load(Ordering::Relaxed),
         }
     }
 
@@ -476,8 +502,33 @@ impl Writer {
                 Some(e) => Err(Stop::Io(e)),
                 None => self.write_batch(&batch, records),
             };
+            let replicas = self.inner.config.replicas.clone();
+            if let (Ok(()), Some(Replicas(to))) = (&result, replicas) {
+                // Durable once a quorum of the replicas has it too: its
+                // waiters run then, in batch order.
+                let waiting = std::mem::take(&mut waiters);
+                let inner = self.inner.clone();
+                self.inner.stats.replicated.fetch_add(1, Ordering::Relaxed);
+                self.inner
+                    .stats
+                    .waiters
+                    .fetch_add(waiting.len() as u64, Ordering::Relaxed);
+                to.replicate(
+                    batch.clone(),
+                    end,
+                    Box::new(move |r: Result<()>| {
+                        if r.is_ok() {
+                            inner.durable.fetch_max(end, Ordering::AcqRel);
+                        }
+                        for (_, w) in waiting {
+                            w(r.clone());
+                        }
+                    }),
+                );
+            }
             batch.clear();
             match result {
+                Ok(()) if self.inner.config.replicas.is_some() => {}
                 Ok(()) => {
                     self.inner.durable.store(end, Ordering::Release);
                     self.inner

@@ -39,7 +39,12 @@ pub(super) type Procedures = Arc<HashMap<String, Arc<crate::procedure::PreparedP
 /// which the partition holds its rows locked again
 /// (`partition::relock_open_contexts`). Where it ended, this does
 /// nothing. In the background.
-pub(super) fn end_lasting(shared: &Arc<Shared>, node: NodeId, owner: TxnId, participants: &[usize]) {
+pub(super) fn end_lasting(
+    shared: &Arc<Shared>,
+    node: NodeId,
+    owner: TxnId,
+    participants: &[usize],
+) {
     let callas = super::callas_of(shared);
     if callas.home.is_none() || shared.wal.is_none() {
         return;
