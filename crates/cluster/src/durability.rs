@@ -111,11 +111,9 @@ pub struct DurabilityConfig {
     pub crash: Option<Arc<CrashSwitch>>,
     /// Benchmarks: keep each point's data directory instead of removing it.
     pub keep_data: bool,
-    /// Replicas of each log (1: none but its own; `replication.rs`): a
-    /// batch is durable once a majority of them has it.
+    /// Replicas of each log (1: itself only): a batch is durable once a
+    /// majority has it (`replication.rs`); `replica_delay` apart, one way.
     pub replicas: u32,
-    /// The one-way delay between a log and its other replicas (the
-    /// link's: they live on other nodes).
     pub replica_delay: Duration,
 }
 
@@ -438,17 +436,19 @@ impl WalSet {
             replicas: None,
         };
         let (replicas, replica_delay) = (durability.replicas, durability.replica_delay);
-        let config = |dir: PathBuf, log_id: u32| LogConfig {
-            dir,
-            log_id,
-            replicas: crate::replication::group(replicas, replica_delay),
-            ..template.clone()
+        let config = |dir: PathBuf, log_id: u32| -> Result<LogConfig> {
+            Ok(LogConfig {
+                dir,
+                log_id,
+                replicas: crate::replication::group(replicas, replica_delay)?,
+                ..template.clone()
+            })
         };
         let mut plogs = Vec::with_capacity(ends.len());
         for (p, end) in ends.into_iter().enumerate() {
             plogs.push(match end {
                 Some((dir, end)) => Some(Arc::new(Log::open(
-                    config(dir, p as u32),
+                    config(dir, p as u32)?,
                     end,
                     crash.clone(),
                 )?)),
@@ -463,7 +463,7 @@ impl WalSet {
             }
             let end = decision_ends.get(&n).copied().unwrap_or_default();
             dlogs.push(Some(Arc::new(Log::open(
-                config(coord_dir(&root, n), n),
+                config(coord_dir(&root, n), n)?,
                 end,
                 crash.clone(),
             )?)));

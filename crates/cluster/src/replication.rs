@@ -93,15 +93,18 @@ impl StateMachine for Hold {
 }
 
 /// A replication group of `replicas` for one log, its messages delayed by
-/// `delay` one way; `None` for one replica, or outside a tokio runtime.
-pub fn group(replicas: u32, delay: Duration) -> Option<Replicas> {
+/// `delay` one way (`None` for one replica). Its task runs on the current
+/// tokio runtime.
+pub fn group(replicas: u32, delay: Duration) -> brine_core::Result<Option<Replicas>> {
     if replicas <= 1 {
-        return None;
+        return Ok(None);
     }
-    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        brine_core::Error::Config("replicated logs start inside a tokio runtime".into())
+    })?;
     let (tx, rx) = mpsc::unbounded_channel();
     runtime.spawn(drive(rx, replicas, delay));
-    Some(Replicas(Arc::new(GroupHandle { tx })))
+    Ok(Some(Replicas(Arc::new(GroupHandle { tx }))))
 }
 
 /// The group's task: the leader (replica 1, the log's own) and its
