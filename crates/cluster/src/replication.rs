@@ -159,7 +159,7 @@ async fn drive(mut rx: mpsc::UnboundedReceiver<Proposal>, replicas: u32, delay: 
                 }
             }
         }
-        if leader.status().role == brine_replication::Role::Leader {
+        if leader.is_leader() && !unproposed.is_empty() {
             while let Some(data) = unproposed.pop_front() {
                 if let Err(e) = leader.propose(data) {
                     // The waiters of this batch and of all after it fail:

@@ -205,8 +205,13 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 
+    /// Whether this replica leads its group now.
+    pub fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
     fn leader_only(&self) -> Result<()> {
-        if self.node.raft.state == StateRole::Leader {
+        if self.is_leader() {
             return Ok(());
         }
         let leader = self.node.raft.leader_id;

@@ -106,3 +106,42 @@ pub fn locked_again(c: &BaseContext) -> Vec<(brine_core::LockTarget, brine_core:
         .chain(reads)
         .collect()
 }
+
+impl<R: super::Rules> super::Partition<R> {
+    /// After a restart, locks `target` again for `holder` (an open
+    /// context's owner, or a subtransaction of it) in `mode`; whether it
+    /// was granted (a refusal is logged: nothing else holds locks yet).
+    pub fn lock_again(
+        &mut self,
+        holder: TxnId,
+        target: &brine_core::LockTarget,
+        mode: brine_lock::Mode,
+        what: &str,
+    ) -> bool {
+        let at = super::now();
+        match self
+            .locks
+            .acquire(holder, target, mode, at, &mut self.wakeups)
+        {
+            Ok(brine_lock::Acquire::Granted { .. }) => true,
+            other => {
+                tracing::error!(partition = self.id.0, %holder, "cannot lock a row of {what} again: {other:?}");
+                false
+            }
+        }
+    }
+
+    /// Counts (protocol counter `slot`) and logs the `rows` locked again
+    /// in lock class `class` for open transactions (`what`) after a
+    /// restart.
+    pub fn locked_again_after_restart(&self, slot: usize, rows: u64, what: &str, class: &str) {
+        if rows > 0 {
+            self.counters.protocol.add(slot, rows);
+            tracing::info!(
+                partition = self.id.0,
+                rows,
+                "rows of {what} locked again ({class}) after the restart"
+            );
+        }
+    }
+}

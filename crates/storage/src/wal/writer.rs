@@ -513,8 +513,10 @@ impl Writer {
                     .stats
                     .waiters
                     .fetch_add(waiting.len() as u64, Ordering::Relaxed);
+                // Handed over whole (the writer takes a fresh buffer).
+                let handed = std::mem::replace(&mut batch, Vec::with_capacity(64 << 10));
                 to.replicate(
-                    batch.clone(),
+                    handed,
                     end,
                     Box::new(move |r: Result<()>| {
                         if r.is_ok() {

@@ -32,27 +32,6 @@ use crate::protocols::gather;
 /// The application's procedures by name.
 pub(super) type Procedures = Arc<HashMap<String, Arc<crate::procedure::PreparedProc>>>;
 
-/// With a log across processes, a chopped transaction that released its
-/// nexus locks is ended once more at `participants`, each until it
-/// answers, also at a partition's next incarnation: its end there (a
-/// commit, an abort, a release) may have been lost to a restart, after
-/// which the partition holds its rows locked again
-/// (`partition::relock_open_contexts`). Where it ended, this does
-/// nothing. In the background.
-pub(super) fn end_lasting(
-    shared: &Arc<Shared>,
-    node: NodeId,
-    owner: TxnId,
-    participants: &[usize],
-) {
-    let callas = super::callas_of(shared);
-    if callas.home.is_none() || shared.wal.is_none() {
-        return;
-    }
-    let (shared, participants) = (shared.clone(), participants.to_vec());
-    tokio::spawn(async move { end_at(&shared, node, owner, participants).await });
-}
-
 /// Ends `owner` at every partition, each until it answers (for as long as
 /// this process runs: a partition that restarted holds its rows locked
 /// again until it hears it). An abort of the owner itself: its pieces
@@ -97,11 +76,11 @@ pub(super) async fn end_after_release(
     node: NodeId,
     owner: TxnId,
 ) {
-    let since = tokio::time::Instant::now();
-    while callas.holds(owner) && since.elapsed() < RELEASE_PATIENCE {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    if callas.holds(owner) {
+    let released = callas.board.until_released(owner);
+    if tokio::time::timeout(RELEASE_PATIENCE, released)
+        .await
+        .is_err()
+    {
         tracing::warn!(%owner, "a rolled-forward chopped transaction still waits for its release in order; ending it everywhere");
     }
     end_everywhere(shared, node, owner).await;
@@ -192,12 +171,14 @@ pub(super) fn gave_up_in_doubt(
     true
 }
 
-/// Node `peer` restarted: a chopped transaction of this node (`me`) that
-/// ended while a partition of `peer` held part of it may have lost its end
-/// there (it is logged after the end is answered), and that partition
-/// then holds its rows locked again. Its contexts are gathered from every
-/// partition, and each of a transaction that no longer runs here (nor is
-/// rolled forward) is ended everywhere. In the background.
+/// Node `peer` restarted: a chopped transaction of this node (`me`) whose
+/// end was sent while `peer` was down (or answered before `peer` logged
+/// it) never ended there, and `peer`'s partitions hold its rows locked
+/// again. Its contexts are gathered from every partition; each of a
+/// transaction that still runs here is ended everywhere once it released
+/// its nexus locks (its own end may have gone out while `peer` was down),
+/// each of one that no longer runs, at once. In the background: the
+/// transactions' ends carry no extra message on their way.
 pub(super) fn peer_restarted(callas: &Callas, shared: &Arc<Shared>, me: NodeId, peer: NodeId) {
     let Some(home) = callas.home else {
         return;
@@ -216,12 +197,14 @@ pub(super) fn peer_restarted(callas: &Callas, shared: &Arc<Shared>, me: NodeId, 
     tokio::spawn(async move {
         let gathered = gather::gather(&shared, me, gather::Which::CoordinatedBy(me.0), None).await;
         let callas = super::callas_of(&shared);
-        for c in gathered.contexts {
-            if callas.holds(c.owner) {
-                continue; // it runs, or is rolled forward: it ends itself
+        let ends = gathered.contexts.into_iter().map(|c| {
+            let shared = &shared;
+            async move {
+                callas.board.until_released(c.owner).await;
+                tracing::info!(owner = %c.owner, peer = peer.0, "Callas: a chopped transaction that ended is ended again at a restarted node");
+                end_everywhere(shared, me, c.owner).await;
             }
-            tracing::info!(owner = %c.owner, peer = peer.0, "Callas: a chopped transaction that ended is ended again at a restarted node");
-            end_everywhere(&shared, me, c.owner).await;
-        }
+        });
+        futures::future::join_all(ends).await;
     });
 }

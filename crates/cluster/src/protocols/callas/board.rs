@@ -518,6 +518,16 @@ impl NexusBoard {
         false
     }
 
+    /// Waits until `t`, registered here, released its nexus locks (at once
+    /// if it is not registered).
+    pub(super) async fn until_released(&self, t: TxnId) {
+        let progress = self.shard(t).lock().live.get(&t).cloned();
+        if let Some(p) = progress {
+            p.until(|p| p.released.load(Ordering::Acquire).then_some(()))
+                .await;
+        }
+    }
+
     /// Whether `t` may still hold nexus locks (one of another process
     /// does unless seen released).
     pub(super) fn holds(&self, t: TxnId) -> bool {

@@ -16,7 +16,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
 
 use brine_core::{AbortCause, Access, Error, LockNeed, Result, TxnId};
-use brine_lock::{Acquire, LockClass, Mode};
+use brine_lock::{LockClass, Mode};
 use brine_sql::QueryResult;
 use brine_storage::wal::record::BaseContext;
 
@@ -326,7 +326,6 @@ fn relock_open_contexts(p: &mut Partition<CallasRules>) {
     let Some(wal) = &p.wal else {
         return;
     };
-    let at = now();
     let mut relocked = 0u64;
     for c in wal.open_contexts(|_| true) {
         let group = c
@@ -343,38 +342,29 @@ fn relock_open_contexts(p: &mut Partition<CallasRules>) {
                 class: LockClass::Nexus(g),
                 access,
             };
-            match p.locks.acquire(c.owner, &target, mode, at, &mut p.wakeups) {
-                Ok(Acquire::Granted { .. }) => {
-                    let write = if access == Access::Write { u64::MAX } else { 0 };
-                    let used = ColUse {
-                        txn: c.owner,
-                        piece: c.sub,
-                        read: u64::MAX,
-                        write,
-                        add: 0,
-                        rows: access == Access::Write,
-                    };
-                    p.rules.nexus.record(&target, used);
-                    relocked += 1;
-                }
-                other => tracing::error!(
-                    partition = p.id.0,
-                    owner = %c.owner,
-                    "cannot lock a row of an open chopped transaction again: {other:?}"
-                ),
+            if p.lock_again(c.owner, &target, mode, "an open chopped transaction") {
+                let write = if access == Access::Write { u64::MAX } else { 0 };
+                let used = ColUse {
+                    txn: c.owner,
+                    piece: c.sub,
+                    read: u64::MAX,
+                    write,
+                    add: 0,
+                    rows: access == Access::Write,
+                };
+                p.rules.nexus.record(&target, used);
+                relocked += 1;
             }
         }
         p.rules.groups.insert(c.owner, g);
         p.locks.protect(c.owner, &mut p.wakeups);
     }
-    if relocked > 0 {
-        p.counters.protocol.add(super::RELOCKED, relocked);
-        tracing::info!(
-            partition = p.id.0,
-            rows = relocked,
-            "rows of open chopped transactions locked again (nexus) after the restart"
-        );
-    }
+    p.locked_again_after_restart(
+        super::RELOCKED,
+        relocked,
+        "open chopped transactions",
+        "nexus",
+    );
 }
 
 impl Rules for CallasRules {

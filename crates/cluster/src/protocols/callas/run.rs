@@ -206,9 +206,6 @@ pub(super) async fn run_resumed(
         } else {
             // Released with the commit, or by the abort.
             callas.board.released(txn);
-            if durable {
-                super::across::end_lasting(shared, node, txn, &participants);
-            }
         }
         match outcome {
             Ok(values) => return Ok(tries.committed(txn, &proc.name, values, on_accept)),
@@ -357,9 +354,6 @@ async fn release_in_order(
         }
     }
     board.released(txn);
-    if lasting {
-        super::across::end_lasting(&shared, node, txn, &participants);
-    }
 }
 
 /// Runs one statement of a grouped transaction, as its mechanism says:

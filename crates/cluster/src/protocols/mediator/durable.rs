@@ -73,6 +73,9 @@ pub struct MediatorRecovery {
     pub clock: Ts,
 }
 
+/// A commit's writes: item, row, partition.
+type Writes = Vec<(Item, Row, usize)>;
+
 /// The latest version of each item of a partition: timestamp and row.
 pub type Latest = HashMap<Item, (Ts, Row)>;
 
@@ -84,7 +87,7 @@ pub struct MediatorLogs {
     pub recovery: MediatorRecovery,
     /// Across processes: the recovered commits still to be written back at
     /// every partition (taken once by recovery).
-    resends: parking_lot::Mutex<Vec<(Ts, super::helper::PartitionWrites)>>,
+    resends: parking_lot::Mutex<Vec<(Ts, Writes)>>,
 }
 
 /// One partition's versions log, held by its actor.
@@ -330,16 +333,14 @@ impl MediatorLogs {
         let mut resends = Vec::new();
         for (ts, writes) in open {
             if across {
-                let mut by_part: super::helper::PartitionWrites = Vec::new();
-                for (p, table, row) in &writes {
-                    let item = (*table, catalog.table(*table).primary_key_of(row));
-                    let p = *p as usize;
-                    match by_part.iter_mut().find(|(q, _)| *q == p) {
-                        Some((_, w)) => w.push((item, row.clone())),
-                        None => by_part.push((p, vec![(item, row.clone())])),
-                    }
-                }
-                resends.push((ts, by_part));
+                let flat: Writes = writes
+                    .iter()
+                    .map(|(p, table, row)| {
+                        let item = (*table, catalog.table(*table).primary_key_of(row));
+                        (item, row.clone(), *p as usize)
+                    })
+                    .collect();
+                resends.push((ts, flat));
             }
             for (p, table, row) in writes {
                 let part = latest.get_mut(p as usize).ok_or_else(|| {
@@ -378,15 +379,11 @@ impl MediatorLogs {
             .max()
             .unwrap_or(0);
         let commits = wal.open_protocol_log(commits_dir, 0, commits_end)?;
-        for (ts, parts) in &resends {
-            let writes: Vec<(Item, Row, usize)> = parts
-                .iter()
-                .flat_map(|(p, w)| w.iter().map(|(i, r)| (i.clone(), r.clone(), *p)))
-                .collect();
+        for (ts, writes) in &resends {
             let (tx, rx) = std::sync::mpsc::channel();
             let _ = commits.append_then(
                 RecordKind::MediatorCommit,
-                |buf| encode_commit(buf, *ts, &writes),
+                |buf| encode_commit(buf, *ts, writes),
                 Box::new(move |r| {
                     let _ = tx.send(r);
                 }),
@@ -424,6 +421,9 @@ impl MediatorLogs {
     /// partition, then log done (once).
     pub fn take_resends(&self) -> Vec<(Ts, super::helper::PartitionWrites)> {
         std::mem::take(&mut *self.resends.lock())
+            .into_iter()
+            .map(|(ts, writes)| (ts, super::helper::by_partition(&writes)))
+            .collect()
     }
 
     /// The file of the TSO's clock lease, beside Mediator's logs.

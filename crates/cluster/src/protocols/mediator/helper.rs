@@ -56,6 +56,18 @@ pub fn resolve<K: Hash + Eq + Clone, V: Clone>(
 /// A write set by partition.
 pub type PartitionWrites = Vec<(usize, Vec<(super::kv::Item, brine_core::Row)>)>;
 
+/// A write set (item, row, partition) by partition.
+pub fn by_partition(writes: &[(super::kv::Item, brine_core::Row, usize)]) -> PartitionWrites {
+    let mut out: PartitionWrites = Vec::new();
+    for (item, row, p) in writes {
+        match out.iter_mut().find(|(q, _)| q == p) {
+            Some((_, w)) => w.push((item.clone(), row.clone())),
+            None => out.push((*p, vec![(item.clone(), row.clone())])),
+        }
+    }
+    out
+}
+
 /// The commits a cluster's coordinators have in flight, from the TSO's
 /// answer to the write-back's end: what the helper needs to finish or
 /// abort one whose coordinator went away (its call dropped). Sharded by

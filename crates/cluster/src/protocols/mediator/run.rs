@@ -14,7 +14,7 @@ use futures::future::{join_all, BoxFuture};
 use parking_lot::Mutex;
 
 use super::client::{commit_path, expected_version, CommitPath};
-use super::helper::PartitionWrites;
+use super::helper::{by_partition, PartitionWrites};
 use super::kv::{self, Item, KvOp};
 use super::partition::{MediatorMsg, SnapshotGone};
 use super::service::TsoMsg;
@@ -698,18 +698,6 @@ async fn finish(
     }
     write_back(m, shared, node, start, commit_ts, by_partition(&writes)).await?;
     Ok(Ok(()))
-}
-
-/// A write set by partition.
-fn by_partition(writes: &[(Item, Row, usize)]) -> PartitionWrites {
-    let mut out: PartitionWrites = Vec::new();
-    for (item, row, p) in writes {
-        match out.iter_mut().find(|(q, _)| q == p) {
-            Some((_, w)) => w.push((item.clone(), row.clone())),
-            None => out.push((*p, vec![(item.clone(), row.clone())])),
-        }
-    }
-    out
 }
 
 /// Writes a logged commit back, partition by partition in parallel, logs

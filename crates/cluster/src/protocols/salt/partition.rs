@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use brine_check::Op;
 use brine_core::{Result, TxnId};
-use brine_lock::{Acquire, LockClass, Mode};
+use brine_lock::{LockClass, Mode};
 use brine_sql::QueryResult;
 use brine_storage::wal::record::BaseContext;
 
@@ -163,7 +163,6 @@ impl Rules for SaltRules {
         let Some(wal) = &p.wal else {
             return;
         };
-        let now = crate::partition::now();
         let mut relocked = 0;
         let open = wal.open_contexts(|_| true);
         let mut again = Vec::new();
@@ -185,26 +184,17 @@ impl Rules for SaltRules {
             // a lock forked from the owner (`Owned::adopt`): its release
             // stages leave it, its end releases it, and its own statements
             // pass it.
-            match p.locks.acquire(sub, &target, mode, now, &mut p.wakeups) {
-                Ok(Acquire::Granted { .. }) => {
-                    p.rules.owned.adopt(owner, sub, target, access);
-                    relocked += 1;
-                }
-                other => tracing::error!(
-                    partition = p.id.0,
-                    %owner,
-                    "cannot lock a row of an open BASE transaction again: {other:?}"
-                ),
+            if p.lock_again(sub, &target, mode, "an open BASE transaction") {
+                p.rules.owned.adopt(owner, sub, target, access);
+                relocked += 1;
             }
         }
-        if relocked > 0 {
-            p.counters.protocol.add(super::RELOCKED, relocked);
-            tracing::info!(
-                partition = p.id.0,
-                rows = relocked,
-                "rows of open BASE transactions locked again (saline) after the restart"
-            );
-        }
+        p.locked_again_after_restart(
+            super::RELOCKED,
+            relocked,
+            "open BASE transactions",
+            "saline",
+        );
     }
 
     fn aborted(p: &mut Partition<Self>, txn: TxnId) {
