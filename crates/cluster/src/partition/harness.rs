@@ -21,6 +21,19 @@ pub fn txn(id: u64) -> TxnId {
     TxnId { ts: id, id }
 }
 
+/// Statement `seq` of a subtransaction (or piece) of `owner`, neither
+/// autocommitted nor protected.
+pub fn sub_stmt(owner: TxnId, seq: u32) -> SubStmt {
+    SubStmt {
+        owner,
+        seq,
+        autocommit: false,
+        commit_first: None,
+        protect: false,
+        no: seq,
+    }
+}
+
 /// The first column of an answer's first row.
 pub fn first_value(e: Executed) -> Option<Value> {
     e.result.rows.first().and_then(|r| r.first().cloned())

@@ -695,14 +695,7 @@ mod tests {
         let call: crate::message::Intro = Some(Arc::new(("p".to_string(), Vec::new())));
         let in_piece = |seq| How {
             class: LockClass::Member(1),
-            sub: Some(crate::message::SubStmt {
-                owner,
-                seq,
-                autocommit: false,
-                commit_first: None,
-                protect: false,
-                no: seq,
-            }),
+            sub: Some(crate::partition::harness::sub_stmt(owner, seq)),
             ext: Some(Arc::new(CallasStmt {
                 track: true,
                 ..CallasStmt::default()

@@ -249,7 +249,7 @@ mod tests {
     use tokio::sync::oneshot;
 
     use super::*;
-    use crate::message::{Executed, PartitionMsg, SubStmt};
+    use crate::message::{Executed, PartitionMsg};
     use crate::partition::harness::{first_value as value, txn, Harness, How};
 
     /// Sends `sql` (binding `k`) as statement `seq` of `owner`'s alkaline
@@ -264,14 +264,7 @@ mod tests {
     ) -> oneshot::Receiver<Result<Executed>> {
         let how = How {
             class: LockClass::Alkaline,
-            sub: Some(SubStmt {
-                owner,
-                seq,
-                autocommit: false,
-                commit_first: None,
-                protect: false,
-                no: seq,
-            }),
+            sub: Some(crate::partition::harness::sub_stmt(owner, seq)),
             ext: None,
         };
         h.execute(sub, sql, k, how)
