@@ -437,10 +437,11 @@ impl WalSet {
         };
         let (replicas, replica_delay) = (durability.replicas, durability.replica_delay);
         let config = |dir: PathBuf, log_id: u32| -> Result<LogConfig> {
+            let place = crate::replication::GroupPlace::of(&root, &dir, log_id, durability);
             Ok(LogConfig {
                 dir,
                 log_id,
-                replicas: crate::replication::group(replicas, replica_delay)?,
+                replicas: crate::replication::group(replicas, replica_delay, &place)?,
                 ..template.clone()
             })
         };

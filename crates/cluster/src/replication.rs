@@ -1,32 +1,36 @@
-//! Replicated logs in the embedded cluster (issue 39, first part): each
-//! log of a durable cluster (a partition's, a coordinator's decisions)
-//! with `DurabilityConfig::replicas` > 1 is a replication group
+//! Replicated logs in the embedded cluster (issue 39): each log of a
+//! durable cluster (a partition's, a coordinator's decisions) with
+//! `DurabilityConfig::replicas` > 1 is a replication group
 //! (`brine_replication`, raft-rs). The log's writer hands each batch it
 //! fsynced to the group's leader, which proposes it; the batch's waiters
 //! (commit acknowledgements, prepare votes) run once a quorum of replicas
 //! has it, so every acknowledgement pays the round trip to the nearest
-//! majority, as in the sources' replicated MySQL Cluster.
+//! majority, as in the sources' replicated MySQL Cluster. Checkpoints go
+//! through the group too, installed everywhere once a quorum has them.
 //!
 //! ```text
-//!  log writer ── fsync ── batch ──► group task: leader.propose(batch)
-//!                                     │ AppendEntries ──link delay──► followers
-//!                                     │ ◄──link delay── acks
+//!  log writer ── fsync ── batch ──► group task: leader.propose(B batch)
+//!                                     │ AppendEntries ──link delay──► followers: raft
+//!                                     │ ◄──link delay── acks            log fsynced
 //!  waiters run ◄── leader applies the entry (committed at a quorum)
+//!                             followers apply it: their copy of the log (`Mirror`)
 //! ```
 //!
-//! The replicas run in one task per group, their messages delayed by the
-//! link's one-way delay (replicas live on other nodes). Not yet: replicas
-//! of their own on other processes, followers that keep the entries on
-//! disk (they keep them in memory, as MySQL Cluster's data nodes do before
-//! their asynchronous checkpoint), failover (the leader is the log's own
-//! replica; the group never loses it), membership changes (the library
-//! does them: `brine_replication` tests). See `docs/replication.md`.
+//! Every replica keeps its raft state and its copy of the log on disk,
+//! under `<data>/replicas/<log>/r<id>/` (the leader's copy is the log
+//! itself): a restarted cluster's groups go on from there. The replicas
+//! run in one task per group, their messages delayed by the link's one-way
+//! delay (replicas live on other nodes). Replicas on processes of their
+//! own, and failover, are the multi-process cluster's
+//! (`docs/replication.md`).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use brine_replication::{Replica, StateMachine};
+use brine_storage::wal::mirror::{checkpoint_position, Mirror};
 use brine_storage::wal::{Replicas, Replicate, Waiter};
 use tokio::sync::mpsc;
 
@@ -36,89 +40,201 @@ const TICK: Duration = Duration::from_millis(10);
 /// Entries applied between two compactions of the replicas' logs.
 const COMPACT_EVERY: u64 = 1024;
 
-/// A batch to replicate and what runs once a quorum has it.
-type Proposal = (Vec<u8>, Waiter);
+/// Entry tags: a batch of frames, or a checkpoint file.
+const BATCH: u8 = b'B';
+const CHECKPOINT: u8 = b'C';
 
-/// The log side of a group: batches go to its task.
+/// An entry to replicate and what runs once a quorum has it.
+struct Proposal {
+    data: Vec<u8>,
+    done: Option<Waiter>,
+}
+
+/// The log side of a group: entries go to its task.
 struct GroupHandle {
     tx: mpsc::UnboundedSender<Proposal>,
 }
 
+impl GroupHandle {
+    fn send(&self, tag: u8, bytes: &[u8], done: Waiter) {
+        let mut data = Vec::with_capacity(bytes.len() + 1);
+        data.push(tag);
+        data.extend_from_slice(bytes);
+        let proposal = Proposal {
+            data,
+            done: Some(done),
+        };
+        if let Err(mpsc::error::SendError(p)) = self.tx.send(proposal) {
+            if let Some(done) = p.done {
+                done(Err(brine_core::Error::Storage(
+                    "the log's replication group stopped".into(),
+                )));
+            }
+        }
+    }
+}
+
 impl Replicate for GroupHandle {
     fn replicate(&self, batch: Vec<u8>, _end: u64, done: Waiter) {
-        if let Err(mpsc::error::SendError((_, done))) = self.tx.send((batch, done)) {
-            done(Err(brine_core::Error::Storage(
-                "the log's replication group stopped".into(),
-            )));
+        self.send(BATCH, &batch, done);
+    }
+
+    fn checkpoint(&self, _lsn: u64, bytes: Vec<u8>, done: Waiter) {
+        self.send(CHECKPOINT, &bytes, done);
+    }
+}
+
+/// A replica's state machine: its copy of the log. At the leader, whose
+/// copy the log's writer writes, applying an entry runs what waited for
+/// it (entries complete in the order proposed); at a follower it writes
+/// the entry into its copy.
+pub(crate) struct LogCopy {
+    mirror: Mirror,
+    /// Whether the log's writer writes this copy (this replica leads).
+    pub leading: bool,
+    /// What waits for the entries this replica proposed, by index.
+    waiting: Arc<Mutex<BTreeMap<u64, Waiter>>>,
+}
+
+impl LogCopy {
+    pub(crate) fn open(dir: &Path, log_id: u32, segment_bytes: u64) -> brine_core::Result<LogCopy> {
+        Ok(LogCopy {
+            mirror: Mirror::open(dir, log_id, segment_bytes)?,
+            leading: false,
+            waiting: Arc::default(),
+        })
+    }
+
+    fn apply_entry(&mut self, data: &[u8]) -> brine_core::Result<()> {
+        match data.split_first() {
+            // Waiters with nothing new written (`Log::when_durable`).
+            Some((&BATCH, [])) => Ok(()),
+            Some((&BATCH, frames)) if self.leading => self.mirror.written(frames),
+            Some((&BATCH, frames)) => self.mirror.apply_batch(frames),
+            Some((&CHECKPOINT, bytes)) => self.mirror.apply_checkpoint(bytes),
+            _ => Err(brine_core::Error::Storage(
+                "an entry of a replicated log is of no known kind".into(),
+            )),
         }
     }
 }
 
-/// The leader's state machine: each batch applied is acknowledged, in
-/// order (the leader proposes them in the order it got them).
-struct Acknowledge(Arc<Mutex<VecDeque<Waiter>>>);
-
-impl StateMachine for Acknowledge {
-    fn apply(&mut self, _index: u64, _data: &[u8]) {
-        if let Some(done) = self.0.lock().expect("waiting").pop_front() {
-            done(Ok(()));
+impl StateMachine for LogCopy {
+    fn apply(&mut self, index: u64, data: &[u8]) {
+        let result = self.apply_entry(data);
+        if let Err(e) = &result {
+            tracing::error!(index, dir = %self.mirror.dir().display(), "applying a replicated log entry: {e}");
+        }
+        let done = self.waiting.lock().expect("waiting").remove(&index);
+        if let Some(done) = done {
+            done(result);
         }
     }
 
     fn image(&self) -> Vec<u8> {
-        Vec::new()
-    }
-
-    fn restore(&mut self, _image: &[u8]) {}
-}
-
-/// A follower's state machine: what it holds (in memory) is the log.
-#[derive(Default)]
-struct Hold {
-    bytes: u64,
-}
-
-impl StateMachine for Hold {
-    fn apply(&mut self, _index: u64, data: &[u8]) {
-        self.bytes += data.len() as u64;
-    }
-
-    fn image(&self) -> Vec<u8> {
-        self.bytes.to_le_bytes().to_vec()
+        self.mirror.image().unwrap_or_else(|e| {
+            tracing::error!(dir = %self.mirror.dir().display(), "taking a replica's image: {e}");
+            Vec::new()
+        })
     }
 
     fn restore(&mut self, image: &[u8]) {
-        self.bytes = image.try_into().map(u64::from_le_bytes).unwrap_or_default();
+        if let Err(e) = self.mirror.restore(image) {
+            tracing::error!(dir = %self.mirror.dir().display(), "restoring a replica's image: {e}");
+        }
+    }
+
+    fn marker(&self) -> Option<Vec<u8>> {
+        Some(self.mirror.marker())
     }
 }
 
-/// A replication group of `replicas` for one log, its messages delayed by
-/// `delay` one way (`None` for one replica). Its task runs on the current
-/// tokio runtime.
-pub fn group(replicas: u32, delay: Duration) -> brine_core::Result<Option<Replicas>> {
+/// Where a log's group keeps its replicas.
+#[derive(Clone, Debug)]
+pub(crate) struct GroupPlace {
+    /// The log's own directory (the leader's copy).
+    pub dir: PathBuf,
+    /// `<data>/replicas/<log name>`: one `r<id>` directory per replica.
+    pub replicas: PathBuf,
+    pub log_id: u32,
+    pub segment_bytes: u64,
+}
+
+impl GroupPlace {
+    /// The group of the log in `dir` of the cluster whose data is `root`.
+    pub(crate) fn of(
+        root: &Path,
+        dir: &Path,
+        log_id: u32,
+        durability: &crate::DurabilityConfig,
+    ) -> GroupPlace {
+        GroupPlace {
+            replicas: root
+                .join("replicas")
+                .join(dir.file_name().unwrap_or_default()),
+            dir: dir.to_path_buf(),
+            log_id,
+            segment_bytes: durability.segment_bytes,
+        }
+    }
+}
+
+/// A replication group of `replicas` for the log at `place`, its
+/// messages delayed by `delay` one way (`None` for one replica). Its task
+/// runs on the current tokio runtime.
+pub(crate) fn group(
+    replicas: u32,
+    delay: Duration,
+    place: &GroupPlace,
+) -> brine_core::Result<Option<Replicas>> {
     if replicas <= 1 {
         return Ok(None);
     }
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
         brine_core::Error::Config("replicated logs start inside a tokio runtime".into())
     })?;
+    let ids: Vec<u64> = (1..=u64::from(replicas)).collect();
+    let open = |id: u64, dir: &Path| -> brine_core::Result<Replica<LogCopy>> {
+        let copy = LogCopy::open(dir, place.log_id, place.segment_bytes)?;
+        let raft = place.replicas.join(format!("r{id}")).join("raft");
+        Replica::open(&raft, id, &ids, copy).map_err(|e| {
+            brine_core::Error::Storage(format!("replica {id} of {}: {e}", place.dir.display()))
+        })
+    };
+    let mut leader = open(1, &place.dir)?;
+    leader.machine_mut().leading = true;
+    let mut followers = Vec::new();
+    for &id in &ids[1..] {
+        let dir = place.replicas.join(format!("r{id}")).join("log");
+        followers.push(open(id, &dir)?);
+    }
+    // A restarted log goes on from the checkpoint its recovery wrote: the
+    // group's first entry, so every copy goes on from there too.
+    let mut first = VecDeque::new();
+    if let Some((_, path)) = brine_storage::checkpoint::list_checkpoints(&place.dir)?.last() {
+        let bytes = std::fs::read(path)
+            .map_err(|e| brine_core::Error::Storage(format!("reading {}: {e}", path.display())))?;
+        if checkpoint_position(&bytes).is_some() {
+            let mut data = vec![CHECKPOINT];
+            data.extend_from_slice(&bytes);
+            first.push_back(Proposal { data, done: None });
+        }
+    }
     let (tx, rx) = mpsc::unbounded_channel();
-    runtime.spawn(drive(rx, replicas, delay));
+    runtime.spawn(drive(rx, leader, followers, delay, first));
     Ok(Some(Replicas(Arc::new(GroupHandle { tx }))))
 }
 
 /// The group's task: the leader (replica 1, the log's own) and its
 /// followers, the messages between them on a wire that delays them.
-async fn drive(mut rx: mpsc::UnboundedReceiver<Proposal>, replicas: u32, delay: Duration) {
-    let ids: Vec<u64> = (1..=u64::from(replicas)).collect();
-    let waiting: Arc<Mutex<VecDeque<Waiter>>> = Arc::default();
-    let Ok(mut leader) = Replica::new(1, &ids, Acknowledge(waiting.clone())) else {
-        return;
-    };
-    let mut followers: Vec<Replica<Hold>> = ids[1..]
-        .iter()
-        .filter_map(|&id| Replica::new(id, &ids, Hold::default()).ok())
-        .collect();
+async fn drive(
+    mut rx: mpsc::UnboundedReceiver<Proposal>,
+    mut leader: Replica<LogCopy>,
+    mut followers: Vec<Replica<LogCopy>>,
+    delay: Duration,
+    mut unproposed: VecDeque<Proposal>,
+) {
+    let waiting = leader.machine().waiting.clone();
     if leader.campaign().is_err() {
         return;
     }
@@ -127,20 +243,14 @@ async fn drive(mut rx: mpsc::UnboundedReceiver<Proposal>, replicas: u32, delay: 
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut since_compaction = 0u64;
-    let mut unproposed: VecDeque<Vec<u8>> = VecDeque::new();
     loop {
         let due = wire.front().map(|(at, _)| *at);
         tokio::select! {
             proposal = rx.recv() => match proposal {
-                Some((batch, done)) => {
-                    // Never empty: an empty entry is a new leader's marker.
-                    let mut data = Vec::with_capacity(batch.len() + 1);
-                    data.push(b'B');
-                    data.extend_from_slice(&batch);
-                    waiting.lock().expect("waiting").push_back(done);
+                Some(p) => {
                     // Proposed once the leader is elected (at start, its
                     // election takes a round trip), in order.
-                    unproposed.push_back(data);
+                    unproposed.push_back(p);
                     since_compaction += 1;
                 }
                 None => return, // the log closed
@@ -160,18 +270,28 @@ async fn drive(mut rx: mpsc::UnboundedReceiver<Proposal>, replicas: u32, delay: 
             }
         }
         if leader.is_leader() && !unproposed.is_empty() {
-            while let Some(data) = unproposed.pop_front() {
-                if let Err(e) = leader.propose(data) {
-                    // The waiters of this batch and of all after it fail:
-                    // the log fails with them (its node must restart).
-                    let failed: Vec<Waiter> = waiting.lock().expect("waiting").drain(..).collect();
-                    for done in failed {
-                        done(Err(brine_core::Error::Storage(format!(
-                            "replicating a log batch: {e}"
-                        ))));
+            while let Some(p) = unproposed.pop_front() {
+                match leader.propose(p.data) {
+                    Ok(index) => {
+                        if let Some(done) = p.done {
+                            waiting.lock().expect("waiting").insert(index, done);
+                        }
                     }
-                    unproposed.clear();
-                    break;
+                    Err(e) => {
+                        // This entry and all after it fail: the log fails
+                        // with them (its node must restart).
+                        let failed = std::mem::take(&mut *waiting.lock().expect("waiting"));
+                        let failed = failed
+                            .into_values()
+                            .chain(p.done)
+                            .chain(unproposed.drain(..).filter_map(|p| p.done));
+                        for done in failed {
+                            done(Err(brine_core::Error::Storage(format!(
+                                "replicating a log batch: {e}"
+                            ))));
+                        }
+                        break;
+                    }
                 }
             }
         }
@@ -214,8 +334,8 @@ async fn sleep_until(due: Option<tokio::time::Instant>) {
 
 /// Hands message `m` to its replica.
 fn step(
-    leader: &mut Replica<Acknowledge>,
-    followers: &mut [Replica<Hold>],
+    leader: &mut Replica<LogCopy>,
+    followers: &mut [Replica<LogCopy>],
     m: brine_replication::Message,
 ) {
     // A message of a term gone by is refused by raft: nothing to do.

@@ -226,8 +226,19 @@ fn single_partition_tid(args: &[Value], tid: i64) -> i64 {
 
 /// Runs `clients` clients of `ops` payments each; returns acknowledged tids.
 async fn run_payments(cluster: &Cluster, seed: u64, clients: u64, ops: u64) -> HashSet<i64> {
+    run_payments_of(cluster, seed, 0..clients, ops).await
+}
+
+/// `run_payments` by clients numbered `clients` (their payments' ids
+/// differ from other clients').
+async fn run_payments_of(
+    cluster: &Cluster,
+    seed: u64,
+    clients: std::ops::Range<u64>,
+    ops: u64,
+) -> HashSet<i64> {
     let mut tasks = Vec::new();
-    for c in 0..clients {
+    for c in clients {
         let client = cluster.client();
         tasks.push(tokio::spawn(async move {
             let mut rng = SmallRng::seed_from_u64(seed ^ (c + 1).wrapping_mul(0x9E37_79B9));
@@ -283,22 +294,24 @@ fn committed_data_survives_a_clean_restart() {
     }
 }
 
-/// Issue 39 (first part): with three replicas of every log, each batch
-/// goes to the log's replication group, and commits are acknowledged
-/// once a majority has it; the data survives a restart as before (the
-/// log's own replica is the one recovery reads).
+/// Issue 39: with three replicas of every log, each batch goes to the
+/// log's replication group, and commits are acknowledged once a majority
+/// has it. Every replica keeps its copy of the log on disk: the groups go
+/// on from there after a restart, and a follower's copy alone, put in the
+/// place of the log, recovers every acknowledged payment (what a failover
+/// recovers from).
 #[test]
-fn with_replicated_logs_commits_go_through_the_groups_and_survive_a_restart() {
+fn with_replicated_logs_every_replica_holds_what_was_acknowledged() {
     let dir = tempfile::tempdir().expect("tmpdir");
     let rt = runtime(true);
-    let replicated = |replicas| {
-        let mut c = wal_config(dir.path(), None, 100, 8192);
+    let replicated = |root: &Path, replicas| {
+        let mut c = wal_config(root, None, 100, 8192);
         c.durability.replicas = replicas;
         c.durability.replica_delay = std::time::Duration::from_micros(100);
         c
     };
-    let acked = rt.block_on(async {
-        let cluster = Cluster::start(replicated(3), app()).expect("start");
+    let mut acked = rt.block_on(async {
+        let cluster = Cluster::start(replicated(dir.path(), 3), app()).expect("start");
         load_accounts(&cluster).await;
         let acked = run_payments(&cluster, 1, 4, 25).await;
         assert_eq!(acked.len(), 100);
@@ -311,10 +324,56 @@ fn with_replicated_logs_commits_go_through_the_groups_and_survive_a_restart() {
         acked
     });
     rt.block_on(async {
-        let cluster = Cluster::start(replicated(1), app()).expect("restart");
+        let cluster = Cluster::start(replicated(dir.path(), 3), app()).expect("restart");
         let (balances, ledger) = read_state(&cluster).await;
         check_state(&balances, &ledger, &acked, "after restart");
-        assert_eq!(ledger.len(), 100);
+        acked.extend(run_payments_of(&cluster, 2, 4..8, 25).await);
+        assert_eq!(acked.len(), 200);
+        cluster.close_logs();
+    });
+    drop(rt);
+    // A follower's copy in the place of every log: the one that got
+    // furthest, as a raft election would choose (a quorum is the leader
+    // and one follower: the other may lag).
+    let copy = tempfile::tempdir().expect("tmpdir");
+    let replicas = dir.path().join("replicas");
+    for entry in std::fs::read_dir(&replicas).expect("replica dirs") {
+        let log = entry.expect("entry").file_name();
+        let name = log.to_string_lossy().into_owned();
+        let id: u32 = name
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("log id");
+        let furthest = ["r2", "r3"]
+            .into_iter()
+            .map(|r| replicas.join(&log).join(r).join("log"))
+            .max_by_key(|d| {
+                brine_storage::wal::Mirror::open(d, id, 1 << 20)
+                    .expect("a copy")
+                    .end()
+                    .lsn
+            })
+            .expect("a follower");
+        let to = copy.path().join(&log);
+        std::fs::create_dir_all(&to).expect("dir");
+        for f in std::fs::read_dir(furthest).expect("copy") {
+            let f = f.expect("file");
+            std::fs::copy(f.path(), to.join(f.file_name())).expect("copied");
+        }
+    }
+    for f in std::fs::read_dir(dir.path()).expect("root") {
+        let f = f.expect("file");
+        if f.file_type().expect("type").is_file() {
+            std::fs::copy(f.path(), copy.path().join(f.file_name())).expect("copied");
+        }
+    }
+    let rt = runtime(true);
+    rt.block_on(async {
+        let cluster = Cluster::start(replicated(copy.path(), 1), app()).expect("from a copy");
+        let (balances, ledger) = read_state(&cluster).await;
+        check_state(&balances, &ledger, &acked, "from the followers' copies");
+        assert_eq!(ledger.len(), 200);
         let stats = cluster.wal_stats().expect("wal stats");
         assert_eq!(
             stats.total().replicated,

@@ -16,11 +16,12 @@
 //!            follower behind it is sent the image (a snapshot)
 //! ```
 //!
-//! What this crate does not do yet (`docs/replication.md`): keep the log
-//! on disk (the entries live in memory: a replica that restarts rejoins
-//! empty and is caught up from the others), and carry the partitions'
-//! write-ahead log records as its entries.
+//! A replica keeps its log in memory ([`Replica::new`]: one that restarts
+//! rejoins empty and is caught up from the others) or on disk
+//! ([`Replica::open`], `disk.rs`: it restarts with its term, vote, log and
+//! image, as raft requires of a replica that counted in a quorum).
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -36,8 +37,15 @@ pub trait StateMachine {
     fn apply(&mut self, index: u64, data: &[u8]);
     /// The state as bytes (what [`StateMachine::restore`] takes back).
     fn image(&self) -> Vec<u8>;
-    /// Replaces the state with an image another replica took.
+    /// Replaces the state with an image another replica took (or with
+    /// its own marker, at restart).
     fn restore(&mut self, image: &[u8]);
+    /// For a state machine that keeps itself on disk: what its replica's
+    /// own compaction keeps instead of a full image (the full image is
+    /// then taken only when a follower needs one). `None`: the image.
+    fn marker(&self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// Why a request to a replica was refused.
@@ -47,6 +55,8 @@ pub enum ReplicationError {
     NotLeader { id: u64, leader: Option<u64> },
     #[error("raft: {0}")]
     Raft(String),
+    #[error("replica state on disk: {0}")]
+    Disk(String),
 }
 
 impl From<raft::Error> for ReplicationError {
@@ -87,11 +97,36 @@ pub struct GroupStatus {
 }
 
 /// The log's storage: raft-rs' in-memory log, and the image of the state
-/// machine the log's compacted prefix stands for (sent as a snapshot).
+/// machine the log's compacted prefix stands for (sent as a snapshot);
+/// both kept on disk too for a replica opened on a directory.
 #[derive(Clone)]
 struct GroupStore {
     log: MemStorage,
     image: Arc<Mutex<Snapshot>>,
+    disk: Option<Arc<Mutex<DiskLog>>>,
+    /// A follower needs an image newer than the one kept (one that counts
+    /// it among the replicas, or covers more): the next tick takes it.
+    wanted: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl GroupStore {
+    fn on_disk(&self, f: impl FnOnce(&mut DiskLog) -> Result<()>) -> Result<()> {
+        match &self.disk {
+            Some(d) => f(&mut d.lock().expect("replica disk")),
+            None => Ok(()),
+        }
+    }
+
+    /// The entries the log holds after `index`.
+    fn after(&self, index: u64) -> Result<Vec<Entry>> {
+        let last = self.log.last_index()?;
+        if last <= index {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .log
+            .entries(index + 1, last + 1, None, GetEntriesContext::empty(false))?)
+    }
 }
 
 impl Storage for GroupStore {
@@ -121,9 +156,16 @@ impl Storage for GroupStore {
         self.log.last_index()
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         let image = self.image.lock().expect("image").clone();
-        if image.get_metadata().index < request_index {
+        let conf = image.get_metadata().get_conf_state();
+        // raft-rs refuses an image whose replicas leave out its receiver;
+        // and it must reach the log's compacted prefix.
+        let counts = conf.voters.contains(&to) || conf.learners.contains(&to);
+        let floor = self.log.first_index()?.saturating_sub(1).max(request_index);
+        if image.get_metadata().index < floor || !counts {
+            self.wanted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,
             ));
@@ -155,7 +197,58 @@ impl<S: StateMachine> Replica<S> {
         let store = GroupStore {
             log,
             image: Arc::default(),
+            disk: None,
+            wanted: Arc::default(),
         };
+        Replica::start(id, store, machine, 0)
+    }
+
+    /// Replica `id` keeping its raft state in `dir`: created there with
+    /// `voters` the first time, restarted from it after (then `voters` is
+    /// not used: the state holds them). A restarted replica's `machine`
+    /// is given the image it kept, and the entries after it are applied
+    /// again as raft hands them over.
+    pub fn open(dir: &Path, id: u64, voters: &[u64], mut machine: S) -> Result<Replica<S>> {
+        let (mut disk, restored) = DiskLog::open(dir)?;
+        let log = MemStorage::new();
+        let mut applied = 0;
+        let conf = restored
+            .conf
+            .clone()
+            .unwrap_or_else(|| ConfState::from((voters.to_vec(), vec![])));
+        let image = match restored.snapshot {
+            Some(snapshot) => {
+                machine.restore(snapshot.get_data());
+                applied = snapshot.get_metadata().index;
+                log.wl().apply_snapshot(snapshot.clone())?;
+                // A marker is no image to send: one is taken when needed.
+                if machine.marker().is_some() {
+                    Snapshot::default()
+                } else {
+                    snapshot
+                }
+            }
+            None => Snapshot::default(),
+        };
+        log.wl().append(&restored.entries)?;
+        log.wl().set_conf_state(conf.clone());
+        let mut hs = restored.hard;
+        // Never ahead of the log it has.
+        hs.commit = hs.commit.min(log.last_index()?).max(applied);
+        log.wl().set_hardstate(hs.clone());
+        if restored.conf.is_none() {
+            disk.state(&hs, &conf)?;
+        }
+        let store = GroupStore {
+            log,
+            image: Arc::new(Mutex::new(image)),
+            disk: Some(Arc::new(Mutex::new(disk))),
+            wanted: Arc::default(),
+        };
+        Replica::start(id, store, machine, applied)
+    }
+
+    fn start(id: u64, store: GroupStore, machine: S, applied: u64) -> Result<Replica<S>> {
         let config = raft::Config {
             id,
             election_tick: ELECTION_TICKS,
@@ -164,6 +257,7 @@ impl<S: StateMachine> Replica<S> {
             // quorum, so clients stop writing to it.
             check_quorum: true,
             pre_vote: true,
+            applied,
             ..raft::Config::default()
         };
         config.validate()?;
@@ -174,7 +268,7 @@ impl<S: StateMachine> Replica<S> {
             node,
             store,
             machine,
-            applied: 0,
+            applied,
         })
     }
 
@@ -184,6 +278,10 @@ impl<S: StateMachine> Replica<S> {
 
     pub fn machine(&self) -> &S {
         &self.machine
+    }
+
+    pub fn machine_mut(&mut self) -> &mut S {
+        &mut self.machine
     }
 
     /// Starts an election now (the replica a group should be led by at
@@ -196,6 +294,14 @@ impl<S: StateMachine> Replica<S> {
     /// One tick of the replica's clock (elections and heartbeats count
     /// ticks).
     pub fn tick(&mut self) {
+        if self
+            .store
+            .wanted
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            // Failing, it is asked again at the next attempt.
+            let _ = self.share_image();
+        }
         self.node.tick();
     }
 
@@ -222,11 +328,12 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Appends `data` to the group's log (at the leader only); it is
-    /// applied everywhere once a quorum has it.
-    pub fn propose(&mut self, data: Vec<u8>) -> Result<()> {
+    /// applied everywhere once a quorum has it. Returns the index it
+    /// takes (applied at that index, unless a change of leader drops it).
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<u64> {
         self.leader_only()?;
         self.node.propose(Vec::new(), data)?;
-        Ok(())
+        Ok(self.node.raft.raft_log.last_index())
     }
 
     /// Adds replica `id` as a voter (at the leader; one change at a time).
@@ -260,6 +367,13 @@ impl<S: StateMachine> Replica<S> {
         if !rd.snapshot().is_empty() {
             let snapshot = rd.snapshot().clone();
             self.machine.restore(snapshot.get_data());
+            // A machine on disk keeps its marker, not the image, as the
+            // compaction point.
+            let mut kept = snapshot.clone();
+            if let Some(marker) = self.machine.marker() {
+                kept.set_data(Bytes::from(marker));
+            }
+            self.store.on_disk(|d| d.snapshot(&kept, &[]))?;
             self.applied = snapshot.get_metadata().index;
             *self.store.image.lock().expect("image") = snapshot.clone();
             self.store.log.wl().apply_snapshot(snapshot)?;
@@ -267,9 +381,12 @@ impl<S: StateMachine> Replica<S> {
         let committed = rd.take_committed_entries();
         self.apply(committed)?;
         if !rd.entries().is_empty() {
+            self.store.on_disk(|d| d.append(rd.entries()))?;
             self.store.log.wl().append(rd.entries())?;
         }
         if let Some(hs) = rd.hs() {
+            let conf = self.store.log.initial_state()?.conf_state;
+            self.store.on_disk(|d| d.hard_state(hs, &conf))?;
             self.store.log.wl().set_hardstate(hs.clone());
         }
         out.extend(rd.take_persisted_messages());
@@ -299,6 +416,8 @@ impl<S: StateMachine> Replica<S> {
                     protobuf::Message::merge_from_bytes(&mut cc, &e.data)
                         .map_err(|err| ReplicationError::Raft(err.to_string()))?;
                     let cs = self.node.apply_conf_change(&cc)?;
+                    let hs = self.store.log.initial_state()?.hard_state;
+                    self.store.on_disk(|d| d.state(&hs, &cs))?;
                     self.store.log.wl().set_conf_state(cs);
                 }
                 EntryType::EntryConfChangeV2 => {
@@ -312,23 +431,47 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 
-    /// Takes the state machine's image at what it applied and drops the
-    /// log before it: a replica that needs older entries gets the image.
+    /// Drops the log up to what the state machine applied: the machine's
+    /// image (or marker) stands for it. A replica that needs older entries
+    /// gets the image.
     pub fn compact(&mut self) -> Result<()> {
         let index = self.applied;
         if index == 0 {
             return Ok(());
         }
-        let term = self.store.log.term(index)?;
-        let mut snapshot = Snapshot::default();
-        snapshot.set_data(Bytes::from(self.machine.image()));
-        let meta = snapshot.mut_metadata();
-        meta.index = index;
-        meta.term = term;
-        meta.set_conf_state(self.node.raft.prs().conf().to_conf_state());
-        *self.store.image.lock().expect("image") = snapshot;
+        let marker = self.machine.marker();
+        let kept = self.snapshot_at(
+            index,
+            marker.clone().unwrap_or_else(|| self.machine.image()),
+        )?;
+        let rest = self.store.after(index)?;
+        self.store.on_disk(|d| d.snapshot(&kept, &rest))?;
+        if marker.is_none() {
+            *self.store.image.lock().expect("image") = kept;
+        }
         self.store.log.wl().compact(index)?;
         Ok(())
+    }
+
+    /// Takes the full image at what the machine applied, for a follower
+    /// that needs one (kept in memory; the log is not compacted).
+    fn share_image(&mut self) -> Result<()> {
+        if self.applied == 0 {
+            return Ok(());
+        }
+        let image = self.snapshot_at(self.applied, self.machine.image())?;
+        *self.store.image.lock().expect("image") = image;
+        Ok(())
+    }
+
+    fn snapshot_at(&self, index: u64, data: Vec<u8>) -> Result<Snapshot> {
+        let mut snapshot = Snapshot::default();
+        snapshot.set_data(Bytes::from(data));
+        let meta = snapshot.mut_metadata();
+        meta.index = index;
+        meta.term = self.store.log.term(index)?;
+        meta.set_conf_state(self.node.raft.prs().conf().to_conf_state());
+        Ok(snapshot)
     }
 
     /// The first entry the log still holds.
@@ -368,6 +511,9 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 }
+
+mod disk;
+use disk::DiskLog;
 
 #[cfg(test)]
 mod tests;

@@ -315,6 +315,9 @@ fn a_replicated_batch_is_durable_once_its_replicas_say_so() {
         fn replicate(&self, batch: Vec<u8>, end: u64, done: Waiter) {
             self.0.lock().push((batch, end, done));
         }
+        fn checkpoint(&self, lsn: u64, bytes: Vec<u8>, done: Waiter) {
+            self.0.lock().push((bytes, lsn, done));
+        }
     }
     let dir = tempfile::tempdir().expect("tmp");
     let held = Arc::new(Held::default());

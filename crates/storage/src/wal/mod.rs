@@ -15,12 +15,14 @@
 
 pub mod codec;
 pub mod fault;
+pub mod mirror;
 pub mod reader;
 pub mod record;
 pub mod segment;
 pub mod writer;
 
 pub use fault::{CrashSwitch, StepKind};
+pub use mirror::Mirror;
 pub use reader::{read_log, LogEnd, ReadOptions};
 pub use record::{Record, RecordKind, RedoOp};
 pub use writer::{Log, LogConfig, LogPosition, LogStatsSnapshot, Replicas, Replicate, Waiter};

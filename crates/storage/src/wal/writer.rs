@@ -51,6 +51,11 @@ pub type Waiter = Box<dyn FnOnce(Result<()>) + Send>;
 pub trait Replicate: Send + Sync {
     /// `batch` holds the frames up to lsn `end`, durable here.
     fn replicate(&self, batch: Vec<u8>, end: u64, done: Waiter);
+    /// A checkpoint at `lsn` (the bytes of its file), after the batch that
+    /// reaches `lsn`: installed at every replica, this one included, once
+    /// a quorum has it; `done` runs then (a checkpoint no quorum has must
+    /// not replace the log a former leader's copy would need).
+    fn checkpoint(&self, lsn: u64, bytes: Vec<u8>, done: Waiter);
 }
 
 /// A log's [`Replicate`], if it has replicas.
@@ -553,6 +558,10 @@ impl Writer {
             }
             for job in jobs.drain(..) {
                 let Job::Checkpoint { lsn, bytes, done } = job;
+                if let Some(Replicas(to)) = &self.inner.config.replicas {
+                    to.checkpoint(lsn, bytes, done);
+                    continue;
+                }
                 match self.install_checkpoint(lsn, &bytes) {
                     Ok(()) => {
                         self.inner.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
