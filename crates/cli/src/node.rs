@@ -21,6 +21,7 @@ use std::time::Duration;
 pub use brine_client::{ClusterFile, NodeEntry};
 use brine_cluster::decision::DecisionBook;
 use brine_cluster::remote::{self, NodeService, WireRequest, WireResponse};
+use brine_cluster::replication::ReplicaStatus;
 use brine_cluster::{Application, Cluster, ClusterConfig, Isolation};
 use brine_core::{NodeId, Value};
 use clap::{Args, Parser};
@@ -194,34 +195,66 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
             source,
         })?;
     let mut config = cluster_config(&file)?;
-    // A durable node answers its peers' questions about its decisions as
-    // soon as it listens, even while its own recovery waits for theirs.
-    let book = match file.node_data_dir(me) {
-        Some(dir) if file.durability == "wal" => {
-            let committed =
-                brine_cluster::durability::node_decisions(&dir, me).map_err(|source| {
-                    NodeError::Engine {
-                        context: format!("reading node {me}'s decision log in {}", dir.display()),
-                        source,
-                    }
-                })?;
-            config.durability.mode = brine_cluster::DurabilityMode::Wal;
-            config.durability.data_dir = Some(dir);
-            Some(Arc::new(DecisionBook::recovered(committed)))
+    let data_dir = match file.node_data_dir(me) {
+        Some(dir) if file.durability == "wal" => Some(dir),
+        _ => None,
+    };
+    // With replicated logs this node's replicas answer their peers from
+    // the start: the groups must run for any node to lead its logs.
+    let replicas = match &data_dir {
+        Some(dir) if file.replicas > 1 => {
+            let layout = brine_cluster::replication::Layout {
+                nodes: file.nodes.len() as u32,
+                partitions_per_node: file.partitions_per_node,
+                replicas: file.replicas,
+            };
+            let started = brine_cluster::replication::NodeReplicas::start(
+                me,
+                layout,
+                dir,
+                config.durability.segment_bytes,
+                &peers,
+            )
+            .map_err(|source| NodeError::Engine {
+                context: format!("node {me}'s replicas in {}", dir.display()),
+                source,
+            })?;
+            config.durability.replicas = file.replicas;
+            config.durability.across = Some(started.clone());
+            Some(started)
         }
         _ => None,
     };
+    // A durable node answers its peers' questions about its decisions as
+    // soon as it has read them, even while its own recovery waits for
+    // theirs.
+    let book: Arc<std::sync::OnceLock<Arc<DecisionBook>>> = Arc::default();
     let ready: Arc<std::sync::OnceLock<(Cluster, Arc<NodeService>)>> = Arc::default();
     let calls = Arc::new(CallMetrics::default());
+    let durable = data_dir.is_some();
     let handler = {
-        let (ready, calls, book) = (ready.clone(), calls.clone(), book.clone());
+        let (ready, calls, book, replicas) =
+            (ready.clone(), calls.clone(), book.clone(), replicas.clone());
         move |req: WireRequest| {
-            let (ready, calls, book) = (ready.clone(), calls.clone(), book.clone());
+            let (ready, calls, book, replicas) =
+                (ready.clone(), calls.clone(), book.clone(), replicas.clone());
             async move {
+                if let WireRequest::Raft { msgs } = req {
+                    return match &replicas {
+                        Some(r) => WireResponse::Done(r.deliver(msgs)),
+                        None => WireResponse::Refused(brine_core::Error::Config(format!(
+                            "node {me} keeps no replicas (the cluster file's replicas = 1)"
+                        ))),
+                    };
+                }
                 let Some((cluster, service)) = ready.get() else {
-                    return match (req, &book) {
+                    return match (req, book.get()) {
                         (WireRequest::Decision { txn }, Some(book)) => {
                             WireResponse::Decision(book.ask(txn))
+                        }
+                        // Its decisions are not read yet: ask again.
+                        (WireRequest::Decision { .. }, None) if durable => {
+                            WireResponse::Decision(remote::Inquiry::Undecided)
                         }
                         // Without a log nothing decided survived a restart.
                         (WireRequest::Decision { .. }, None) => {
@@ -250,6 +283,27 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
             context: format!("node {me} listening on {addr}"),
             source,
         })?;
+    if let Some(dir) = &data_dir {
+        if let Some(r) = &replicas {
+            // Its decision log as the group committed it.
+            r.lead(brine_cluster::replication::LogName::Decisions(me))
+                .await
+                .map_err(|source| NodeError::Engine {
+                    context: format!("node {me} leading its decision log"),
+                    source,
+                })?;
+        }
+        let committed = brine_cluster::durability::node_decisions(dir, me).map_err(|source| {
+            NodeError::Engine {
+                context: format!("reading node {me}'s decision log in {}", dir.display()),
+                source,
+            }
+        })?;
+        config.durability.mode = brine_cluster::DurabilityMode::Wal;
+        config.durability.data_dir = Some(dir.clone());
+        let _ = book.set(Arc::new(DecisionBook::recovered(committed)));
+    }
+    let book = book.get().cloned();
     let app = application(&file)?;
     // Recovery may block on peers' answers: off the async threads.
     let (cluster, service) = tokio::task::spawn_blocking(move || {
@@ -839,10 +893,14 @@ pub async fn status(args: &StatusArgs) -> Result<(), NodeError> {
     println!("node  address               state  commits  lock waits  sessions  partition: rows / active txns / waiting statements");
     let mut down = 0;
     let client = brine_client::Client::new(&file)?;
+    let mut logs: std::collections::BTreeMap<_, Vec<(u32, ReplicaStatus)>> = Default::default();
     for (id, answer) in client.status().await {
         let address = file.address(id).unwrap_or("?");
         match answer {
             Ok(s) => {
+                for r in &s.replicas {
+                    logs.entry(r.log).or_default().push((id, r.clone()));
+                }
                 let parts: Vec<String> = s
                     .partitions
                     .iter()
@@ -872,10 +930,55 @@ pub async fn status(args: &StatusArgs) -> Result<(), NodeError> {
             }
         }
     }
+    if !logs.is_empty() {
+        print_replicas(file.replicas, &logs);
+    }
     if down > 0 {
         return Err(NodeError::Config(format!("{down} node(s) down")));
     }
     Ok(())
+}
+
+/// `brine status`'s table of the replicated logs: per log its leader,
+/// term and commit index, and each replica's role, applied index and lag.
+fn print_replicas(
+    replicas: u32,
+    logs: &std::collections::BTreeMap<
+        brine_cluster::replication::LogName,
+        Vec<(u32, ReplicaStatus)>,
+    >,
+) {
+    println!("replicated logs ({replicas} replicas each): log, leader, term, commit; per replica: node role applied (entries behind the leader)");
+    for (log, members) in logs {
+        let lead = members
+            .iter()
+            .find(|(_, r)| r.role == "leader")
+            .map(|(_, r)| r);
+        let leader = members.iter().find_map(|(_, r)| r.leader);
+        let (term, commit) = members
+            .iter()
+            .map(|(_, r)| (r.term, r.commit))
+            .max()
+            .unwrap_or_default();
+        let each: Vec<String> = members
+            .iter()
+            .map(|(node, r)| {
+                let lag = lead
+                    .and_then(|l| l.lag.iter().find(|(n, _)| n == node))
+                    .map(|(_, n)| format!(" ({n} behind)"))
+                    .unwrap_or_default();
+                format!("n{node} {} {}{lag}", r.role, r.applied)
+            })
+            .collect();
+        println!(
+            "{:<9} leader {:<4} term {:<4} commit {:<8} {}",
+            log.to_string(),
+            leader.map_or("none".to_string(), |n| n.to_string()),
+            term,
+            commit,
+            each.join(", ")
+        );
+    }
 }
 
 /// The file's isolation level; an unknown name is an error.

@@ -63,6 +63,11 @@ pub struct UpArgs {
     /// comes back empty. [default: wal]
     #[arg(long, value_name = "MODE")]
     pub durability: Option<String>,
+    /// With `wal`: copies of every log on this many nodes (the log's own
+    /// and the next ones); a commit is durable once a majority has it
+    /// (docs/replication.md).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u32,
 }
 
 /// The durability of a cluster started without `--durability`.
@@ -155,6 +160,7 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         grouping: args.grouping.clone(),
         durability: durability.clone(),
         data_dir: durable.then(|| "data".to_string()),
+        replicas: args.replicas,
         nodes: (0..args.nodes)
             .map(|id| NodeEntry {
                 id,

@@ -45,6 +45,12 @@ pub struct ClusterFile {
     /// `data_dir/node-<n>` (relative paths are relative to the file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<String>,
+    /// With `wal`: copies of every log (each partition's, each node's
+    /// decisions) on this many nodes, the log's own and the next ones; a
+    /// commit is durable once a majority of them has it
+    /// (docs/replication.md). 1: the log's node alone.
+    #[serde(default = "default_replicas")]
+    pub replicas: u32,
     /// Addresses of the protocol's services that run in processes of
     /// their own (`brine server --service NAME`), by name: Mediator's
     /// `tso = "host:port"`. Without one, node 0's process hosts it.
@@ -76,6 +82,9 @@ fn default_isolation() -> String {
     "serializable".into()
 }
 fn default_partitions_per_node() -> u32 {
+    1
+}
+fn default_replicas() -> u32 {
     1
 }
 fn default_durability() -> String {
@@ -142,6 +151,19 @@ impl ClusterFile {
         }
         if self.partitions_per_node == 0 {
             return Err("partitions_per_node must be at least 1".into());
+        }
+        if self.replicas == 0 || self.replicas as usize > self.nodes.len() {
+            return Err(format!(
+                "replicas = {}: between 1 and the number of nodes ({}), each replica on a node of its own",
+                self.replicas,
+                self.nodes.len()
+            ));
+        }
+        if self.replicas > 1 && self.durability != "wal" {
+            return Err(format!(
+                "replicas = {} copies the write-ahead log: it needs durability = \"wal\"",
+                self.replicas
+            ));
         }
         if let Some(d) = &self.deadlock {
             if brine_cluster::DeadlockPolicy::from_name(d).is_none() {

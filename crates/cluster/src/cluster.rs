@@ -419,9 +419,10 @@ impl Cluster {
             hosting.is_some(),
             config.durability.mode == DurabilityMode::Wal,
         )?;
-        if hosting.is_some() && config.durability.replicas > 1 {
+        if hosting.is_some() && config.durability.replicas > 1 && config.durability.across.is_none()
+        {
             return Err(Error::Config(
-                "replicated logs run in the embedded cluster only for now (docs/replication.md)"
+                "a multi-process node replicates its logs through its peers' replicas: start it with `brine server` and `replicas` in the cluster file (docs/replication.md)"
                     .into(),
             ));
         }

@@ -8,6 +8,7 @@
 //!    epoch                 bumped at every start; txn ids start at epoch << 40
 //!    part-<p>/             partition p: <lsn>.wal segments, <lsn>.ckpt checkpoints
 //!    coord-<n>/            coordinator node n: commit decisions
+//!    replicas/<log>/       with replicated logs: raft state (`replication`)
 //!
 //!  single partition:  Commit ──► actor logs Commit(txn, redo), applies it,
 //!                     releases locks ──► ack sent by the log writer once durable
@@ -54,6 +55,7 @@ use brine_storage::PartitionStore;
 
 use crate::decision::DecisionBook;
 use crate::message::{Reply, Vote};
+use crate::replication::LogName;
 
 /// Whether commits are made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
@@ -115,6 +117,9 @@ pub struct DurabilityConfig {
     /// majority has it (`replication.rs`); `replica_delay` apart, one way.
     pub replicas: u32,
     pub replica_delay: Duration,
+    /// A multi-process node's replicas of the replicated logs (its peers
+    /// hold the others): set by `brine server` with `replicas` > 1.
+    pub across: Option<Arc<crate::replication::NodeReplicas>>,
 }
 
 impl Default for DurabilityConfig {
@@ -122,6 +127,7 @@ impl Default for DurabilityConfig {
         DurabilityConfig {
             replicas: 1,
             replica_delay: Duration::ZERO,
+            across: None,
             mode: DurabilityMode::None,
             data_dir: None,
             group_commit_window: Duration::from_micros(200),
@@ -220,14 +226,6 @@ pub struct WalSet {
     /// Logs a protocol opened for itself (Mediator's version and commit
     /// logs): crashed, closed and counted with the engine's.
     protocol_logs: parking_lot::Mutex<Vec<Arc<Log>>>,
-}
-
-fn part_dir(root: &Path, p: u32) -> PathBuf {
-    root.join(format!("part-{p}"))
-}
-
-fn coord_dir(root: &Path, n: u32) -> PathBuf {
-    root.join(format!("coord-{n}"))
 }
 
 pub(crate) fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
@@ -354,8 +352,9 @@ impl WalSet {
                 recovered_base.push(BaseContexts::default());
                 continue;
             }
-            let dir = part_dir(&root, p);
+            let dir = LogName::Partition(p).dir(&root);
             std::fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
+            crate::replication::lead(durability, LogName::Partition(p))?;
             let mut rec = recover_partition(&dir, catalog, p)?;
             // A multi-process node asks the coordinators on other nodes.
             let mut decided = committed.clone();
@@ -415,7 +414,7 @@ impl WalSet {
         // A multi-process node keeps its decisions: participants on other
         // nodes may still ask about them.
         for (n, _) in decision_ends.iter().filter(|_| scope.is_none()) {
-            let dir = coord_dir(&root, *n);
+            let dir = LogName::Decisions(*n).dir(&root);
             for (_, path) in list_segments(&dir)? {
                 std::fs::remove_file(&path).map_err(|e| io("deleting", &path, e))?;
             }
@@ -435,13 +434,11 @@ impl WalSet {
             max_batch_bytes: durability.max_batch_bytes,
             replicas: None,
         };
-        let (replicas, replica_delay) = (durability.replicas, durability.replica_delay);
-        let config = |dir: PathBuf, log_id: u32| -> Result<LogConfig> {
-            let place = crate::replication::GroupPlace::of(&root, &dir, log_id, durability);
+        let config = |dir: PathBuf, log: LogName| -> Result<LogConfig> {
             Ok(LogConfig {
+                replicas: crate::replication::log_replicas(durability, &root, &dir, log)?,
                 dir,
-                log_id,
-                replicas: crate::replication::group(replicas, replica_delay, &place)?,
+                log_id: log.log_id(),
                 ..template.clone()
             })
         };
@@ -449,7 +446,7 @@ impl WalSet {
         for (p, end) in ends.into_iter().enumerate() {
             plogs.push(match end {
                 Some((dir, end)) => Some(Arc::new(Log::open(
-                    config(dir, p as u32)?,
+                    config(dir, LogName::Partition(p as u32))?,
                     end,
                     crash.clone(),
                 )?)),
@@ -464,7 +461,7 @@ impl WalSet {
             }
             let end = decision_ends.get(&n).copied().unwrap_or_default();
             dlogs.push(Some(Arc::new(Log::open(
-                config(coord_dir(&root, n), n)?,
+                config(LogName::Decisions(n).dir(&root), LogName::Decisions(n))?,
                 end,
                 crash.clone(),
             )?)));
@@ -675,7 +672,7 @@ pub(crate) struct NodeScope<'a> {
 /// (a multi-process node reads them before anything else, to answer its
 /// peers' recoveries while its own runs).
 pub fn node_decisions(data_dir: &Path, node: u32) -> Result<HashSet<TxnId>> {
-    let dir = coord_dir(data_dir, node);
+    let dir = LogName::Decisions(node).dir(data_dir);
     if !dir.exists() {
         return Ok(HashSet::new());
     }

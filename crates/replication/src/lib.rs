@@ -70,6 +70,17 @@ pub type Result<T> = std::result::Result<T, ReplicationError>;
 /// A message between replicas (raft's).
 pub use raft::prelude::Message;
 
+/// A message as bytes, to carry between processes.
+pub fn encode_message(m: &Message) -> Result<Vec<u8>> {
+    protobuf::Message::write_to_bytes(m).map_err(|e| ReplicationError::Raft(e.to_string()))
+}
+
+/// A message carried between processes, back from its bytes.
+pub fn decode_message(bytes: &[u8]) -> Result<Message> {
+    <Message as protobuf::Message>::parse_from_bytes(bytes)
+        .map_err(|e| ReplicationError::Raft(format!("a replica message: {e}")))
+}
+
 /// A replica's role, as its status reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -316,6 +327,30 @@ impl<S: StateMachine> Replica<S> {
         self.node.raft.state == StateRole::Leader
     }
 
+    /// Whether this replica leads and has applied everything committed,
+    /// its own term's first entry included: everything a previous leader
+    /// got a quorum for is in its state machine.
+    pub fn leads_caught_up(&self) -> bool {
+        let log = &self.node.raft.raft_log;
+        self.is_leader()
+            && log.term(log.committed).unwrap_or(0) == self.node.raft.term
+            && self.applied >= log.committed
+    }
+
+    /// The leader hands its role to replica `id` (once `id` has the
+    /// whole log: raft-rs waits for it).
+    pub fn transfer_leader(&mut self, id: u64) {
+        self.node.transfer_leader(id);
+    }
+
+    /// At the leader: whether replica `id` has every entry of the log.
+    pub fn has_whole_log(&self, id: u64) -> bool {
+        let raft = &self.node.raft;
+        raft.prs()
+            .get(id)
+            .is_some_and(|p| p.matched >= raft.raft_log.last_index())
+    }
+
     fn leader_only(&self) -> Result<()> {
         if self.is_leader() {
             return Ok(());
@@ -472,6 +507,11 @@ impl<S: StateMachine> Replica<S> {
         meta.term = self.store.log.term(index)?;
         meta.set_conf_state(self.node.raft.prs().conf().to_conf_state());
         Ok(snapshot)
+    }
+
+    /// The last entry this replica's state machine applied.
+    pub fn applied(&self) -> u64 {
+        self.applied
     }
 
     /// The first entry the log still holds.

@@ -148,8 +148,18 @@ pub fn path(p: &Path) -> &str {
 /// Three durable server processes running `protocol` and `workload`, its
 /// data loaded.
 pub fn start_loaded(protocol: &str, workload: &str, workload_args: &[&str]) -> Nodes {
-    let durable = "durability = \"wal\"\ndata_dir = \"data\"\n";
-    let cluster = start_as(protocol, 3, workload, workload_args, durable);
+    start_loaded_with(protocol, workload, workload_args, "")
+}
+
+/// `start_loaded`, with extra top-level cluster-file lines.
+pub fn start_loaded_with(
+    protocol: &str,
+    workload: &str,
+    workload_args: &[&str],
+    extra: &str,
+) -> Nodes {
+    let durable = format!("durability = \"wal\"\ndata_dir = \"data\"\n{extra}");
+    let cluster = start_as(protocol, 3, workload, workload_args, &durable);
     let load = brine(&["load", "--cluster", path(&cluster.config)]);
     assert!(load.status.success(), "{}", text(&load));
     cluster

@@ -388,6 +388,12 @@ impl NodeService {
                 None => Inquiry::Aborted,
             }),
             WireRequest::Cut { peers, millis } => WireResponse::Done(self.cut(&peers, millis)),
+            // The node's replicas take these before its service starts
+            // (`brine server`): one that gets here has none.
+            WireRequest::Raft { .. } => WireResponse::Refused(Error::Config(format!(
+                "node {} keeps no replicas of replicated logs",
+                self.node.0
+            ))),
             WireRequest::PeerRestarted { node } => {
                 let ended = self.end_orphans(node).await;
                 cluster
@@ -459,6 +465,10 @@ impl NodeService {
             commits: stats.commits,
             lock_waits: stats.lock_waits,
             sessions: self.sessions.open() as u64,
+            replicas: match &cluster.config().durability.across {
+                Some(r) => r.status().await,
+                None => Vec::new(),
+            },
         }
     }
 

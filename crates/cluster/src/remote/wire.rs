@@ -42,6 +42,11 @@ pub enum WireRequest {
     /// `peers` for `millis` ms, as a network partition would: its requests
     /// to them fail at its transport (`brine_net::Client::cut_for`).
     Cut { peers: Vec<u32>, millis: u64 },
+    /// Messages between the replicas of replicated logs
+    /// (`replication::NodeReplicas::deliver`); answered `Ack` at once.
+    Raft {
+        msgs: Vec<(crate::replication::LogName, Vec<u8>)>,
+    },
 }
 
 /// [`PartitionMsg`](crate::message::PartitionMsg) without its reply path,
@@ -143,6 +148,9 @@ pub struct NodeStatus {
     pub lock_waits: u64,
     /// Interactive transactions open on this node.
     pub sessions: u64,
+    /// This node's replicas of the replicated logs.
+    #[serde(default)]
+    pub replicas: Vec<crate::replication::ReplicaStatus>,
 }
 
 /// The answer to a [`WireRequest`].

@@ -34,6 +34,9 @@ use brine_storage::wal::mirror::{checkpoint_position, Mirror};
 use brine_storage::wal::{Replicas, Replicate, Waiter};
 use tokio::sync::mpsc;
 
+mod nodes;
+pub use nodes::{Layout, LogName, NodeReplicas, ReplicaStatus};
+
 /// The clock of a group's replicas (elections, heartbeats).
 const TICK: Duration = Duration::from_millis(10);
 
@@ -50,37 +53,59 @@ struct Proposal {
     done: Option<Waiter>,
 }
 
-/// The log side of a group: entries go to its task.
+impl Proposal {
+    fn tagged(tag: u8, bytes: &[u8], done: Option<Waiter>) -> Proposal {
+        let mut data = Vec::with_capacity(bytes.len() + 1);
+        data.push(tag);
+        data.extend_from_slice(bytes);
+        Proposal { data, done }
+    }
+
+    fn batch(frames: &[u8], done: Waiter) -> Proposal {
+        Proposal::tagged(BATCH, frames, Some(done))
+    }
+
+    fn checkpoint(bytes: &[u8], done: Option<Waiter>) -> Proposal {
+        Proposal::tagged(CHECKPOINT, bytes, done)
+    }
+
+    fn fail(self, why: &str) {
+        if let Some(done) = self.done {
+            done(Err(brine_core::Error::Storage(why.to_string())));
+        }
+    }
+}
+
+/// The newest checkpoint in the log directory `dir`, as an entry.
+fn newest_checkpoint(dir: &Path) -> brine_core::Result<Option<Proposal>> {
+    let Some((_, path)) = brine_storage::checkpoint::list_checkpoints(dir)?.pop() else {
+        return Ok(None);
+    };
+    let bytes = std::fs::read(&path)
+        .map_err(|e| brine_core::Error::Storage(format!("reading {}: {e}", path.display())))?;
+    Ok(checkpoint_position(&bytes).map(|_| Proposal::checkpoint(&bytes, None)))
+}
+
+/// The log side of an embedded group: entries go to its task.
 struct GroupHandle {
     tx: mpsc::UnboundedSender<Proposal>,
 }
 
 impl GroupHandle {
-    fn send(&self, tag: u8, bytes: &[u8], done: Waiter) {
-        let mut data = Vec::with_capacity(bytes.len() + 1);
-        data.push(tag);
-        data.extend_from_slice(bytes);
-        let proposal = Proposal {
-            data,
-            done: Some(done),
-        };
-        if let Err(mpsc::error::SendError(p)) = self.tx.send(proposal) {
-            if let Some(done) = p.done {
-                done(Err(brine_core::Error::Storage(
-                    "the log's replication group stopped".into(),
-                )));
-            }
+    fn send(&self, p: Proposal) {
+        if let Err(mpsc::error::SendError(p)) = self.tx.send(p) {
+            p.fail("the log's replication group stopped");
         }
     }
 }
 
 impl Replicate for GroupHandle {
     fn replicate(&self, batch: Vec<u8>, _end: u64, done: Waiter) {
-        self.send(BATCH, &batch, done);
+        self.send(Proposal::batch(&batch, done));
     }
 
     fn checkpoint(&self, _lsn: u64, bytes: Vec<u8>, done: Waiter) {
-        self.send(CHECKPOINT, &bytes, done);
+        self.send(Proposal::checkpoint(&bytes, Some(done)));
     }
 }
 
@@ -94,6 +119,16 @@ pub(crate) struct LogCopy {
     pub leading: bool,
     /// What waits for the entries this replica proposed, by index.
     waiting: Arc<Mutex<BTreeMap<u64, Waiter>>>,
+}
+
+impl LogCopy {
+    /// This replica leads, with everything committed applied: its copy
+    /// is cut there, and from now on the log's writer writes it.
+    fn take_the_lead(&mut self) -> brine_core::Result<()> {
+        self.mirror.settle()?;
+        self.leading = true;
+        Ok(())
+    }
 }
 
 impl LogCopy {
@@ -177,6 +212,38 @@ impl GroupPlace {
             segment_bytes: durability.segment_bytes,
         }
     }
+}
+
+/// The replicas of log `log` in directory `dir` of the data directory
+/// `root`: this node's group across processes, an embedded group, or none
+/// (one replica).
+pub(crate) fn log_replicas(
+    durability: &crate::DurabilityConfig,
+    root: &Path,
+    dir: &Path,
+    log: LogName,
+) -> brine_core::Result<Option<Replicas>> {
+    match &durability.across {
+        Some(across) => across.replicas(log).map(Some),
+        None => {
+            let place = GroupPlace::of(root, dir, log.log_id(), durability);
+            group(durability.replicas, durability.replica_delay, &place)
+        }
+    }
+}
+
+/// Across processes: waits (blocking: recovery runs on a blocking thread)
+/// until this node leads `log` with its copy cut at what the group
+/// committed, before the log is recovered from it. Nothing to wait for
+/// otherwise.
+pub(crate) fn lead(durability: &crate::DurabilityConfig, log: LogName) -> brine_core::Result<()> {
+    let Some(across) = &durability.across else {
+        return Ok(());
+    };
+    let handle = tokio::runtime::Handle::try_current().map_err(|_| {
+        brine_core::Error::Internal("leading a replicated log outside the runtime".into())
+    })?;
+    handle.block_on(across.lead(log))
 }
 
 /// A replication group of `replicas` for the log at `place`, its
