@@ -69,6 +69,8 @@ pub fn cluster_config(file: &ClusterFile) -> Result<ClusterConfig, NodeError> {
     };
     config.link.delay_us = 0;
     config.link.jitter_us = 0;
+    // Replicated logs: partitions move with their logs' leaders.
+    config.durability.replicas = file.replicas;
     config.lock.policy = match file.deadlock.as_deref() {
         None => brine_cluster::protocols::default_deadlock_policy(&file.protocol),
         Some(name) => brine_cluster::DeadlockPolicy::from_name(name).ok_or_else(|| {
@@ -208,12 +210,20 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
                 partitions_per_node: file.partitions_per_node,
                 replicas: file.replicas,
             };
+            let clients = remote::peer_clients(&addresses, None)
+                .map_err(|source| NodeError::Engine {
+                    context: format!("node {me}'s replicas' peers"),
+                    source,
+                })?
+                .into_iter()
+                .map(|(n, c)| (n.0, c))
+                .collect();
             let started = brine_cluster::replication::NodeReplicas::start(
                 me,
                 layout,
                 dir,
                 config.durability.segment_bytes,
-                &peers,
+                clients,
             )
             .map_err(|source| NodeError::Engine {
                 context: format!("node {me}'s replicas in {}", dir.display()),
@@ -246,6 +256,15 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
                             "node {me} keeps no replicas (the cluster file's replicas = 1)"
                         ))),
                     };
+                }
+                // Another node's decisions: this node answers for them
+                // while it leads that node's decision log.
+                if let (WireRequest::Decision { txn }, Some(r)) = (&req, &replicas) {
+                    match r.decision_of_another(*txn) {
+                        Some(Ok(i)) => return WireResponse::Decision(i),
+                        Some(Err(e)) => return WireResponse::Refused(e),
+                        None => {}
+                    }
                 }
                 let Some((cluster, service)) = ready.get() else {
                     return match (req, book.get()) {
@@ -386,7 +405,46 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         }
         None => None,
     };
-    wait_for_stop().await;
+    // With replicated logs: the partitions this node comes to lead are
+    // taken over as it does; a log it writes and no longer leads stops
+    // the node.
+    let mut fatal = replicas.as_ref().map(|r| r.fatal());
+    let placement = replicas
+        .as_ref()
+        .and_then(|r| r.takeovers())
+        .map(|mut takeovers| {
+            let (cluster, replicas) = (cluster.clone(), replicas.clone());
+            tokio::spawn(async move {
+                while let Some((p, term)) = takeovers.recv().await {
+                    if let Err(e) = cluster.take_over(p, term).await {
+                        if let Some(r) = &replicas {
+                            r.stop_node(format!("taking partition {p} over: {e}"));
+                        }
+                    }
+                }
+            })
+        });
+    let stopped_by = tokio::select! {
+        _ = wait_for_stop() => None,
+        why = async {
+            match &mut fatal {
+                Some(f) => {
+                    let _ = f.wait_for(Option::is_some).await;
+                    f.borrow().clone()
+                }
+                None => std::future::pending().await,
+            }
+        } => why,
+    };
+    if let Some(t) = placement {
+        t.abort();
+    }
+    if let Some(why) = stopped_by {
+        // Fail-stop: nothing more is served or written; the supervisor
+        // (`brine cluster up`) restarts the node, a follower of its logs.
+        eprintln!("brine node {me}: stopping at once: {why}");
+        return Err(NodeError::Config(why));
+    }
     eprintln!("brine node {me}: stopping");
     if let Some(t) = metrics_task {
         t.abort();
@@ -1052,6 +1110,9 @@ pub fn use_cluster_file(
     }
     spec.cluster.nodes = file.nodes.len() as u32;
     spec.cluster.partitions_per_node = file.partitions_per_node;
+    // Replicated logs: partitions move with their logs' leaders, and this
+    // process's messages follow them.
+    spec.cluster.durability.replicas = file.replicas;
     spec.cluster.link.delay_us = 0;
     spec.cluster.link.jitter_us = 0;
     spec.remote = Some(brine_bench::spec::Remote {

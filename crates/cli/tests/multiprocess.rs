@@ -893,7 +893,7 @@ fn acknowledged_transfers_survive_leader_kills_with_three_replicas() {
             "acid",
             ("bank", &["--accounts", "30"]),
             "replicas = 3\n",
-            Fault::Kill(victim),
+            Fault::KillFor(victim, Duration::from_secs(3)),
             Duration::from_secs(3),
             Duration::from_secs(3),
         );
@@ -934,6 +934,9 @@ fn transfers_survive_a_cut_between_processes() {
 enum Fault {
     /// SIGKILL of that node, restarted at once.
     Kill(usize),
+    /// SIGKILL of that node, restarted after a while (replicated logs:
+    /// its partitions are taken over meanwhile).
+    KillFor(usize, Duration),
     /// That node cut off from the others for a while (`brine cut`).
     Cut(u32, Duration),
 }
@@ -1022,11 +1025,19 @@ fn fault_under_transfers_of(
     // The node the fault hits: its partition holds the accounts a % 3 ==
     // node (one partition per node, by modulo).
     let hit = match fault {
-        Fault::Kill(n) => n as i64,
+        Fault::Kill(n) | Fault::KillFor(n, _) => n as i64,
         Fault::Cut(n, _) => i64::from(n),
     };
     match fault {
         Fault::Kill(victim) => kill_and_restart(&mut cluster, victim),
+        Fault::KillFor(victim, down) => {
+            let killed = &mut cluster.children[victim];
+            killed.kill().expect("SIGKILL");
+            killed.wait().expect("reaped");
+            std::thread::sleep(down);
+            cluster.children[victim] = spawn_server(&cluster.config, cluster.dir.path(), victim);
+            wait_up(&cluster.config);
+        }
         Fault::Cut(node, d) => {
             let (node, ms) = (node.to_string(), d.as_millis().to_string());
             let cut = brine(&[
@@ -1100,6 +1111,13 @@ fn fault_under_transfers_of(
         first_after.map_or("(none)".to_string(), |d| d.as_millis().to_string()),
         longest.as_millis()
     );
+    let taken_over = count_in_logs(&cluster, "taken over: served here", "");
+    let takeover_ms = count_in_logs(&cluster, "taken over: served here", "ms");
+    if let Some(mean) = takeover_ms.checked_div(taken_over) {
+        eprintln!(
+            "replicated logs: {taken_over} partitions taken over (recovery from the copy: {mean} ms on average)"
+        );
+    }
     eprintln!(
         "transfers: {} acknowledged ({after} after the restart), {} of unknown outcome, {} aborted; \
          {relocked} rows locked again at a restart; {resent} logged commits written back by a \

@@ -419,7 +419,17 @@ impl Cluster {
             hosting.is_some(),
             config.durability.mode == DurabilityMode::Wal,
         )?;
-        if hosting.is_some() && config.durability.replicas > 1 && config.durability.across.is_none()
+        if config.durability.across.is_some() && config.protocol != "acid" {
+            return Err(Error::Config(format!(
+                "replicated logs across processes run protocol `acid` for now, not `{}`: a partition taken over on another node does not yet finish {}'s own work (docs/replication.md)",
+                config.protocol, config.protocol
+            )));
+        }
+        // A durable node (it has a decision book) replicates through its
+        // replicas; a coordinator-only process just follows the routes.
+        if hosting.as_ref().is_some_and(|h| h.book.is_some())
+            && config.durability.replicas > 1
+            && config.durability.across.is_none()
         {
             return Err(Error::Config(
                 "a multi-process node replicates its logs through its peers' replicas: start it with `brine server` and `replicas` in the cluster file (docs/replication.md)"
@@ -440,8 +450,11 @@ impl Cluster {
                     let book = h.book.clone().ok_or_else(|| {
                         Error::Config("a durable node needs its decision book".into())
                     })?;
+                    // With replicated logs a node takes its partitions over
+                    // as it comes to lead their logs (`replication`).
                     let local: Vec<u32> = (0..config.total_partitions())
                         .filter(|p| p / config.partitions_per_node == h.node.0)
+                        .filter(|_| config.durability.across.is_none())
                         .collect();
                     let ask = |txns: &[TxnId]| crate::remote::ask_coordinators(&h.peers, txns);
                     let scope = NodeScope {
@@ -504,8 +517,33 @@ impl Cluster {
         let mut partitions = Vec::new();
         let mut partition_counters = Vec::new();
         let mut local = HashMap::new();
+        // With replicated logs across processes, a partition is served
+        // where its log is led: every message goes by its route.
+        let routes = hosting
+            .as_ref()
+            .filter(|_| config.durability.replicas > 1)
+            .map(|h| {
+                let clients = match &config.durability.across {
+                    Some(across) => across.clients(),
+                    None => h.peers.iter().map(|(n, c)| (n.0, c.clone())).collect(),
+                };
+                crate::remote::Routes::new(
+                    h.node,
+                    config.total_partitions(),
+                    config.partitions_per_node,
+                    clients,
+                )
+            });
         for p in 0..config.total_partitions() {
             let node = NodeId(p / config.partitions_per_node);
+            if let Some(routes) = &routes {
+                partitions.push(PartitionRef {
+                    id: PartitionId(p),
+                    node,
+                    tx: crate::remote::spawn_routed_proxy(p, routes.clone(), protocol.clone()),
+                });
+                continue;
+            }
             if let Some(Hosting {
                 node: here, peers, ..
             }) = &hosting
@@ -612,6 +650,7 @@ impl Cluster {
             clock_ts: hosting_node.is_some(),
             seed: config.seed,
             wal,
+            routes: routes.clone(),
         });
         let procedures = Arc::new(procedures);
         shared.protocol.attach(&shared, &procedures);
@@ -629,8 +668,16 @@ impl Cluster {
                 let _ = ready_tx.send(true);
             });
         }
-        let service = hosting
-            .map(|h| NodeService::new(h.node, shared.catalog.clone(), local, h.book, h.peers));
+        let service = hosting.map(|h| {
+            NodeService::new(
+                h.node,
+                shared.catalog.clone(),
+                local,
+                h.book,
+                h.peers,
+                routes,
+            )
+        });
         let cluster = Cluster {
             shared,
             config: Arc::new(config),

@@ -320,6 +320,8 @@ fn with_replicated_logs_every_replica_holds_what_was_acknowledged() {
             stats.partitions.replicated > 0 && stats.decisions.replicated > 0,
             "{stats:?}"
         );
+        // A clean stop: every replica applied what was committed.
+        cluster.settle_replicas().await;
         cluster.close_logs();
         acked
     });
@@ -329,12 +331,13 @@ fn with_replicated_logs_every_replica_holds_what_was_acknowledged() {
         check_state(&balances, &ledger, &acked, "after restart");
         acked.extend(run_payments_of(&cluster, 2, 4..8, 25).await);
         assert_eq!(acked.len(), 200);
+        cluster.settle_replicas().await;
         cluster.close_logs();
     });
     drop(rt);
-    // A follower's copy in the place of every log: the one that got
-    // furthest, as a raft election would choose (a quorum is the leader
-    // and one follower: the other may lag).
+    // A follower's copy in the place of every log (the one that got
+    // furthest, as a raft election would choose, though both are complete
+    // after the settling above).
     let copy = tempfile::tempdir().expect("tmpdir");
     let replicas = dir.path().join("replicas");
     for entry in std::fs::read_dir(&replicas).expect("replica dirs") {

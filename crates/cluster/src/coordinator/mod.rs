@@ -81,6 +81,9 @@ pub struct Shared {
     /// False while recovery rolls unfinished BASE transactions forward:
     /// new work waits (it must not see their intermediate state).
     pub ready: tokio::sync::watch::Receiver<bool>,
+    /// With replicated logs across processes: where each partition is
+    /// served now (it moves with its log's leader).
+    pub routes: Option<Arc<crate::remote::Routes>>,
 }
 
 /// The way from a coordinator to one partition, apart from `Shared`.

@@ -38,6 +38,7 @@
 //!   participant's questions to its coordinators.
 
 mod proxy;
+mod routes;
 mod service;
 mod sessions;
 mod wire;
@@ -50,7 +51,8 @@ use brine_core::{Error, NodeId, Result, TxnId};
 
 use crate::cluster::Cluster;
 pub use crate::decision::Inquiry;
-pub use proxy::spawn_proxy;
+pub use proxy::{spawn_proxy, spawn_routed_proxy};
+pub use routes::{Routes, Serving};
 pub use service::NodeService;
 pub use sessions::SESSION_IDLE_TIMEOUT;
 pub(crate) use wire::unexpected;

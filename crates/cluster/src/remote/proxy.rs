@@ -11,7 +11,7 @@ use brine_core::{Error, TxnId};
 use tokio::sync::mpsc;
 
 use super::wire::{unexpected, WireGate, WireMsg, WireRequest, WireResponse};
-use super::PeerClient;
+use super::{PeerClient, Routes};
 use crate::message::{Gate, GateNotice, PartitionMsg, PartitionStatus, Reply, Vote, WaitGraph};
 use crate::protocol::Protocol;
 
@@ -33,9 +33,10 @@ pub fn spawn_proxy(
             // Each request runs on its own: the coordinator never has two
             // requests of one transaction to one partition in flight, so
             // their order cannot matter.
+            let target = Target::Fixed(client.clone());
             tokio::spawn(forward(
                 partition,
-                client.clone(),
+                target,
                 seen.clone(),
                 protocol.clone(),
                 msg,
@@ -43,6 +44,83 @@ pub fn spawn_proxy(
         }
     });
     tx
+}
+
+/// Starts the proxy of partition `partition` of a cluster with replicated
+/// logs: each message goes where `routes` says the partition is served
+/// now, this process's own actor included.
+pub fn spawn_routed_proxy(
+    partition: u32,
+    routes: Arc<Routes>,
+    protocol: Arc<dyn Protocol>,
+) -> mpsc::UnboundedSender<PartitionMsg> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<PartitionMsg>();
+    let seen = Arc::new(Incarnations::default());
+    tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            let msg = match routes.local(partition) {
+                Some(local) => match local.send(msg) {
+                    Ok(()) => continue,
+                    // Its actor stopped: the message goes by the wire.
+                    Err(mpsc::error::SendError(msg)) => msg,
+                },
+                None => msg,
+            };
+            let target = Target::Routed(routes.clone());
+            tokio::spawn(forward(
+                partition,
+                target,
+                seen.clone(),
+                protocol.clone(),
+                msg,
+            ));
+        }
+    });
+    tx
+}
+
+/// Where a proxy's requests go: one node, or wherever the partition is
+/// served at each request.
+#[derive(Clone)]
+enum Target {
+    Fixed(Arc<PeerClient>),
+    Routed(Arc<Routes>),
+}
+
+impl Target {
+    fn client(&self, partition: u32) -> Option<Arc<PeerClient>> {
+        match self {
+            Target::Fixed(c) => Some(c.clone()),
+            Target::Routed(r) => r.client(partition),
+        }
+    }
+
+    fn addr(&self, partition: u32) -> String {
+        self.client(partition)
+            .map_or_else(|| "(no route)".to_string(), |c| c.addr().to_string())
+    }
+
+    /// Sends `req` to the partition's node; a failure (or a refusal: it
+    /// no longer serves it) makes routed proxies ask who does.
+    async fn request(
+        &self,
+        partition: u32,
+        req: WireRequest,
+    ) -> Result<WireResponse, brine_net::NetError> {
+        let Some(client) = self.client(partition) else {
+            return Err(brine_net::NetError::ConnectionLost {
+                addr: "(no route)".into(),
+                reason: format!("no node is known to serve partition {partition}"),
+            });
+        };
+        let answer = client.request(req).await;
+        if let Target::Routed(routes) = self {
+            if matches!(answer, Err(_) | Ok(WireResponse::Refused(_))) {
+                routes.refresh(partition);
+            }
+        }
+        answer
+    }
 }
 
 /// Which incarnation of the serving node ran each open transaction's
@@ -109,14 +187,17 @@ fn answer_decision<T: Default + Send + 'static>(
 
 async fn forward(
     partition: u32,
-    client: Arc<PeerClient>,
+    client: Target,
     seen: Arc<Incarnations>,
     protocol: Arc<dyn Protocol>,
     msg: PartitionMsg,
 ) {
     let request = |msg: WireMsg| WireRequest::Partition { partition, msg };
     let unreachable = |e: &brine_net::NetError| {
-        Error::Transport(format!("partition {partition} at {}: {e}", client.addr()))
+        Error::Transport(format!(
+            "partition {partition} at {}: {e}",
+            client.addr(partition)
+        ))
     };
     match msg {
         PartitionMsg::Execute {
@@ -162,7 +243,7 @@ async fn forward(
                 gate: wire_gate,
                 ext,
             };
-            let answer = client.request(request(msg)).await;
+            let answer = client.request(partition, request(msg)).await;
             if let Some(w) = watch {
                 w.abort();
             }
@@ -173,7 +254,7 @@ async fn forward(
                     } else {
                         Err(Error::Transport(format!(
                             "partition {partition} at {} restarted during transaction {txn}",
-                            client.addr()
+                            client.addr(partition)
                         )))
                     }
                 }
@@ -190,12 +271,15 @@ async fn forward(
         } => {
             let expect = seen.expected(txn);
             let vote = match client
-                .request(request(WireMsg::Prepare {
-                    txn,
-                    ending,
-                    hold,
-                    expect,
-                }))
+                .request(
+                    partition,
+                    request(WireMsg::Prepare {
+                        txn,
+                        ending,
+                        hold,
+                        expect,
+                    }),
+                )
                 .await
             {
                 Ok(WireResponse::Vote(v)) => v,
@@ -243,7 +327,7 @@ async fn forward(
                 // (`until_acked`), with the same expected incarnation. A
                 // participant that restarted refuses it: whether it
                 // committed before the crash is then unknown.
-                match client.request(commit()).await {
+                match client.request(partition, commit()).await {
                     Ok(WireResponse::Ack) => {
                         seen.ended(txn);
                         reply.send(Ok(()))
@@ -262,7 +346,7 @@ async fn forward(
             let started = Instant::now();
             let mut backoff = Duration::from_millis(10);
             loop {
-                let failure = match client.request(commit()).await {
+                let failure = match client.request(partition, commit()).await {
                     Ok(WireResponse::Ack) => break,
                     // Refused: the node is restarting (or no longer hosts it).
                     Ok(other) => unexpected(&other),
@@ -281,7 +365,7 @@ async fn forward(
         PartitionMsg::Abort { txn, ending, reply } => {
             seen.ended(txn);
             let sent = client
-                .request(request(WireMsg::Abort { txn, ending }))
+                .request(partition, request(WireMsg::Abort { txn, ending }))
                 .await;
             answer_decision(sent, reply, "abort", txn, &unreachable, |r| match r {
                 WireResponse::Undone(ops) => ops,
@@ -289,7 +373,10 @@ async fn forward(
             });
         }
         PartitionMsg::Ungate { txn } => {
-            if let Err(e) = client.request(request(WireMsg::Ungate { txn })).await {
+            if let Err(e) = client
+                .request(partition, request(WireMsg::Ungate { txn }))
+                .await
+            {
                 tracing::warn!(%txn, "ungate not delivered: {}", unreachable(&e));
             }
         }
@@ -304,7 +391,10 @@ async fn forward(
                     return;
                 }
             };
-            match client.request(request(WireMsg::Protocol { bytes })).await {
+            match client
+                .request(partition, request(WireMsg::Protocol { bytes }))
+                .await
+            {
                 Ok(WireResponse::Protocol(Ok(bytes))) => {
                     if let Err(e) = answer(bytes) {
                         tracing::error!(partition, "a protocol message's answer: {e}");
@@ -320,7 +410,10 @@ async fn forward(
         PartitionMsg::Protect { owner } => {
             // Lost, the protection still reaches the partition with the
             // owner's next statement there (`SubStmt::protect`).
-            if let Err(e) = client.request(request(WireMsg::Protect { owner })).await {
+            if let Err(e) = client
+                .request(partition, request(WireMsg::Protect { owner }))
+                .await
+            {
                 tracing::warn!(%owner, "protection not delivered: {}", unreachable(&e));
             }
         }
@@ -331,7 +424,7 @@ async fn forward(
             reply,
         } => {
             let sent = client
-                .request(request(WireMsg::Release { owner, stages }))
+                .request(partition, request(WireMsg::Release { owner, stages }))
                 .await;
             match sent {
                 Ok(WireResponse::Ack) => reply.send(()),
@@ -349,7 +442,10 @@ async fn forward(
             }
         }
         PartitionMsg::Load { table, rows, reply } => {
-            let answer = match client.request(request(WireMsg::Load { table, rows })).await {
+            let answer = match client
+                .request(partition, request(WireMsg::Load { table, rows }))
+                .await
+            {
                 Ok(WireResponse::Done(r)) => r,
                 Ok(other) => Err(unexpected(&other)),
                 Err(e) => Err(unreachable(&e)),
@@ -371,7 +467,7 @@ async fn forward(
                 .saturating_duration_since(began_by);
             let older_than_us = u64::try_from(age.as_micros()).unwrap_or(u64::MAX);
             let graph = match client
-                .request(request(WireMsg::WaitGraph { older_than_us }))
+                .request(partition, request(WireMsg::WaitGraph { older_than_us }))
                 .await
             {
                 Ok(WireResponse::WaitGraph(g)) => g,
@@ -388,14 +484,14 @@ async fn forward(
         }
         PartitionMsg::BreakDeadlock { victim, pass } => {
             if let Err(e) = client
-                .request(request(WireMsg::BreakDeadlock { victim, pass }))
+                .request(partition, request(WireMsg::BreakDeadlock { victim, pass }))
                 .await
             {
                 tracing::warn!(%victim, "deadlock victim not delivered: {}", unreachable(&e));
             }
         }
         PartitionMsg::Status { reply } => {
-            let answer = match client.request(request(WireMsg::Status)).await {
+            let answer = match client.request(partition, request(WireMsg::Status)).await {
                 Ok(WireResponse::Status(s)) => s,
                 _ => PartitionStatus::default(),
             };
@@ -403,7 +499,7 @@ async fn forward(
         }
         PartitionMsg::AbortOrphans { coordinator, reply } => {
             match client
-                .request(request(WireMsg::AbortOrphans { coordinator }))
+                .request(partition, request(WireMsg::AbortOrphans { coordinator }))
                 .await
             {
                 Ok(WireResponse::Orphans(in_doubt)) => reply.send(in_doubt),
@@ -412,7 +508,7 @@ async fn forward(
             }
         }
         PartitionMsg::Verify { reply } => {
-            let answer = match client.request(request(WireMsg::Verify)).await {
+            let answer = match client.request(partition, request(WireMsg::Verify)).await {
                 Ok(WireResponse::Done(r)) => r,
                 Ok(other) => Err(unexpected(&other)),
                 Err(e) => Err(unreachable(&e)),
@@ -426,16 +522,11 @@ async fn forward(
 /// watches its readiness there and reports every change through `notice`,
 /// until the partition says it is no longer gated (or cannot be reached;
 /// then the statement's lock wait timeout ends it).
-async fn follow_remote_gate(
-    partition: u32,
-    client: Arc<PeerClient>,
-    txn: TxnId,
-    notice: GateNotice,
-) {
+async fn follow_remote_gate(partition: u32, client: Target, txn: TxnId, notice: GateNotice) {
     loop {
         let msg = WireMsg::WatchGate { txn };
         match client
-            .request(WireRequest::Partition { partition, msg })
+            .request(partition, WireRequest::Partition { partition, msg })
             .await
         {
             Ok(WireResponse::GateReady(Some(ready))) => notice.send(ready),
@@ -479,7 +570,14 @@ mod tests {
                 reply,
             };
             let seen = Arc::new(Incarnations::default());
-            forward(0, client.clone(), seen, protocol.clone(), msg).await;
+            forward(
+                0,
+                Target::Fixed(client.clone()),
+                seen,
+                protocol.clone(),
+                msg,
+            )
+            .await;
             answered.push(rx.await.is_ok());
         }
         assert_eq!(answered, [true, false]);

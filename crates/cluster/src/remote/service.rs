@@ -40,6 +40,8 @@ pub struct NodeService {
     incarnation: u64,
     /// The other nodes.
     peers: HashMap<NodeId, Arc<PeerClient>>,
+    /// With replicated logs: the partitions this node came to serve.
+    routes: Option<Arc<super::Routes>>,
     /// Readiness of the statements gated here for a remote coordinator,
     /// by (partition, transaction), for `WireMsg::WatchGate`.
     gates: parking_lot::Mutex<HashMap<(u32, TxnId), GateWatch>>,
@@ -76,6 +78,7 @@ impl NodeService {
         partitions: HashMap<u32, mpsc::UnboundedSender<PartitionMsg>>,
         book: Option<Arc<DecisionBook>>,
         peers: HashMap<NodeId, Arc<PeerClient>>,
+        routes: Option<Arc<super::Routes>>,
     ) -> Self {
         NodeService {
             node,
@@ -93,7 +96,17 @@ impl NodeService {
             book,
             incarnation: rand::random(),
             peers,
+            routes,
             gates: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The queue of local partition `p`'s actor (one this node hosts from
+    /// the start, or one it came to serve).
+    fn partition(&self, p: u32) -> Option<mpsc::UnboundedSender<PartitionMsg>> {
+        match self.partitions.get(&p) {
+            Some(tx) => Some(tx.clone()),
+            None => self.routes.as_ref().and_then(|r| r.local(p)),
         }
     }
 
@@ -136,7 +149,7 @@ impl NodeService {
     /// Serves one partition message and returns its answer (`ext`: an
     /// `Execute`'s protocol words, decoded).
     pub async fn serve(&self, partition: u32, msg: WireMsg, ext: StmtExt) -> WireResponse {
-        let Some(tx) = self.partitions.get(&partition) else {
+        let Some(tx) = self.partition(partition) else {
             return WireResponse::Refused(Error::Config(format!(
                 "node {} does not host partition {partition}",
                 self.node.0
@@ -325,7 +338,11 @@ impl NodeService {
     }
 
     pub fn local_partitions(&self) -> impl Iterator<Item = u32> + '_ {
-        self.partitions.keys().copied()
+        let moving = self.routes.as_ref().map(|r| r.local_partitions());
+        self.partitions
+            .keys()
+            .copied()
+            .chain(moving.into_iter().flatten())
     }
 }
 
@@ -394,8 +411,19 @@ impl NodeService {
                 "node {} keeps no replicas of replicated logs",
                 self.node.0
             ))),
+            WireRequest::Serves { partition, serving } => {
+                if let Some(r) = &self.routes {
+                    r.learn(partition, serving);
+                }
+                WireResponse::Ack
+            }
+            WireRequest::WhoServes { partition } => {
+                WireResponse::Serving(self.routes.as_ref().and_then(|r| r.serving(partition)))
+            }
             WireRequest::PeerRestarted { node } => {
-                let ended = self.end_orphans(node).await;
+                let ended = self
+                    .end_orphans(node, cluster.config().durability.across.as_deref())
+                    .await;
                 cluster
                     .protocol()
                     .peer_restarted(&cluster.shared, self.node, NodeId(node));
@@ -419,7 +447,7 @@ impl NodeService {
         partition: u32,
         bytes: &[u8],
     ) -> Result<Vec<u8>> {
-        let tx = self.partitions.get(&partition).ok_or_else(|| {
+        let tx = self.partition(partition).ok_or_else(|| {
             Error::Config(format!(
                 "partition {partition} is not hosted by node {}",
                 self.node.0
@@ -475,7 +503,14 @@ impl NodeService {
     /// Node `node` restarted: its previous run's transactions still open at
     /// this node's partitions are aborted, except prepared ones, whose
     /// outcome is asked of it (its decision log has it) and applied.
-    async fn end_orphans(&self, node: u32) -> Result<()> {
+    /// With replicated logs (`across`) the outcome is asked of whoever
+    /// decides for `node` now: itself, or while it is down, the replica
+    /// leading its decision log.
+    async fn end_orphans(
+        &self,
+        node: u32,
+        across: Option<&crate::replication::NodeReplicas>,
+    ) -> Result<()> {
         let Some(peer) = self.peers.get(&NodeId(node)).cloned() else {
             return Err(Error::Config(format!(
                 "node {node} is not a peer of node {}",
@@ -494,11 +529,18 @@ impl NodeService {
             for txn in in_doubt {
                 let started = Instant::now();
                 let committed = loop {
-                    match peer.request(WireRequest::Decision { txn }).await {
-                        Ok(WireResponse::Decision(Inquiry::Committed)) => break Some(true),
-                        Ok(WireResponse::Decision(Inquiry::Aborted)) => break Some(false),
+                    let answer = match across {
+                        Some(a) => a.ask_decision(txn).await,
+                        None => match peer.request(WireRequest::Decision { txn }).await {
+                            Ok(WireResponse::Decision(i)) => Some(i),
+                            _ => None,
+                        },
+                    };
+                    match answer {
+                        Some(Inquiry::Committed) => break Some(true),
+                        Some(Inquiry::Aborted) => break Some(false),
                         _ if started.elapsed() > INQUIRY_PATIENCE => break None,
-                        Ok(_) | Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                        _ => tokio::time::sleep(Duration::from_millis(200)).await,
                     }
                 };
                 let Some(committed) = committed else {

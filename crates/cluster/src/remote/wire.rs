@@ -47,6 +47,15 @@ pub enum WireRequest {
     Raft {
         msgs: Vec<(crate::replication::LogName, Vec<u8>)>,
     },
+    /// Replicated logs: node `serving.node` serves `partition` now (it
+    /// leads its log's group; `remote::Routes`). Answered `Ack`.
+    Serves {
+        partition: u32,
+        serving: super::routes::Serving,
+    },
+    /// Who serves `partition`, as far as the serving node knows
+    /// (`WireResponse::Serving`).
+    WhoServes { partition: u32 },
 }
 
 /// [`PartitionMsg`](crate::message::PartitionMsg) without its reply path,
@@ -181,6 +190,8 @@ pub enum WireResponse {
     /// The answer to a protocol's own message or request, as it encodes
     /// it.
     Protocol(Result<Vec<u8>>),
+    /// Who serves a partition (`WireRequest::WhoServes`).
+    Serving(Option<super::routes::Serving>),
 }
 
 pub(crate) fn unexpected(r: &WireResponse) -> Error {

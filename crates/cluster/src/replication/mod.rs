@@ -35,6 +35,7 @@ use brine_storage::wal::{Replicas, Replicate, Waiter};
 use tokio::sync::mpsc;
 
 mod nodes;
+mod takeover;
 pub use nodes::{Layout, LogName, NodeReplicas, ReplicaStatus};
 
 /// The clock of a group's replicas (elections, heartbeats).
@@ -46,6 +47,31 @@ const COMPACT_EVERY: u64 = 1024;
 /// Entry tags: a batch of frames, or a checkpoint file.
 const BATCH: u8 = b'B';
 const CHECKPOINT: u8 = b'C';
+
+impl crate::Cluster {
+    /// Waits until every replica of every log applied what its group
+    /// committed so far (a clean stop leaves every copy complete; without
+    /// replicas at once).
+    pub async fn settle_replicas(&self) {
+        let Some(wal) = &self.shared().wal else {
+            return;
+        };
+        for log in wal.logs() {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            log.settle_replicas(Box::new(move |_| {
+                let _ = tx.send(());
+            }));
+            let _ = rx.await;
+        }
+    }
+}
+
+/// What an embedded group's task is asked.
+enum Input {
+    Propose(Proposal),
+    /// Run the waiter once every follower applied what the leader did.
+    Settle(Waiter),
+}
 
 /// An entry to replicate and what runs once a quorum has it.
 struct Proposal {
@@ -88,12 +114,12 @@ fn newest_checkpoint(dir: &Path) -> brine_core::Result<Option<Proposal>> {
 
 /// The log side of an embedded group: entries go to its task.
 struct GroupHandle {
-    tx: mpsc::UnboundedSender<Proposal>,
+    tx: mpsc::UnboundedSender<Input>,
 }
 
 impl GroupHandle {
     fn send(&self, p: Proposal) {
-        if let Err(mpsc::error::SendError(p)) = self.tx.send(p) {
+        if let Err(mpsc::error::SendError(Input::Propose(p))) = self.tx.send(Input::Propose(p)) {
             p.fail("the log's replication group stopped");
         }
     }
@@ -106,6 +132,13 @@ impl Replicate for GroupHandle {
 
     fn checkpoint(&self, _lsn: u64, bytes: Vec<u8>, done: Waiter) {
         self.send(Proposal::checkpoint(&bytes, Some(done)));
+    }
+
+    fn settle(&self, done: Waiter) {
+        if let Err(mpsc::error::SendError(Input::Settle(done))) = self.tx.send(Input::Settle(done))
+        {
+            done(Ok(()));
+        }
     }
 }
 
@@ -295,7 +328,7 @@ pub(crate) fn group(
 /// The group's task: the leader (replica 1, the log's own) and its
 /// followers, the messages between them on a wire that delays them.
 async fn drive(
-    mut rx: mpsc::UnboundedReceiver<Proposal>,
+    mut rx: mpsc::UnboundedReceiver<Input>,
     mut leader: Replica<LogCopy>,
     mut followers: Vec<Replica<LogCopy>>,
     delay: Duration,
@@ -313,12 +346,16 @@ async fn drive(
     loop {
         let due = wire.front().map(|(at, _)| *at);
         tokio::select! {
-            proposal = rx.recv() => match proposal {
-                Some(p) => {
+            input = rx.recv() => match input {
+                Some(Input::Propose(p)) => {
                     // Proposed once the leader is elected (at start, its
                     // election takes a round trip), in order.
                     unproposed.push_back(p);
                     since_compaction += 1;
+                }
+                Some(Input::Settle(done)) => {
+                    catch_up(&mut leader, &mut followers, std::mem::take(&mut wire));
+                    done(Ok(()));
                 }
                 None => return, // the log closed
             },
@@ -386,6 +423,36 @@ async fn drive(
             let _ = leader.compact();
             for f in &mut followers {
                 let _ = f.compact();
+            }
+        }
+    }
+}
+
+/// Delivers what is on the wire, and what follows from it, at once, until
+/// every follower applied what the leader did (or a while has passed:
+/// one may be cut off).
+fn catch_up(
+    leader: &mut Replica<LogCopy>,
+    followers: &mut [Replica<LogCopy>],
+    wire: VecDeque<(tokio::time::Instant, brine_replication::Message)>,
+) {
+    let mut out: Vec<brine_replication::Message> = wire.into_iter().map(|(_, m)| m).collect();
+    for round in 0..1000 {
+        for m in std::mem::take(&mut out) {
+            step(leader, followers, m);
+        }
+        let _ = leader.ready(&mut out);
+        for f in followers.iter_mut() {
+            let _ = f.ready(&mut out);
+        }
+        let behind = followers.iter().any(|f| f.applied() < leader.applied());
+        if !behind && out.is_empty() {
+            return;
+        }
+        if out.is_empty() && round % 10 == 9 {
+            // Heartbeats carry the commit index.
+            for _ in 0..3 {
+                leader.tick();
             }
         }
     }

@@ -15,26 +15,37 @@
 //!               applied, cuts the copy there: the partition recovers from it
 //! ```
 //!
-//! The home replica leads: another leader hands the role back once the
-//! home has the whole log (a restarted home is caught up first). A home
-//! that loses the lead (cut off from a quorum) stops its replica of that
-//! log; its writer's batches fail from then on and the node must restart,
-//! where it catches up and leads again. Not yet: a partition that moves
-//! to a follower's node while its home is down (`docs/replication.md`).
+//! A partition is served where its log's group is led: the node whose
+//! replica comes to lead it, with everything committed applied, cuts its
+//! copy there and takes the partition over (`Takeover`: the node recovers
+//! it from its copy, relocking what its prepared transactions hold and
+//! asking their outcome, then serves it; `remote::Routes`). It stays
+//! there until that node fails. A node's decision log is led by the node
+//! itself while it runs (another leader hands the role back once it has
+//! the whole log); while it is down, the replica that leads it answers
+//! for its decisions (`book`) and has every node end what it left open.
+//! A node that loses the lead of a log it writes (cut off from a quorum)
+//! stops at once (`fatal`): what it had not replicated is not committed,
+//! and it comes back as a follower.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use brine_core::{Error, NodeId, Result};
+use brine_core::{Error, Result, TxnId};
 use brine_replication::{GroupStatus, Replica, Role};
 use brine_storage::wal::{Replicas, Replicate, Waiter};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{newest_checkpoint, LogCopy, Proposal, COMPACT_EVERY, TICK};
-use crate::remote::{PeerClient, WireRequest};
+use super::{newest_checkpoint, LogCopy, Proposal, COMPACT_EVERY};
+use crate::decision::DecisionBook;
+use crate::remote::{Inquiry, PeerClient, WireRequest, WireResponse};
+
+/// The clock of the groups' replicas across processes: elections after
+/// 10 to 20 ticks without a leader (0.5 to 1 s), heartbeats every 3.
+const TICK: Duration = Duration::from_millis(50);
 
 /// A replicated log of a multi-process cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -169,8 +180,31 @@ type Senders = HashMap<u64, mpsc::UnboundedSender<(LogName, Vec<u8>)>>;
 /// One node's replicas of every log it is a member of.
 pub struct NodeReplicas {
     node: u32,
+    layout: Layout,
     groups: HashMap<LogName, mpsc::UnboundedSender<Input>>,
     root: PathBuf,
+    /// A client of every node, this one's included.
+    clients: HashMap<u32, Arc<PeerClient>>,
+    /// Partitions this node came to lead (partition, term), for the node
+    /// to take over; taken once by the node (`takeovers`).
+    takeovers: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<(u32, u64)>>>,
+    /// Decisions of other nodes whose logs this node leads while they
+    /// are down, by node.
+    books: Arc<parking_lot::RwLock<HashMap<u32, Arc<DecisionBook>>>>,
+    /// Why the node must stop (it lost the lead of a log it writes).
+    fatal: tokio::sync::watch::Sender<Option<String>>,
+}
+
+/// What the group tasks share with their node.
+#[derive(Clone)]
+struct GroupShared {
+    node: u32,
+    root: PathBuf,
+    senders: Arc<Senders>,
+    clients: HashMap<u32, Arc<PeerClient>>,
+    takeovers: mpsc::UnboundedSender<(u32, u64)>,
+    books: Arc<parking_lot::RwLock<HashMap<u32, Arc<DecisionBook>>>>,
+    fatal: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl std::fmt::Debug for NodeReplicas {
@@ -189,25 +223,35 @@ const LEAD_PATIENCE: Duration = Duration::from_secs(120);
 
 impl NodeReplicas {
     /// Opens node `node`'s replicas under `root` (its data directory) and
-    /// starts their tasks on the current runtime; `peers` carry their
-    /// messages to the other members.
+    /// starts their tasks on the current runtime; `clients` (one per node
+    /// of the cluster, this one's included) carry their messages.
     pub fn start(
         node: u32,
         layout: Layout,
         root: &Path,
         segment_bytes: u64,
-        peers: &HashMap<NodeId, Arc<PeerClient>>,
+        clients: HashMap<u32, Arc<PeerClient>>,
     ) -> Result<Arc<NodeReplicas>> {
         layout.validate()?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("replicated logs start inside a tokio runtime".into()))?;
         let mut senders = HashMap::new();
-        for (&peer, client) in peers {
+        for (&peer, client) in clients.iter().filter(|(&n, _)| n != node) {
             let (tx, rx) = mpsc::unbounded_channel();
             runtime.spawn(send_to_peer(client.clone(), rx));
-            senders.insert(replica_id(peer.0), tx);
+            senders.insert(replica_id(peer), tx);
         }
-        let senders = Arc::new(senders);
+        let (takeovers, taken) = mpsc::unbounded_channel();
+        let (fatal, _) = tokio::sync::watch::channel(None);
+        let shared = GroupShared {
+            node,
+            root: root.to_path_buf(),
+            senders: Arc::new(senders),
+            clients: clients.clone(),
+            takeovers,
+            books: Arc::default(),
+            fatal: fatal.clone(),
+        };
         let mut groups = HashMap::new();
         for log in layout.logs_of(node) {
             let members = layout.members(log);
@@ -218,14 +262,89 @@ impl NodeReplicas {
                 .map_err(|e| Error::Storage(format!("node {node}'s replica of {log}: {e}")))?;
             let (tx, rx) = mpsc::unbounded_channel();
             let home = replica_id(members[0]);
-            runtime.spawn(run_group(log, replica, home, rx, senders.clone()));
+            runtime.spawn(run_group(log, replica, home, rx, shared.clone()));
             groups.insert(log, tx);
         }
         Ok(Arc::new(NodeReplicas {
             node,
+            layout,
             groups,
             root: root.to_path_buf(),
+            clients,
+            takeovers: parking_lot::Mutex::new(Some(taken)),
+            books: shared.books,
+            fatal,
         }))
+    }
+
+    /// The node these replicas are on.
+    pub fn node(&self) -> u32 {
+        self.node
+    }
+
+    /// A client of every node of the cluster, this one's included.
+    pub fn clients(&self) -> HashMap<u32, Arc<PeerClient>> {
+        self.clients.clone()
+    }
+
+    /// The partitions this node comes to lead, (partition, term), as it
+    /// does: the node takes each over. Given once.
+    pub fn takeovers(&self) -> Option<mpsc::UnboundedReceiver<(u32, u64)>> {
+        self.takeovers.lock().take()
+    }
+
+    /// The node must stop, for `why`.
+    pub fn stop_node(&self, why: String) {
+        tracing::error!("{why}; the node stops");
+        let _ = self.fatal.send(Some(why));
+    }
+
+    /// Set, with the reason, once the node must stop.
+    pub fn fatal(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.fatal.subscribe()
+    }
+
+    /// What became of `txn` (prepared somewhere, coordinated by another
+    /// node), as its decisions' leader says: the coordinator's node, or
+    /// while it is down, the replica of its decision log that leads.
+    /// `None` while no one can say (ask again).
+    pub async fn ask_decision(&self, txn: TxnId) -> Option<Inquiry> {
+        let coordinator = (txn.id >> crate::cluster::NODE_TXN_SHIFT) as u32;
+        if coordinator >= self.layout.nodes {
+            // A coordinator-only client's: it keeps no log.
+            return Some(Inquiry::Aborted);
+        }
+        if let Some(book) = self.books.read().get(&coordinator) {
+            return Some(book.ask(txn));
+        }
+        for n in self.layout.members(LogName::Decisions(coordinator)) {
+            let Some(client) = self.clients.get(&n).filter(|_| n != self.node) else {
+                continue;
+            };
+            if let Ok(WireResponse::Decision(i @ (Inquiry::Committed | Inquiry::Aborted))) =
+                client.request(WireRequest::Decision { txn }).await
+            {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// What became of `txn` if another node coordinated it: `Some(Ok)`
+    /// while this node leads that node's decision log (it answers for
+    /// it), `Some(Err)` otherwise; `None` for this node's own.
+    pub fn decision_of_another(&self, txn: TxnId) -> Option<Result<Inquiry>> {
+        let coordinator = (txn.id >> crate::cluster::NODE_TXN_SHIFT) as u32;
+        if coordinator == self.node {
+            return None;
+        }
+        Some(match self.books.read().get(&coordinator) {
+            Some(book) => Ok(book.ask(txn)),
+            None => Err(Error::Transport(format!(
+                "node {} does not answer for node {coordinator}'s decisions",
+                self.node
+            ))),
+        })
     }
 
     fn group(&self, log: LogName) -> Result<&mpsc::UnboundedSender<Input>> {
@@ -350,7 +469,7 @@ async fn run_group(
     mut replica: Replica<LogCopy>,
     home: u64,
     mut rx: mpsc::UnboundedReceiver<Input>,
-    senders: Arc<Senders>,
+    shared: GroupShared,
 ) {
     let me = replica.id();
     let waiting = replica.machine().waiting.clone();
@@ -362,6 +481,8 @@ async fn run_group(
     let mut leads: Vec<oneshot::Sender<Result<()>>> = Vec::new();
     let mut out = Vec::new();
     let mut compacted_at = replica.applied();
+    // A decision log of another node this replica answers for.
+    let mut answering = false;
     loop {
         tokio::select! {
             input = rx.recv() => match input {
@@ -395,33 +516,31 @@ async fn run_group(
             },
             _ = tick.tick() => {
                 replica.tick();
-                // The home replica leads once it has the whole log.
-                if me != home && replica.is_leader() && replica.has_whole_log(home) {
+                // A node's decision log is led by the node while it runs.
+                let decisions = matches!(log, LogName::Decisions(_));
+                if decisions && me != home && replica.is_leader() && replica.has_whole_log(home) {
                     replica.transfer_leader(home);
                 }
             }
         }
         if let Err(e) = replica.ready(&mut out) {
-            tracing::error!(%log, "node {}'s replica: {e}; it stops (restart the node)", node_of(me));
+            let why = format!("node {}'s replica of {log}: {e}", node_of(me));
+            tracing::error!("{why}; the node stops");
+            let _ = shared.fatal.send(Some(why));
             return;
         }
         for m in out.drain(..) {
-            if let (Some(tx), Ok(bytes)) =
-                (senders.get(&m.to), brine_replication::encode_message(&m))
-            {
+            if let (Some(tx), Ok(bytes)) = (
+                shared.senders.get(&m.to),
+                brine_replication::encode_message(&m),
+            ) {
                 let _ = tx.send((log, bytes));
-            }
-        }
-        if !leads.is_empty() && replica.leads_caught_up() {
-            let settled = replica.machine_mut().take_the_lead();
-            for tx in leads.drain(..) {
-                let _ = tx.send(settled.clone());
             }
         }
         if replica.machine().leading && !replica.is_leader() {
             // Cut off from a quorum, or another took over: what waits
             // here may or may not have committed, and this node's writer
-            // must not go on. The replica stops; the node restarts.
+            // must not go on. The node stops; it comes back a follower.
             let failed = std::mem::take(&mut *waiting.lock().expect("waiting"));
             for done in failed.into_values() {
                 done(Err(Error::Transport(format!(
@@ -429,12 +548,85 @@ async fn run_group(
                     node_of(me)
                 ))));
             }
-            tracing::error!(%log, "node {} lost the lead of its log: its replica stops; restart the node", node_of(me));
+            let why = format!(
+                "node {} lost the lead of the log {log} it writes",
+                node_of(me)
+            );
+            tracing::error!("{why}; the node stops");
+            let _ = shared.fatal.send(Some(why));
             return;
+        }
+        if replica.leads_caught_up() {
+            match log {
+                LogName::Partition(p) if !replica.machine().leading => {
+                    match replica.machine_mut().take_the_lead() {
+                        Ok(()) => {
+                            tracing::info!(partition = p, term = replica.status().term, "node {} leads the log of partition {p}: it takes the partition over", node_of(me));
+                            let _ = shared.takeovers.send((p, replica.status().term));
+                        }
+                        Err(e) => {
+                            let why =
+                                format!("node {} cannot take partition {p} over: {e}", node_of(me));
+                            let _ = shared.fatal.send(Some(why));
+                            return;
+                        }
+                    }
+                }
+                LogName::Decisions(_) if !leads.is_empty() => {
+                    let settled = replica.machine_mut().take_the_lead();
+                    for tx in leads.drain(..) {
+                        let _ = tx.send(settled.clone());
+                    }
+                }
+                LogName::Decisions(n) if me != home && !answering => {
+                    answering = true;
+                    answer_for(n, &shared).await;
+                }
+                _ => {}
+            }
+        }
+        if answering && !replica.is_leader() {
+            answering = false;
+            if let LogName::Decisions(n) = log {
+                shared.books.write().remove(&n);
+            }
         }
         if replica.applied() >= compacted_at + COMPACT_EVERY {
             compacted_at = replica.applied();
             let _ = replica.compact();
         }
+    }
+}
+
+/// This node leads node `n`'s decision log while `n` is down: it answers
+/// for `n`'s decisions from its copy, and every node ends what `n` left
+/// open (its prepared transactions are decided by those answers).
+async fn answer_for(n: u32, shared: &GroupShared) {
+    match crate::durability::node_decisions(&shared.root, n) {
+        Ok(committed) => {
+            tracing::warn!(
+                node = n,
+                decisions = committed.len(),
+                "node {} answers for node {n}'s decisions while it is down",
+                shared.node
+            );
+            shared
+                .books
+                .write()
+                .insert(n, Arc::new(DecisionBook::recovered(committed)));
+        }
+        Err(e) => {
+            tracing::error!(
+                node = n,
+                "reading node {n}'s decisions from this node's copy: {e}"
+            );
+            return;
+        }
+    }
+    for client in shared.clients.values() {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let _ = client.request(WireRequest::PeerRestarted { node: n }).await;
+        });
     }
 }

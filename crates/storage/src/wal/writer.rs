@@ -56,6 +56,11 @@ pub trait Replicate: Send + Sync {
     /// a quorum has it; `done` runs then (a checkpoint no quorum has must
     /// not replace the log a former leader's copy would need).
     fn checkpoint(&self, lsn: u64, bytes: Vec<u8>, done: Waiter);
+    /// `done` runs once every replica that can be reached has applied
+    /// what the group committed so far (a clean stop: every copy complete).
+    fn settle(&self, done: Waiter) {
+        done(Ok(()))
+    }
 }
 
 /// A log's [`Replicate`], if it has replicas.
@@ -389,6 +394,15 @@ impl Log {
         }
         p.jobs.push(Job::Checkpoint { lsn, bytes, done });
         self.inner.cv.notify_one();
+    }
+
+    /// `done` runs once the log's replicas all applied what their group
+    /// committed so far (at once without replicas).
+    pub fn settle_replicas(&self, done: Waiter) {
+        match &self.inner.config.replicas {
+            Some(Replicas(to)) => to.settle(done),
+            None => done(Ok(())),
+        }
     }
 
     /// Wakes the writer (after the crash switch fired, so it notices).

@@ -57,6 +57,10 @@ use crate::decision::DecisionBook;
 use crate::message::{Reply, Vote};
 use crate::replication::LogName;
 
+mod node;
+pub use node::node_decisions;
+pub(crate) use node::NodeScope;
+
 /// Whether commits are made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub enum DurabilityMode {
@@ -613,7 +617,7 @@ impl WalSet {
         }
     }
 
-    fn logs(&self) -> Vec<Arc<Log>> {
+    pub(crate) fn logs(&self) -> Vec<Arc<Log>> {
         let mut logs: Vec<Arc<Log>> = self
             .partitions
             .iter()
@@ -655,28 +659,6 @@ impl WalSet {
     pub fn checkpoint_every_bytes(&self) -> u64 {
         self.checkpoint_every_bytes
     }
-}
-
-/// What a multi-process node recovers: its partitions and its own decision
-/// log; `ask` gets, from the coordinators on other nodes, which of the
-/// given prepared transactions committed (it may wait for them).
-pub(crate) struct NodeScope<'a> {
-    pub node: u32,
-    pub local: &'a [u32],
-    pub ask: &'a (dyn Fn(&[TxnId]) -> Result<HashSet<TxnId>> + Sync),
-    /// Made from `node_decisions` before recovery; answers peers' inquiries.
-    pub book: Arc<DecisionBook>,
-}
-
-/// The commit decisions in node `node`'s decision log under `data_dir`
-/// (a multi-process node reads them before anything else, to answer its
-/// peers' recoveries while its own runs).
-pub fn node_decisions(data_dir: &Path, node: u32) -> Result<HashSet<TxnId>> {
-    let dir = LogName::Decisions(node).dir(data_dir);
-    if !dir.exists() {
-        return Ok(HashSet::new());
-    }
-    Ok(read_decisions(&dir, node)?.0.committed)
 }
 
 fn partition_dirs_beyond(root: &Path, partitions: u32) -> Result<bool> {
