@@ -159,7 +159,8 @@ async fn measure_point(
     // A durable point gets a fresh data directory (removed when `_data`
     // drops, after the cluster).
     let _data = crate::durability::point_data(&mut config)?;
-    let durability = config.durability.mode.to_string();
+    let durability =
+        crate::durability::durability_label(config.durability.mode, config.durability.replicas);
     let topology = config.to_string();
     let isolation = config.isolation.to_string();
     let cluster = match &spec.remote {

@@ -147,10 +147,20 @@ pub fn wal_snapshot(cluster: &Cluster) -> Option<WalStats> {
 /// Runs every point once per durability mode and merges the reports: the
 /// series of mode `m` is `<protocol>+<m>`, and ratios compare each series
 /// with the first protocol at the first mode.
+/// A durability mode as reports name it: `none`, `wal`, or `wal-3r` with
+/// three replicas of every log.
+pub fn durability_label(mode: DurabilityMode, replicas: u32) -> String {
+    if replicas > 1 {
+        format!("{mode}-{replicas}r")
+    } else {
+        mode.to_string()
+    }
+}
+
 pub async fn run_bench_durability(
     spec: &BenchSpec,
     workloads: &[Arc<dyn Workload>],
-    modes: &[DurabilityMode],
+    modes: &[(DurabilityMode, u32)],
     mut on_point: impl FnMut(&PointResult),
 ) -> Result<BenchReport> {
     if modes.is_empty() {
@@ -163,9 +173,10 @@ pub async fn run_bench_durability(
     let nprot = spec.protocols.len();
     let mut results = Vec::new();
     let mut config = None;
-    for (mi, &mode) in modes.iter().enumerate() {
+    for (mi, &(mode, replicas)) in modes.iter().enumerate() {
         let mut s = spec.clone();
         s.cluster.durability.mode = mode;
+        s.cluster.durability.replicas = replicas;
         let report = crate::run_bench(&s, workloads, &mut on_point).await?;
         if config.is_none() {
             config = Some(report.config.clone());
@@ -178,7 +189,10 @@ pub async fn run_bench_durability(
     let mut config = config.unwrap_or_default();
     config.insert(
         "durability".into(),
-        json!(modes.iter().map(|m| m.to_string()).collect::<Vec<_>>()),
+        json!(modes
+            .iter()
+            .map(|&(m, r)| durability_label(m, r))
+            .collect::<Vec<_>>()),
     );
     config.insert(
         "group_commit_window_us".into(),

@@ -612,9 +612,11 @@ struct BenchArgs {
 
     /// With --durability wal: replicas of every log (a replication group on
     /// raft-rs, docs/replication.md): a commit is acknowledged once a
-    /// majority of them has it. 1: the log alone. Embedded cluster only.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    replicas: u32,
+    /// majority of them has it. 1: the log alone. A list (1,3) runs every
+    /// point with each, in this process, and reports the ratio. Embedded
+    /// cluster only (a multi-process cluster's are in its cluster file).
+    #[arg(long, value_name = "LIST", default_value = "1")]
+    replicas: String,
 
     /// wal: directory under which each point gets a fresh data directory
     /// (default: a new temporary directory per point).
@@ -634,6 +636,29 @@ struct BenchArgs {
     /// wal: a partition checkpoints after this many MiB of log (0: only at start).
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     checkpoint_mib: u64,
+}
+
+/// `--replicas 1,3` as counts, in order, without duplicates.
+fn replica_counts(list: &str) -> Result<Vec<u32>, BenchError> {
+    let mut out = Vec::new();
+    for name in parse_names(list, "--replicas").map_err(BenchError::Config)? {
+        let n: u32 = name.parse().map_err(|_| {
+            BenchError::Config(format!("--replicas: `{name}` is not a number of replicas"))
+        })?;
+        if n == 0 {
+            return Err(BenchError::Config("--replicas must be at least 1".into()));
+        }
+        if out.contains(&n) {
+            return Err(BenchError::Config(format!("--replicas lists {n} twice")));
+        }
+        out.push(n);
+    }
+    if out.is_empty() {
+        return Err(BenchError::Config(
+            "--replicas needs at least one count".into(),
+        ));
+    }
+    Ok(out)
 }
 
 /// `--durability none,wal` as modes, in order, without duplicates.
@@ -795,15 +820,13 @@ fn spec_from(args: &BenchArgs) -> Result<BenchSpec, BenchError> {
         keep_data: args.keep_data,
         group_commit_window: Duration::from_micros(args.group_commit_us),
         checkpoint_every_bytes: args.checkpoint_mib.saturating_mul(1 << 20),
-        replicas: args.replicas,
+        replicas: replica_counts(&args.replicas)?[0],
         // The replicas live on other nodes: the link's delay apart.
         replica_delay: Duration::from_micros(cluster.link.delay_us),
         ..DurabilityConfig::default()
     };
-    if args.replicas == 0 {
-        return Err(BenchError::Config("--replicas must be at least 1".into()));
-    }
-    if args.replicas > 1 && (args.cluster.is_some() || !args.durability.contains("wal")) {
+    let replicated = replica_counts(&args.replicas)?.iter().any(|&r| r > 1);
+    if replicated && (args.cluster.is_some() || !args.durability.contains("wal")) {
         return Err(BenchError::Config(
             "--replicas replicates the logs of an embedded cluster with --durability wal".into(),
         ));
@@ -874,7 +897,15 @@ async fn bench(args: BenchArgs) -> Result<(), BenchError> {
     }
     let workloads = workloads_from(&args)?;
     spec.validate()?;
-    let modes = durability_modes(&args.durability)?;
+    let mut modes = Vec::new();
+    for mode in durability_modes(&args.durability)? {
+        for &replicas in &replica_counts(&args.replicas)? {
+            // Replicas copy the log: without one there is one copy.
+            if mode == DurabilityMode::Wal || replicas == 1 {
+                modes.push((mode, replicas));
+            }
+        }
+    }
     if args.plot.is_some() {
         let variants: Vec<_> = workloads.iter().map(|w| w.params()).collect();
         brine_bench::report::plot::check_sweep(&spec.protocols, modes.len(), &variants)?;

@@ -21,7 +21,7 @@ use std::time::Duration;
 pub use brine_client::{ClusterFile, NodeEntry};
 use brine_cluster::decision::DecisionBook;
 use brine_cluster::remote::{self, NodeService, WireRequest, WireResponse};
-use brine_cluster::replication::ReplicaStatus;
+use brine_cluster::replication::{NodeReplicas, ReplicaStatus};
 use brine_cluster::{Application, Cluster, ClusterConfig, Isolation};
 use brine_core::{NodeId, Value};
 use clap::{Args, Parser};
@@ -203,38 +203,14 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
     };
     // With replicated logs this node's replicas answer their peers from
     // the start: the groups must run for any node to lead its logs.
-    let replicas = match &data_dir {
-        Some(dir) if file.replicas > 1 => {
-            let layout = brine_cluster::replication::Layout {
-                nodes: file.nodes.len() as u32,
-                partitions_per_node: file.partitions_per_node,
-                replicas: file.replicas,
-            };
-            let clients = remote::peer_clients(&addresses, None)
-                .map_err(|source| NodeError::Engine {
-                    context: format!("node {me}'s replicas' peers"),
-                    source,
-                })?
-                .into_iter()
-                .map(|(n, c)| (n.0, c))
-                .collect();
-            let started = brine_cluster::replication::NodeReplicas::start(
-                me,
-                layout,
-                dir,
-                config.durability.segment_bytes,
-                clients,
-            )
-            .map_err(|source| NodeError::Engine {
-                context: format!("node {me}'s replicas in {}", dir.display()),
-                source,
-            })?;
-            config.durability.replicas = file.replicas;
-            config.durability.across = Some(started.clone());
-            Some(started)
-        }
-        _ => None,
-    };
+    // With replicated logs this node's replicas answer their peers from
+    // the start (the groups must run for any node to lead its logs); they
+    // start once the node knows their generation (`replication::generation`).
+    let replicated = data_dir.is_some() && file.replicas > 1;
+    let replicas: Arc<std::sync::OnceLock<Arc<NodeReplicas>>> = Arc::default();
+    let has_replica_state = data_dir
+        .as_ref()
+        .is_some_and(|d| d.join("replicas").join("generation").exists());
     // A durable node answers its peers' questions about its decisions as
     // soon as it has read them, even while its own recovery waits for
     // theirs.
@@ -249,17 +225,14 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
             let (ready, calls, book, replicas) =
                 (ready.clone(), calls.clone(), book.clone(), replicas.clone());
             async move {
-                if let WireRequest::Raft { msgs } = req {
-                    return match &replicas {
-                        Some(r) => WireResponse::Done(r.deliver(msgs)),
-                        None => WireResponse::Refused(brine_core::Error::Config(format!(
-                            "node {me} keeps no replicas (the cluster file's replicas = 1)"
-                        ))),
-                    };
+                if let Some(answer) =
+                    replica_request(me, replicated, has_replica_state, replicas.get(), &req).await
+                {
+                    return answer;
                 }
                 // Another node's decisions: this node answers for them
                 // while it leads that node's decision log.
-                if let (WireRequest::Decision { txn }, Some(r)) = (&req, &replicas) {
+                if let (WireRequest::Decision { txn }, Some(r)) = (&req, replicas.get()) {
                     match r.decision_of_another(*txn) {
                         Some(Ok(i)) => return WireResponse::Decision(i),
                         Some(Err(e)) => return WireResponse::Refused(e),
@@ -302,6 +275,36 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
             context: format!("node {me} listening on {addr}"),
             source,
         })?;
+    if let (true, Some(dir)) = (replicated, &data_dir) {
+        let layout = brine_cluster::replication::Layout {
+            nodes: file.nodes.len() as u32,
+            partitions_per_node: file.partitions_per_node,
+            replicas: file.replicas,
+        };
+        let engine = |context: String| move |source| NodeError::Engine { context, source };
+        let clients: std::collections::HashMap<u32, Arc<remote::PeerClient>> =
+            remote::peer_clients(&addresses, None)
+                .map_err(engine(format!("node {me}'s replicas' peers")))?
+                .into_iter()
+                .map(|(n, c)| (n.0, c))
+                .collect();
+        let generation = brine_cluster::replication::generation(me, dir, &clients)
+            .await
+            .map_err(engine(format!("node {me}'s replicas in {}", dir.display())))?;
+        let started = NodeReplicas::start(
+            me,
+            layout,
+            dir,
+            config.durability.segment_bytes,
+            clients,
+            generation,
+        )
+        .map_err(engine(format!("node {me}'s replicas in {}", dir.display())))?;
+        config.durability.replicas = file.replicas;
+        config.durability.across = Some(started.clone());
+        let _ = replicas.set(started);
+    }
+    let replicas = replicas.get().cloned();
     if let Some(dir) = &data_dir {
         if let Some(r) = &replicas {
             // Its decision log as the group committed it.
@@ -338,6 +341,37 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
     let service = Arc::new(service);
     service.announce_restart().await;
     cluster.protocol().announced();
+    // With replicated logs: the partitions this node comes to lead are
+    // taken over as it does; a log it writes and no longer leads stops
+    // the node.
+    let mut fatal = replicas.as_ref().map(|r| r.fatal());
+    let placement = replicas
+        .as_ref()
+        .and_then(|r| r.takeovers())
+        .map(|mut takeovers| {
+            let (cluster, replicas) = (cluster.clone(), replicas.clone());
+            tokio::spawn(async move {
+                while let Some((p, term)) = takeovers.recv().await {
+                    if let Err(e) = cluster.take_over(p, term).await {
+                        if let Some(r) = &replicas {
+                            r.stop_node(format!("taking partition {p} over: {e}"));
+                        }
+                    }
+                }
+            })
+        });
+    if replicas.is_some() {
+        // A new cluster's partitions start on their homes: this node's
+        // are served before it says it is up (a bounded wait: after a
+        // failure another node may serve them).
+        let home: Vec<u32> = (0..file.partitions_per_node)
+            .map(|i| me * file.partitions_per_node + i)
+            .collect();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !home.iter().all(|&p| cluster.serves_here(p)) && std::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     let _ = ready.set((cluster.clone(), service.clone()));
     eprintln!(
         "brine node {me} serving on {} ({} nodes, workload {}, durability {})",
@@ -405,25 +439,6 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         }
         None => None,
     };
-    // With replicated logs: the partitions this node comes to lead are
-    // taken over as it does; a log it writes and no longer leads stops
-    // the node.
-    let mut fatal = replicas.as_ref().map(|r| r.fatal());
-    let placement = replicas
-        .as_ref()
-        .and_then(|r| r.takeovers())
-        .map(|mut takeovers| {
-            let (cluster, replicas) = (cluster.clone(), replicas.clone());
-            tokio::spawn(async move {
-                while let Some((p, term)) = takeovers.recv().await {
-                    if let Err(e) = cluster.take_over(p, term).await {
-                        if let Some(r) = &replicas {
-                            r.stop_node(format!("taking partition {p} over: {e}"));
-                        }
-                    }
-                }
-            })
-        });
     let stopped_by = tokio::select! {
         _ = wait_for_stop() => None,
         why = async {
@@ -928,6 +943,50 @@ pub async fn load(args: &LoadArgs) -> Result<(), NodeError> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The requests of the replicated logs' groups, which a node answers
+/// before anything else (before it has even started its replicas):
+/// `None` for any other request.
+async fn replica_request(
+    me: u32,
+    replicated: bool,
+    has_state: bool,
+    replicas: Option<&Arc<NodeReplicas>>,
+    req: &WireRequest,
+) -> Option<WireResponse> {
+    let starting = || {
+        WireResponse::Refused(brine_core::Error::Transport(format!(
+            "node {me}'s replicas are starting; try again shortly"
+        )))
+    };
+    let none = || {
+        WireResponse::Refused(brine_core::Error::Config(format!(
+            "node {me} keeps no replicas (the cluster file's replicas = 1)"
+        )))
+    };
+    Some(match (req, replicas) {
+        (WireRequest::Raft { msgs }, Some(r)) => WireResponse::Done(r.deliver(msgs.clone())),
+        (WireRequest::Join { log, id }, Some(r)) => WireResponse::Done(r.join(*log, *id)),
+        (WireRequest::Generation { node }, Some(r)) => {
+            WireResponse::Generation(r.generation_of(*node).await)
+        }
+        // A new node knows no group: the cluster is new to it too.
+        (WireRequest::Generation { .. }, None) if replicated && !has_state => {
+            WireResponse::Generation(None)
+        }
+        (
+            WireRequest::Raft { .. } | WireRequest::Join { .. } | WireRequest::Generation { .. },
+            None,
+        ) => {
+            if replicated {
+                starting()
+            } else {
+                none()
+            }
+        }
+        _ => return None,
+    })
 }
 
 /// `brine status`.

@@ -900,6 +900,42 @@ fn acknowledged_transfers_survive_leader_kills_with_three_replicas() {
     }
 }
 
+/// Issue 39: a node's disk lost. Under bank transfers with three replicas
+/// of every log, node 1 is killed, its data directory deleted, and it is
+/// started again empty: its replicas are copied back from the others'
+/// (the image of each log: its checkpoint and what follows), and it
+/// leads its decision log again once it has it whole. Every acknowledged
+/// transfer is there, and every replica of node 1 catches up.
+#[test]
+fn a_wiped_node_is_copied_back_from_its_replicas() {
+    fault_under_transfers_of(
+        "acid",
+        ("bank", &["--accounts", "30"]),
+        "replicas = 3\n",
+        Fault::Wipe(1),
+        Duration::from_secs(3),
+        Duration::from_secs(3),
+    );
+}
+
+/// Issue 39: a network partition isolating the leader of a partition's
+/// and of a coordinator's logs (node 2, cut off for 3 s under bank
+/// transfers, three replicas of every log). A follower leads and takes
+/// the partition over; node 2 loses the lead of the logs it writes and
+/// stops, and is restarted a follower once the cut is over. Every
+/// acknowledged transfer is there; the unavailability window is printed.
+#[test]
+fn transfers_survive_a_leader_cut_off_with_three_replicas() {
+    fault_under_transfers_of(
+        "acid",
+        ("bank", &["--accounts", "30"]),
+        "replicas = 3\n",
+        Fault::CutLeader(2, Duration::from_secs(3)),
+        Duration::from_secs(3),
+        Duration::from_secs(3),
+    );
+}
+
 /// Issue 38: a network partition between processes (`brine cut`, at the
 /// transport). Node 2 is cut off from the others for 2 s in the middle of
 /// bank transfers, under acid, Salt (BASE transfers), Callas (one `2pl`
@@ -939,6 +975,14 @@ enum Fault {
     KillFor(usize, Duration),
     /// That node cut off from the others for a while (`brine cut`).
     Cut(u32, Duration),
+    /// Replicated logs: that node, the leader of its logs, cut off from
+    /// the others for a while: it loses their lead and stops (it writes
+    /// them); it is restarted once the cut is over.
+    CutLeader(u32, Duration),
+    /// Replicated logs: SIGKILL of that node, its data directory deleted
+    /// (a lost disk), restarted empty: its replicas are copied back from
+    /// the others'.
+    Wipe(usize),
 }
 
 /// Three durable processes of `protocol` under bank transfers from four
@@ -1026,7 +1070,8 @@ fn fault_under_transfers_of(
     // node (one partition per node, by modulo).
     let hit = match fault {
         Fault::Kill(n) | Fault::KillFor(n, _) => n as i64,
-        Fault::Cut(n, _) => i64::from(n),
+        Fault::Cut(n, _) | Fault::CutLeader(n, _) => i64::from(n),
+        Fault::Wipe(n) => n as i64,
     };
     match fault {
         Fault::Kill(victim) => kill_and_restart(&mut cluster, victim),
@@ -1052,6 +1097,48 @@ fn fault_under_transfers_of(
             assert!(cut.status.success(), "{}", text(&cut));
             std::thread::sleep(d);
         }
+        Fault::Wipe(victim) => {
+            let killed = &mut cluster.children[victim];
+            killed.kill().expect("SIGKILL");
+            killed.wait().expect("reaped");
+            let data = cluster
+                .dir
+                .path()
+                .join("data")
+                .join(format!("node-{victim}"));
+            std::fs::remove_dir_all(&data).expect("the node's data wiped");
+            cluster.children[victim] = spawn_server(&cluster.config, cluster.dir.path(), victim);
+            wait_up(&cluster.config);
+        }
+        Fault::CutLeader(node, d) => {
+            let (n, ms) = (node.to_string(), d.as_millis().to_string());
+            let cut = brine(&[
+                "cut",
+                "--cluster",
+                path(&config),
+                "--nodes",
+                &n,
+                "--for-ms",
+                &ms,
+            ]);
+            assert!(cut.status.success(), "{}", text(&cut));
+            std::thread::sleep(d);
+            let child = &mut cluster.children[node as usize];
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let exited = loop {
+                match child.try_wait().expect("the node's status") {
+                    Some(status) => break status,
+                    None if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(50))
+                    }
+                    None => panic!("node {node} still runs after losing the lead of its logs"),
+                }
+            };
+            assert!(!exited.success(), "node {node} stopped with {exited}");
+            cluster.children[node as usize] =
+                spawn_server(&cluster.config, cluster.dir.path(), node as usize);
+            wait_up(&cluster.config);
+        }
     }
     restarted.store(true, Ordering::Relaxed);
     std::thread::sleep(after);
@@ -1060,6 +1147,33 @@ fn fault_under_transfers_of(
         runtime.block_on(t).expect("a load task");
     }
 
+    if let Fault::Wipe(node) = fault {
+        // Its replicas were copied back: each catches up with its leader.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let o = brine(&["status", "--cluster", path(&config)]);
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            let rows: Vec<&str> = out
+                .lines()
+                .filter(|l| l.starts_with("part-") || l.starts_with("coord-"))
+                .collect();
+            let behind = |l: &&str| {
+                !l.split(", ").any(|r| {
+                    r.contains(&format!("n{node} leader"))
+                        || (r.contains(&format!("n{node} follower")) && r.ends_with("(0 behind)"))
+                })
+            };
+            if rows.len() == 6 && !rows.iter().any(behind) {
+                eprintln!("node {node}'s replicas caught up:\n{}", rows.join("\n"));
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {node}'s replicas did not catch up:\n{out}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
     let log = std::mem::take(&mut *log.lock().expect("log"));
     let committed: Vec<(i64, i64)> = log
         .iter()

@@ -314,10 +314,6 @@ impl WalSet {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 1,
             Err(e) => return Err(io("reading", &epoch_path, e)),
         };
-        if epoch >= 1 << (64 - EPOCH_SHIFT) {
-            return Err(Error::Bound("restart epoch overflow".into()));
-        }
-        write_atomic(&epoch_path, format!("{epoch}\n").as_bytes())?;
 
         // 1. Every decision any coordinator made durable.
         let mut committed: HashSet<TxnId> = HashSet::new();
@@ -338,6 +334,18 @@ impl WalSet {
             base_ended.extend(found.base_ended);
             decision_ends.insert(n, end.position);
         }
+        // A node whose directory was lost and copied back from its
+        // replicas: its ids go on above those its decisions name.
+        let own = |t: &&TxnId| scope.is_some_and(|s| t.id >> 56 == u64::from(s.node));
+        let logged = committed
+            .iter()
+            .filter(own)
+            .map(|t| ((t.id >> EPOCH_SHIFT) & 0xffff) + 1);
+        let epoch = logged.max().unwrap_or(0).max(epoch);
+        if epoch >= 1 << (56 - EPOCH_SHIFT) {
+            return Err(Error::Bound("restart epoch overflow".into()));
+        }
+        write_atomic(&epoch_path, format!("{epoch}\n").as_bytes())?;
         let mut report = RecoveryReport {
             epoch,
             decisions: committed.len(),

@@ -113,11 +113,30 @@ impl Target {
                 reason: format!("no node is known to serve partition {partition}"),
             });
         };
+        let Target::Routed(routes) = self else {
+            return client.request(req).await;
+        };
+        // A node that no longer serves the partition refuses before doing
+        // anything, and one that is down takes nothing: the request goes
+        // again, once, where the partition moved.
+        let again = |r: &Result<WireResponse, brine_net::NetError>| match r {
+            Ok(WireResponse::Refused(Error::Config(m))) => m.contains("does not host partition"),
+            Err(
+                brine_net::NetError::Connect { .. }
+                | brine_net::NetError::ConnectTimeout { .. }
+                | brine_net::NetError::Unreachable { .. },
+            ) => true,
+            _ => false,
+        };
+        let resend = req.clone();
         let answer = client.request(req).await;
-        if let Target::Routed(routes) = self {
-            if matches!(answer, Err(_) | Ok(WireResponse::Refused(_))) {
-                routes.refresh(partition);
+        if again(&answer) && routes.refresh_now(partition).await {
+            if let Some(moved) = self.client(partition) {
+                return moved.request(resend).await;
             }
+        }
+        if matches!(answer, Err(_) | Ok(WireResponse::Refused(_))) {
+            routes.refresh(partition);
         }
         answer
     }

@@ -124,6 +124,22 @@ impl Routes {
         self.clients.get(&s.node).cloned()
     }
 
+    /// Asks every node who serves `p` now and learns the newest answer;
+    /// whether the route changed.
+    pub async fn refresh_now(&self, p: u32) -> bool {
+        let before = self.serving(p);
+        let asks = self.clients.values().map(|c| {
+            let c = c.clone();
+            async move { c.request(WireRequest::WhoServes { partition: p }).await }
+        });
+        for answer in futures::future::join_all(asks).await {
+            if let Ok(WireResponse::Serving(Some(s))) = answer {
+                self.learn(p, s);
+            }
+        }
+        self.serving(p) != before
+    }
+
     /// A request to `p`'s route failed: asks every node who serves it and
     /// learns the newest answer (one refresh at a time per partition).
     pub fn refresh(self: &Arc<Self>, p: u32) {
@@ -135,15 +151,7 @@ impl Routes {
         }
         let routes = self.clone();
         tokio::spawn(async move {
-            let asks = routes.clients.values().map(|c| {
-                let c = c.clone();
-                async move { c.request(WireRequest::WhoServes { partition: p }).await }
-            });
-            for answer in futures::future::join_all(asks).await {
-                if let Ok(WireResponse::Serving(Some(s))) = answer {
-                    routes.learn(p, s);
-                }
-            }
+            routes.refresh_now(p).await;
             // Not at once again: a node that is down answers nothing.
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             routes.refreshing[p as usize].store(false, Ordering::Release);

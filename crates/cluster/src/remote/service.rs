@@ -404,7 +404,13 @@ impl NodeService {
                 // that survived.
                 None => Inquiry::Aborted,
             }),
-            WireRequest::Cut { peers, millis } => WireResponse::Done(self.cut(&peers, millis)),
+            WireRequest::Cut { peers, millis } => {
+                // The replicas' messages take the same network.
+                if let Some(across) = &cluster.config().durability.across {
+                    across.cut(&peers, Duration::from_millis(millis));
+                }
+                WireResponse::Done(self.cut(&peers, millis))
+            }
             // The node's replicas take these before its service starts
             // (`brine server`): one that gets here has none.
             WireRequest::Raft { .. } => WireResponse::Refused(Error::Config(format!(
@@ -416,6 +422,14 @@ impl NodeService {
                     r.learn(partition, serving);
                 }
                 WireResponse::Ack
+            }
+            // The node's replicas take these before its service starts
+            // (`brine server`).
+            WireRequest::Join { .. } | WireRequest::Generation { .. } => {
+                WireResponse::Refused(Error::Config(format!(
+                    "node {} keeps no replicas of replicated logs",
+                    self.node.0
+                )))
             }
             WireRequest::WhoServes { partition } => {
                 WireResponse::Serving(self.routes.as_ref().and_then(|r| r.serving(partition)))

@@ -9,7 +9,7 @@ use super::Inquiry;
 use crate::message::{Executed, LockSpec, PartitionStatus, ReleaseStage, SubStmt, Vote, WaitGraph};
 
 /// A request between nodes, or from a client to a node.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum WireRequest {
     /// A partition message for partition `partition` of the serving node.
     Partition { partition: u32, msg: WireMsg },
@@ -56,11 +56,21 @@ pub enum WireRequest {
     /// Who serves `partition`, as far as the serving node knows
     /// (`WireResponse::Serving`).
     WhoServes { partition: u32 },
+    /// Replicated logs: a new generation's replica `id` asks to replace
+    /// its node's old one in `log`'s group (`NodeReplicas::join`).
+    Join {
+        log: crate::replication::LogName,
+        id: u64,
+    },
+    /// Replicated logs: the newest generation of node `node`'s replicas
+    /// the serving node knows in a group that committed entries
+    /// (`WireResponse::Generation`).
+    Generation { node: u32 },
 }
 
 /// [`PartitionMsg`](crate::message::PartitionMsg) without its reply path,
 /// with the plan as SQL text.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum WireMsg {
     Execute {
         txn: TxnId,
@@ -192,6 +202,7 @@ pub enum WireResponse {
     Protocol(Result<Vec<u8>>),
     /// Who serves a partition (`WireRequest::WhoServes`).
     Serving(Option<super::routes::Serving>),
+    Generation(Option<u64>),
 }
 
 pub(crate) fn unexpected(r: &WireResponse) -> Error {

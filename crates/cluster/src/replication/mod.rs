@@ -36,7 +36,7 @@ use tokio::sync::mpsc;
 
 mod nodes;
 mod takeover;
-pub use nodes::{Layout, LogName, NodeReplicas, ReplicaStatus};
+pub use nodes::{generation, Layout, LogName, NodeReplicas, ReplicaStatus};
 
 /// The clock of a group's replicas (elections, heartbeats).
 const TICK: Duration = Duration::from_millis(10);
@@ -437,7 +437,7 @@ fn catch_up(
     wire: VecDeque<(tokio::time::Instant, brine_replication::Message)>,
 ) {
     let mut out: Vec<brine_replication::Message> = wire.into_iter().map(|(_, m)| m).collect();
-    for round in 0..1000 {
+    for round in 0..1000u32 {
         for m in std::mem::take(&mut out) {
             step(leader, followers, m);
         }
@@ -449,7 +449,7 @@ fn catch_up(
         if !behind && out.is_empty() {
             return;
         }
-        if out.is_empty() && round % 10 == 9 {
+        if out.is_empty() && (round + 1).is_multiple_of(10) {
             // Heartbeats carry the commit index.
             for _ in 0..3 {
                 leader.tick();

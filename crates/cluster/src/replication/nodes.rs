@@ -122,13 +122,91 @@ impl Layout {
     }
 }
 
-/// A replica's raft id: its node's number plus one (raft's 0 is "none").
-fn replica_id(node: u32) -> u64 {
-    u64::from(node) + 1
+/// A replica's raft id: its node's number plus one (raft's 0 is "none"),
+/// plus 256 for each generation of the node's replicas (a node whose
+/// disk was lost comes back as a new replica: raft forbids a replica to
+/// forget its votes and log under the same id).
+fn replica_id(node: u32, generation: u64) -> u64 {
+    generation * 256 + u64::from(node) + 1
 }
 
 fn node_of(id: u64) -> u32 {
-    (id - 1) as u32
+    ((id - 1) % 256) as u32
+}
+
+fn generation_of(id: u64) -> u64 {
+    (id - 1) / 256
+}
+
+/// How many ticks a new group's replicas other than its home's wait for
+/// the home to lead before they may (3 s).
+const HOME_HEAD_START_TICKS: u32 = 60;
+
+/// How long a node without replica state waits for a peer to say whether
+/// the cluster is new or its own disk was lost.
+const GENERATION_PATIENCE: Duration = Duration::from_secs(60);
+
+/// The generation of node `node`'s replicas under `root`, and whether
+/// they must join their groups (a new generation). Kept in
+/// `replicas/generation`. A node without replica state asks its peers:
+/// if one holds a group that committed entries with this node as a
+/// replica, the node's disk was lost, and it comes back as a new
+/// generation, added to each group in place of its old replica; if none
+/// does, the cluster is new.
+pub async fn generation(
+    node: u32,
+    root: &Path,
+    clients: &HashMap<u32, Arc<PeerClient>>,
+) -> Result<(u64, bool)> {
+    let dir = root.join("replicas");
+    let path = dir.join("generation");
+    let io =
+        |what: &str, e: std::io::Error| Error::Storage(format!("{what} {}: {e}", path.display()));
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let g = text.trim().parse().map_err(|_| Error::Corrupt {
+                file: path.display().to_string(),
+                offset: 0,
+                reason: "not a number".into(),
+            })?;
+            return Ok((g, false));
+        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io("reading", e)),
+        Err(_) => {}
+    }
+    let started = std::time::Instant::now();
+    let (generation, joining) = loop {
+        let mut answered = false;
+        let mut known: Option<u64> = None;
+        for (&n, client) in clients.iter().filter(|(&n, _)| n != node) {
+            if let Ok(WireResponse::Generation(g)) =
+                client.request(WireRequest::Generation { node }).await
+            {
+                tracing::debug!(peer = n, ?g, "replica generation of node {node}");
+                answered = true;
+                known = known.max(g);
+            }
+        }
+        if answered {
+            break match known {
+                Some(g) => (g + 1, true),
+                None => (0, false),
+            };
+        }
+        if started.elapsed() > GENERATION_PATIENCE {
+            return Err(Error::Transport(format!(
+                "node {node} has no replica state and no peer answered for {} s: it cannot tell a new cluster from a lost disk; start its peers",
+                GENERATION_PATIENCE.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    if joining {
+        tracing::warn!("node {node} lost its replicas' state: it joins every group again as generation {generation}");
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| io("creating", e))?;
+    std::fs::write(&path, format!("{generation}\n")).map_err(|e| io("writing", e))?;
+    Ok((generation, joining))
 }
 
 /// A group's status as `brine status` shows it (nodes, not raft ids).
@@ -142,6 +220,9 @@ pub struct ReplicaStatus {
     pub applied: u64,
     /// At the leader: entries each other replica lacks, by node.
     pub lag: Vec<(u32, u64)>,
+    /// The voting replicas: (node, generation).
+    #[serde(default)]
+    pub voters: Vec<(u32, u64)>,
     /// This node stopped its replica (it lost the lead; restart it).
     pub stopped: bool,
 }
@@ -161,6 +242,11 @@ impl ReplicaStatus {
             commit: s.commit,
             applied: s.applied,
             lag: s.lag.iter().map(|&(id, n)| (node_of(id), n)).collect(),
+            voters: s
+                .voters
+                .iter()
+                .map(|&id| (node_of(id), generation_of(id)))
+                .collect(),
             stopped: false,
         }
     }
@@ -168,14 +254,16 @@ impl ReplicaStatus {
 
 enum Input {
     Raft(brine_replication::Message),
+    /// A node's new replica asks to replace its old one (`NodeReplicas::join`).
+    Join(u64),
     Propose(Proposal),
     Lead(oneshot::Sender<Result<()>>),
     Status(oneshot::Sender<ReplicaStatus>),
 }
 
 /// The queues of the tasks that carry messages to each other node, by
-/// its replicas' id.
-type Senders = HashMap<u64, mpsc::UnboundedSender<(LogName, Vec<u8>)>>;
+/// node.
+type Senders = HashMap<u32, mpsc::UnboundedSender<(LogName, Vec<u8>)>>;
 
 /// One node's replicas of every log it is a member of.
 pub struct NodeReplicas {
@@ -231,6 +319,7 @@ impl NodeReplicas {
         root: &Path,
         segment_bytes: u64,
         clients: HashMap<u32, Arc<PeerClient>>,
+        (generation, joining): (u64, bool),
     ) -> Result<Arc<NodeReplicas>> {
         layout.validate()?;
         let runtime = tokio::runtime::Handle::try_current()
@@ -239,7 +328,7 @@ impl NodeReplicas {
         for (&peer, client) in clients.iter().filter(|(&n, _)| n != node) {
             let (tx, rx) = mpsc::unbounded_channel();
             runtime.spawn(send_to_peer(client.clone(), rx));
-            senders.insert(replica_id(peer), tx);
+            senders.insert(peer, tx);
         }
         let (takeovers, taken) = mpsc::unbounded_channel();
         let (fatal, _) = tokio::sync::watch::channel(None);
@@ -255,14 +344,18 @@ impl NodeReplicas {
         let mut groups = HashMap::new();
         for log in layout.logs_of(node) {
             let members = layout.members(log);
-            let ids: Vec<u64> = members.iter().map(|&n| replica_id(n)).collect();
+            // A new cluster's replicas are all of generation 0; a joining
+            // one starts with none and is added by the group's leader.
+            let ids: Vec<u64> = match joining {
+                true => Vec::new(),
+                false => members.iter().map(|&n| replica_id(n, 0)).collect(),
+            };
             let copy = LogCopy::open(&log.dir(root), log.log_id(), segment_bytes)?;
             let raft = root.join("replicas").join(log.to_string()).join("raft");
-            let replica = Replica::open(&raft, replica_id(node), &ids, copy)
+            let replica = Replica::open(&raft, replica_id(node, generation), &ids, copy)
                 .map_err(|e| Error::Storage(format!("node {node}'s replica of {log}: {e}")))?;
             let (tx, rx) = mpsc::unbounded_channel();
-            let home = replica_id(members[0]);
-            runtime.spawn(run_group(log, replica, home, rx, shared.clone()));
+            runtime.spawn(run_group(log, replica, members, rx, shared.clone()));
             groups.insert(log, tx);
         }
         Ok(Arc::new(NodeReplicas {
@@ -275,6 +368,40 @@ impl NodeReplicas {
             books: shared.books,
             fatal,
         }))
+    }
+
+    /// Node `node`'s replica `id` asks to join `log`'s group in place of
+    /// its old one (its leader does it).
+    pub fn join(&self, log: LogName, id: u64) -> Result<()> {
+        let _ = self.group(log)?.send(Input::Join(id));
+        Ok(())
+    }
+
+    /// The newest generation of node `node`'s replicas in a group here
+    /// that committed entries (`None`: no such group: a new cluster).
+    pub async fn generation_of(&self, node: u32) -> Option<u64> {
+        let mut newest = None;
+        for s in self.status().await {
+            if s.commit == 0 {
+                continue;
+            }
+            for &(n, g) in &s.voters {
+                if n == node {
+                    newest = newest.max(Some(g));
+                }
+            }
+        }
+        newest
+    }
+
+    /// Fault tests: cuts this node's replicas off from nodes `peers` for
+    /// `d` (their messages to them fail, as a network partition's would).
+    pub fn cut(&self, peers: &[u32], d: Duration) {
+        for p in peers {
+            if let Some(c) = self.clients.get(p) {
+                c.cut_for(d);
+            }
+        }
     }
 
     /// The node these replicas are on.
@@ -418,6 +545,7 @@ impl NodeReplicas {
                     commit: 0,
                     applied: 0,
                     lag: Vec::new(),
+                    voters: Vec::new(),
                     stopped: true,
                 }),
             }
@@ -467,15 +595,27 @@ async fn send_to_peer(
 async fn run_group(
     log: LogName,
     mut replica: Replica<LogCopy>,
-    home: u64,
+    members: Vec<u32>,
     mut rx: mpsc::UnboundedReceiver<Input>,
     shared: GroupShared,
 ) {
     let me = replica.id();
     let waiting = replica.machine().waiting.clone();
-    if me == home {
+    let home_node = members[0];
+    // A replica not yet among the voters (a new generation) joins.
+    let mut joined = replica.status().voters.contains(&me);
+    if joined && node_of(me) == home_node {
         let _ = replica.campaign();
     }
+    // A new group's other replicas give its home a head start (processes
+    // of a new cluster come up at different times): the log starts where
+    // its partition (or coordinator) does.
+    let mut head_start = if node_of(me) != home_node && replica.status().term == 0 {
+        HOME_HEAD_START_TICKS
+    } else {
+        0
+    };
+    let mut ticks = 0u64;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut leads: Vec<oneshot::Sender<Result<()>>> = Vec::new();
@@ -489,7 +629,29 @@ async fn run_group(
                 None => return,
                 Some(Input::Raft(m)) => {
                     // A message of a term gone by is refused: raft says.
-                    let _ = replica.step(m);
+                    // One for this node's replica of an older generation
+                    // is not this one's.
+                    if m.to == me {
+                        let _ = replica.step(m);
+                    }
+                }
+                Some(Input::Join(id)) => {
+                    let voters = replica.status().voters;
+                    if replica.is_leader() && !voters.contains(&id) {
+                        // One change at a time: the old replica goes,
+                        // then the new one comes (raft-rs drops a change
+                        // proposed while one is pending; it is asked again).
+                        let _ = match voters.iter().find(|&&v| node_of(v) == node_of(id)) {
+                            Some(&old) => replica.propose_remove(old),
+                            None => {
+                                // The new replica starts from an image (it
+                                // knows no voters to replay the log from):
+                                // the log is compacted first.
+                                let _ = replica.compact();
+                                replica.propose_add(id)
+                            }
+                        };
+                    }
                 }
                 Some(Input::Propose(p)) => {
                     if !(replica.machine().leading && replica.is_leader()) {
@@ -515,11 +677,28 @@ async fn run_group(
                 }
             },
             _ = tick.tick() => {
-                replica.tick();
+                ticks += 1;
+                if head_start > 0 && replica.status().leader.is_none() {
+                    head_start -= 1;
+                } else {
+                    head_start = 0;
+                    replica.tick();
+                }
                 // A node's decision log is led by the node while it runs.
                 let decisions = matches!(log, LogName::Decisions(_));
-                if decisions && me != home && replica.is_leader() && replica.has_whole_log(home) {
-                    replica.transfer_leader(home);
+                if decisions && node_of(me) != home_node && replica.is_leader() {
+                    let voters = replica.status().voters;
+                    if let Some(&home) = voters.iter().find(|&&v| node_of(v) == home_node) {
+                        if replica.has_whole_log(home) {
+                            replica.transfer_leader(home);
+                        }
+                    }
+                }
+                if !joined && ticks.is_multiple_of(10) {
+                    joined = replica.status().voters.contains(&me);
+                    if !joined {
+                        ask_to_join(log, me, &members, &shared);
+                    }
                 }
             }
         }
@@ -531,7 +710,7 @@ async fn run_group(
         }
         for m in out.drain(..) {
             if let (Some(tx), Ok(bytes)) = (
-                shared.senders.get(&m.to),
+                shared.senders.get(&node_of(m.to)),
                 brine_replication::encode_message(&m),
             ) {
                 let _ = tx.send((log, bytes));
@@ -578,7 +757,7 @@ async fn run_group(
                         let _ = tx.send(settled.clone());
                     }
                 }
-                LogName::Decisions(n) if me != home && !answering => {
+                LogName::Decisions(n) if node_of(me) != home_node && !answering => {
                     answering = true;
                     answer_for(n, &shared).await;
                 }
@@ -594,6 +773,19 @@ async fn run_group(
         if replica.applied() >= compacted_at + COMPACT_EVERY {
             compacted_at = replica.applied();
             let _ = replica.compact();
+        }
+    }
+}
+
+/// Asks every other member of `log`'s group to let replica `me` (a new
+/// generation of this node's) in: their leader replaces the old one.
+fn ask_to_join(log: LogName, me: u64, members: &[u32], shared: &GroupShared) {
+    for n in members.iter().filter(|&&n| n != shared.node) {
+        if let Some(client) = shared.clients.get(n) {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let _ = client.request(WireRequest::Join { log, id: me }).await;
+            });
         }
     }
 }

@@ -22,6 +22,15 @@ use crate::remote::Inquiry;
 const ASK_PATIENCE: Duration = Duration::from_secs(120);
 
 impl Cluster {
+    /// Whether this process serves partition `p` now (replicated logs:
+    /// it leads its log).
+    pub fn serves_here(&self, p: u32) -> bool {
+        self.shared()
+            .routes
+            .as_ref()
+            .is_some_and(|r| r.local(p).is_some())
+    }
+
     /// Takes partition `p` over (this node leads its log from `term` on).
     pub async fn take_over(&self, p: u32, term: u64) -> Result<()> {
         let shared = self.shared().clone();
