@@ -176,7 +176,10 @@ pub async fn run_bench_durability(
     for (mi, &(mode, replicas)) in modes.iter().enumerate() {
         let mut s = spec.clone();
         s.cluster.durability.mode = mode;
-        s.cluster.durability.replicas = replicas;
+        // A running cluster's replicas are its cluster file's.
+        if s.remote.is_none() {
+            s.cluster.durability.replicas = replicas;
+        }
         let report = crate::run_bench(&s, workloads, &mut on_point).await?;
         if config.is_none() {
             config = Some(report.config.clone());

@@ -646,6 +646,52 @@ async fn render_metrics(
             &[(n.clone(), t.records)],
         );
     }
+    if let Some(across) = &cluster.config().durability.across {
+        // Each replicated log's group as this node's replica sees it.
+        let groups = across.status().await;
+        let each = |f: fn(&ReplicaStatus) -> u64| {
+            groups
+                .iter()
+                .map(|g| (format!("{n},log=\"{}\"", g.log), f(g)))
+                .collect::<Vec<_>>()
+        };
+        gauge(
+            &mut out,
+            "brine_replica_term",
+            "The group's raft term.",
+            &each(|g| g.term),
+        );
+        gauge(
+            &mut out,
+            "brine_replica_commit_index",
+            "The highest entry committed at a quorum.",
+            &each(|g| g.commit),
+        );
+        gauge(
+            &mut out,
+            "brine_replica_applied_index",
+            "The highest entry this replica applied.",
+            &each(|g| g.applied),
+        );
+        gauge(
+            &mut out,
+            "brine_replica_leader",
+            "1 where this node's replica leads the group.",
+            &each(|g| u64::from(g.role == "leader")),
+        );
+        let mut lag: Vec<(String, u64)> = Vec::new();
+        for g in &groups {
+            for &(peer, behind) in &g.lag {
+                lag.push((format!("{n},log=\"{}\",peer=\"{peer}\"", g.log), behind));
+            }
+        }
+        gauge(
+            &mut out,
+            "brine_replica_lag_entries",
+            "At the leader: entries each other replica lacks.",
+            &lag,
+        );
+    }
     let net = server.lock().as_ref().map(|s| s.stats());
     if let Some(st) = net {
         gauge(

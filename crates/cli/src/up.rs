@@ -64,10 +64,11 @@ pub struct UpArgs {
     #[arg(long, value_name = "MODE")]
     pub durability: Option<String>,
     /// With `wal`: copies of every log on this many nodes (the log's own
-    /// and the next ones); a commit is durable once a majority has it
-    /// (docs/replication.md).
-    #[arg(long, default_value_t = 1)]
-    pub replicas: u32,
+    /// and the next ones); a commit is durable once a majority has it, and
+    /// a partition fails over when its node dies (docs/replication.md).
+    /// [default: 3 for a durable `acid` cluster of 3 nodes or more, else 1]
+    #[arg(long)]
+    pub replicas: Option<u32>,
 }
 
 /// The durability of a cluster started without `--durability`.
@@ -160,7 +161,14 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         grouping: args.grouping.clone(),
         durability: durability.clone(),
         data_dir: durable.then(|| "data".to_string()),
-        replicas: args.replicas,
+        replicas: args.replicas.unwrap_or(
+            // Replicated logs across processes run `acid` for now.
+            if durable && args.protocol == "acid" && args.nodes >= 3 {
+                3
+            } else {
+                1
+            },
+        ),
         nodes: (0..args.nodes)
             .map(|id| NodeEntry {
                 id,
@@ -243,6 +251,12 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
             "durability wal: each node's log in {}; a node that exits is restarted from it",
             args.dir.join("data").join("node-<n>").display()
         );
+        if file.replicas > 1 {
+            println!(
+                "replicas {}: every log on {} nodes; a node's partitions fail over to another                  while it is down (brine status shows each log's leader and lag)",
+                file.replicas, file.replicas
+            );
+        }
     } else {
         println!("durability none: in memory; a node that exits is restarted empty");
     }

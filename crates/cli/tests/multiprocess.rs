@@ -164,32 +164,10 @@ fn tpcc_sc_over_three_processes_rolls_chopped_transactions_forward_after_a_kill(
     for (trial, victim) in kill_trials("CALLAS_SC", None) {
         eprintln!("trial {trial}: node {victim} killed");
         let mut cluster = start_as("callas", 3, "tpcc", &tpcc, durable);
-        let config = cluster.config.clone();
-        let mut run = vec!["bench", "tpcc"];
-        run.extend(tpcc);
-        // The nodes coordinate the calls: they keep the logs.
-        run.extend(["--cluster", path(&config), "--check", "--calls-at-nodes"]);
-        run.extend(["--clients", "8", "--duration", "8", "--warmup", "0"]);
-        let bench = Command::new(BRINE)
-            .args(&run)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting the bench");
-        // Killed once transactions run (the load is over), 2 s into them.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while committed_at(&config, victim) < 200 {
-            assert!(Instant::now() < deadline, "the run did not start");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        std::thread::sleep(Duration::from_secs(2));
-        kill_and_restart(&mut cluster, victim);
-        let ran = bench.wait_with_output().expect("the bench");
-        let out = format!(
-            "{}\n{}",
-            String::from_utf8_lossy(&ran.stdout),
-            String::from_utf8_lossy(&ran.stderr)
-        );
+        // Killed 2 s into the transactions (the load is over), restarted
+        // at once.
+        let timing = (Duration::from_secs(2), Duration::from_millis(500));
+        let out = tpcc_with_a_kill(&mut cluster, &tpcc, "8", victim, timing);
         let relocked = count_in_logs(&cluster, "locked again (nexus)", "rows");
         let rolled = count_in_logs(&cluster, "chopped transaction rolled forward", "");
         let in_doubt = count_in_logs(&cluster, "given up in doubt", "");
@@ -200,25 +178,106 @@ fn tpcc_sc_over_three_processes_rolls_chopped_transactions_forward_after_a_kill(
              {again} ended again for a restarted node"
         );
         if !out.contains("check: passed") {
-            for n in 0..3 {
-                let log = std::fs::read_to_string(cluster.dir.path().join(format!("node-{n}.log")))
-                    .unwrap_or_default();
-                for line in log.lines().filter(|l| !l.contains("restart announcement")) {
-                    eprintln!("node {n}: {line}");
-                }
-            }
+            print_node_logs(&cluster);
         }
         assert!(out.contains("check: passed"), "trial {trial}: {out}");
     }
 }
 
+/// Every node's log on stderr (a failed trial shows what happened).
+fn print_node_logs(cluster: &Nodes) {
+    for n in 0..3 {
+        let log = std::fs::read_to_string(cluster.dir.path().join(format!("node-{n}.log")))
+            .unwrap_or_default();
+        for line in log.lines().filter(|l| !l.contains("restart announcement")) {
+            eprintln!("node {n}: {line}");
+        }
+    }
+}
+
+/// Issue 39: TPC-C (one warehouse) over three durable processes with
+/// three replicas of every log, the nodes coordinating the calls: a node
+/// is killed with SIGKILL once transactions run and restarted 3 s later,
+/// `BRINE_REPLICA_TPCC_KILL_TRIALS` times (default 1). Its partition is
+/// taken over meanwhile from a follower's copy; the TPC-C consistency
+/// checks pass afterwards.
+#[test]
+fn tpcc_with_three_replicas_passes_its_checks_after_a_leader_kill() {
+    let tpcc = ["--warehouses", "1", "--tpcc-scale", "small"];
+    let durable = "durability = \"wal\"\ndata_dir = \"data\"\nreplicas = 3\n";
+    for (trial, victim) in kill_trials("REPLICA_TPCC", None)
+        .into_iter()
+        .take(repeats("BRINE_REPLICA_TPCC_KILL_TRIALS") as usize)
+    {
+        eprintln!("trial {trial}: node {victim} killed");
+        let mut cluster = start_as("acid", 3, "tpcc", &tpcc, durable);
+        let timing = (Duration::ZERO, Duration::from_secs(3));
+        let out = tpcc_with_a_kill(&mut cluster, &tpcc, "10", victim, timing);
+        let taken = count_in_logs(&cluster, "taken over: served here", "");
+        let summary: Vec<&str> = out
+            .lines()
+            .filter(|l| {
+                l.starts_with("(all)") || l.starts_with("check:") || l.starts_with("cluster:")
+            })
+            .collect();
+        eprintln!("trial {trial}: {taken} takeovers in the logs; {summary:?}");
+        if !out.contains("check: passed") {
+            print_node_logs(&cluster);
+        }
+        assert!(out.contains("check: passed"), "trial {trial}: {out}");
+    }
+}
+
+/// Runs `brine bench tpcc` (arguments `tpcc`, for `seconds`) against
+/// `cluster`, the nodes coordinating the calls (they keep the logs); once
+/// node `victim` committed 200 transactions and `before` passed, kills it
+/// with SIGKILL and restarts it `down` later. Returns the bench's output.
+fn tpcc_with_a_kill(
+    cluster: &mut Nodes,
+    tpcc: &[&str],
+    seconds: &str,
+    victim: usize,
+    (before, down): (Duration, Duration),
+) -> String {
+    let config = cluster.config.clone();
+    let mut run = vec!["bench", "tpcc"];
+    run.extend(tpcc);
+    run.extend(["--cluster", path(&config), "--check", "--calls-at-nodes"]);
+    run.extend(["--clients", "8", "--duration", seconds, "--warmup", "0"]);
+    let bench = Command::new(BRINE)
+        .args(&run)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the bench");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while committed_at(&config, victim) < 200 {
+        assert!(Instant::now() < deadline, "the run did not start");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(before);
+    kill_for(cluster, victim, down);
+    let ran = bench.wait_with_output().expect("the bench");
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&ran.stdout),
+        String::from_utf8_lossy(&ran.stderr)
+    )
+}
+
 /// Kills node `victim` with SIGKILL, restarts it half a second later and
 /// waits until every node is up.
 fn kill_and_restart(cluster: &mut Nodes, victim: usize) {
+    kill_for(cluster, victim, Duration::from_millis(500));
+}
+
+/// Kills node `victim` with SIGKILL, restarts it `down` later and waits
+/// until every node is up.
+fn kill_for(cluster: &mut Nodes, victim: usize, down: Duration) {
     let killed = &mut cluster.children[victim];
     killed.kill().expect("SIGKILL");
     killed.wait().expect("reaped");
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(down);
     cluster.children[victim] = spawn_server(&cluster.config, cluster.dir.path(), victim);
     wait_up(&cluster.config);
 }
@@ -908,14 +967,25 @@ fn acknowledged_transfers_survive_leader_kills_with_three_replicas() {
 /// transfer is there, and every replica of node 1 catches up.
 #[test]
 fn a_wiped_node_is_copied_back_from_its_replicas() {
-    fault_under_transfers_of(
-        "acid",
-        ("bank", &["--accounts", "30"]),
-        "replicas = 3\n",
-        Fault::Wipe(1),
-        Duration::from_secs(3),
-        Duration::from_secs(3),
-    );
+    for trial in 0..repeats("BRINE_REPLICA_WIPE_TRIALS") {
+        eprintln!("trial {trial}: node 1's disk lost");
+        fault_under_transfers_of(
+            "acid",
+            ("bank", &["--accounts", "30"]),
+            "replicas = 3\n",
+            Fault::Wipe(1),
+            Duration::from_secs(3),
+            Duration::from_secs(3),
+        );
+    }
+}
+
+/// How many times a trial runs: `var` if set, else once.
+fn repeats(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
 }
 
 /// Issue 39: a network partition isolating the leader of a partition's
@@ -926,14 +996,17 @@ fn a_wiped_node_is_copied_back_from_its_replicas() {
 /// acknowledged transfer is there; the unavailability window is printed.
 #[test]
 fn transfers_survive_a_leader_cut_off_with_three_replicas() {
-    fault_under_transfers_of(
-        "acid",
-        ("bank", &["--accounts", "30"]),
-        "replicas = 3\n",
-        Fault::CutLeader(2, Duration::from_secs(3)),
-        Duration::from_secs(3),
-        Duration::from_secs(3),
-    );
+    for trial in 0..repeats("BRINE_REPLICA_CUT_TRIALS") {
+        eprintln!("trial {trial}: node 2 cut off");
+        fault_under_transfers_of(
+            "acid",
+            ("bank", &["--accounts", "30"]),
+            "replicas = 3\n",
+            Fault::CutLeader(2, Duration::from_secs(3)),
+            Duration::from_secs(3),
+            Duration::from_secs(3),
+        );
+    }
 }
 
 /// Issue 38: a network partition between processes (`brine cut`, at the
@@ -1075,14 +1148,7 @@ fn fault_under_transfers_of(
     };
     match fault {
         Fault::Kill(victim) => kill_and_restart(&mut cluster, victim),
-        Fault::KillFor(victim, down) => {
-            let killed = &mut cluster.children[victim];
-            killed.kill().expect("SIGKILL");
-            killed.wait().expect("reaped");
-            std::thread::sleep(down);
-            cluster.children[victim] = spawn_server(&cluster.config, cluster.dir.path(), victim);
-            wait_up(&cluster.config);
-        }
+        Fault::KillFor(victim, down) => kill_for(&mut cluster, victim, down),
         Fault::Cut(node, d) => {
             let (node, ms) = (node.to_string(), d.as_millis().to_string());
             let cut = brine(&[

@@ -46,6 +46,12 @@ pub trait StateMachine {
     fn marker(&self) -> Option<Vec<u8>> {
         None
     }
+    /// Makes what it applied durable, before the log drops those entries
+    /// (a machine on disk that writes without syncing syncs here); false
+    /// if it cannot: the log is not compacted.
+    fn sync(&self) -> bool {
+        true
+    }
 }
 
 /// Why a request to a replica was refused.
@@ -473,6 +479,11 @@ impl<S: StateMachine> Replica<S> {
         let index = self.applied;
         if index == 0 {
             return Ok(());
+        }
+        if !self.machine.sync() {
+            return Err(ReplicationError::Disk(
+                "the state machine could not make what it applied durable".into(),
+            ));
         }
         let marker = self.machine.marker();
         let kept = self.snapshot_at(

@@ -26,24 +26,7 @@ pub fn spawn_proxy(
     client: Arc<PeerClient>,
     protocol: Arc<dyn Protocol>,
 ) -> mpsc::UnboundedSender<PartitionMsg> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<PartitionMsg>();
-    let seen = Arc::new(Incarnations::default());
-    tokio::spawn(async move {
-        while let Some(msg) = rx.recv().await {
-            // Each request runs on its own: the coordinator never has two
-            // requests of one transaction to one partition in flight, so
-            // their order cannot matter.
-            let target = Target::Fixed(client.clone());
-            tokio::spawn(forward(
-                partition,
-                target,
-                seen.clone(),
-                protocol.clone(),
-                msg,
-            ));
-        }
-    });
-    tx
+    spawn_to(partition, Target::Fixed(client), protocol)
 }
 
 /// Starts the proxy of partition `partition` of a cluster with replicated
@@ -54,22 +37,35 @@ pub fn spawn_routed_proxy(
     routes: Arc<Routes>,
     protocol: Arc<dyn Protocol>,
 ) -> mpsc::UnboundedSender<PartitionMsg> {
+    spawn_to(partition, Target::Routed(routes), protocol)
+}
+
+fn spawn_to(
+    partition: u32,
+    target: Target,
+    protocol: Arc<dyn Protocol>,
+) -> mpsc::UnboundedSender<PartitionMsg> {
     let (tx, mut rx) = mpsc::unbounded_channel::<PartitionMsg>();
     let seen = Arc::new(Incarnations::default());
     tokio::spawn(async move {
         while let Some(msg) = rx.recv().await {
-            let msg = match routes.local(partition) {
-                Some(local) => match local.send(msg) {
-                    Ok(()) => continue,
-                    // Its actor stopped: the message goes by the wire.
-                    Err(mpsc::error::SendError(msg)) => msg,
+            let msg = match &target {
+                Target::Routed(routes) => match routes.local(partition) {
+                    Some(local) => match local.send(msg) {
+                        Ok(()) => continue,
+                        // Its actor stopped: the message goes by the wire.
+                        Err(mpsc::error::SendError(msg)) => msg,
+                    },
+                    None => msg,
                 },
-                None => msg,
+                Target::Fixed(_) => msg,
             };
-            let target = Target::Routed(routes.clone());
+            // Each request runs on its own: the coordinator never has two
+            // requests of one transaction to one partition in flight, so
+            // their order cannot matter.
             tokio::spawn(forward(
                 partition,
-                target,
+                target.clone(),
                 seen.clone(),
                 protocol.clone(),
                 msg,

@@ -16,30 +16,45 @@
 //!                             followers apply it: their copy of the log (`Mirror`)
 //! ```
 //!
-//! Every replica keeps its raft state and its copy of the log on disk,
-//! under `<data>/replicas/<log>/r<id>/` (the leader's copy is the log
-//! itself): a restarted cluster's groups go on from there. The replicas
-//! run in one task per group, their messages delayed by the link's one-way
-//! delay (replicas live on other nodes). Replicas on processes of their
-//! own, and failover, are the multi-process cluster's
-//! (`docs/replication.md`).
+//! Here: what every group shares (entries, a replica's copy of the log,
+//! where a log's group lives); `embedded.rs`: the embedded cluster's
+//! groups, every replica in a task of its own, their messages delayed by
+//! the link; `nodes.rs`: the groups across processes, where a partition
+//! is served where its log is led; `takeover.rs`: a node taking a
+//! partition over (`docs/replication.md`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use brine_replication::{Replica, StateMachine};
 use brine_storage::wal::mirror::{checkpoint_position, Mirror};
-use brine_storage::wal::{Replicas, Replicate, Waiter};
-use tokio::sync::mpsc;
+use brine_storage::wal::{Replicas, Waiter};
 
+mod embedded;
 mod nodes;
 mod takeover;
 pub use nodes::{generation, Layout, LogName, NodeReplicas, ReplicaStatus};
 
 /// The clock of a group's replicas (elections, heartbeats).
 const TICK: Duration = Duration::from_millis(10);
+
+/// Does what raft asks of `replica` once something happened (it fsyncs
+/// its log, and a follower its copy): on a blocking thread's terms where
+/// the runtime allows, so the other tasks go on meanwhile.
+fn persist(
+    replica: &mut Replica<LogCopy>,
+    out: &mut Vec<brine_replication::Message>,
+) -> brine_replication::Result<()> {
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi {
+        tokio::task::block_in_place(|| replica.ready(out))
+    } else {
+        replica.ready(out)
+    }
+}
 
 /// Entries applied between two compactions of the replicas' logs.
 const COMPACT_EVERY: u64 = 1024;
@@ -64,13 +79,6 @@ impl crate::Cluster {
             let _ = rx.await;
         }
     }
-}
-
-/// What an embedded group's task is asked.
-enum Input {
-    Propose(Proposal),
-    /// Run the waiter once every follower applied what the leader did.
-    Settle(Waiter),
 }
 
 /// An entry to replicate and what runs once a quorum has it.
@@ -110,36 +118,6 @@ fn newest_checkpoint(dir: &Path) -> brine_core::Result<Option<Proposal>> {
     let bytes = std::fs::read(&path)
         .map_err(|e| brine_core::Error::Storage(format!("reading {}: {e}", path.display())))?;
     Ok(checkpoint_position(&bytes).map(|_| Proposal::checkpoint(&bytes, None)))
-}
-
-/// The log side of an embedded group: entries go to its task.
-struct GroupHandle {
-    tx: mpsc::UnboundedSender<Input>,
-}
-
-impl GroupHandle {
-    fn send(&self, p: Proposal) {
-        if let Err(mpsc::error::SendError(Input::Propose(p))) = self.tx.send(Input::Propose(p)) {
-            p.fail("the log's replication group stopped");
-        }
-    }
-}
-
-impl Replicate for GroupHandle {
-    fn replicate(&self, batch: Vec<u8>, _end: u64, done: Waiter) {
-        self.send(Proposal::batch(&batch, done));
-    }
-
-    fn checkpoint(&self, _lsn: u64, bytes: Vec<u8>, done: Waiter) {
-        self.send(Proposal::checkpoint(&bytes, Some(done)));
-    }
-
-    fn settle(&self, done: Waiter) {
-        if let Err(mpsc::error::SendError(Input::Settle(done))) = self.tx.send(Input::Settle(done))
-        {
-            done(Ok(()));
-        }
-    }
 }
 
 /// A replica's state machine: its copy of the log. At the leader, whose
@@ -215,6 +193,15 @@ impl StateMachine for LogCopy {
     fn marker(&self) -> Option<Vec<u8>> {
         Some(self.mirror.marker())
     }
+
+    fn sync(&self) -> bool {
+        // The replica's log drops the entries the marker stands for: the
+        // copy must hold them durable first.
+        self.mirror
+            .sync()
+            .map_err(|e| tracing::error!(dir = %self.mirror.dir().display(), "syncing a replica's copy: {e}"))
+            .is_ok()
+    }
 }
 
 /// Where a log's group keeps its replicas.
@@ -260,7 +247,7 @@ pub(crate) fn log_replicas(
         Some(across) => across.replicas(log).map(Some),
         None => {
             let place = GroupPlace::of(root, dir, log.log_id(), durability);
-            group(durability.replicas, durability.replica_delay, &place)
+            embedded::group(durability.replicas, durability.replica_delay, &place)
         }
     }
 }
@@ -277,208 +264,4 @@ pub(crate) fn lead(durability: &crate::DurabilityConfig, log: LogName) -> brine_
         brine_core::Error::Internal("leading a replicated log outside the runtime".into())
     })?;
     handle.block_on(across.lead(log))
-}
-
-/// A replication group of `replicas` for the log at `place`, its
-/// messages delayed by `delay` one way (`None` for one replica). Its task
-/// runs on the current tokio runtime.
-pub(crate) fn group(
-    replicas: u32,
-    delay: Duration,
-    place: &GroupPlace,
-) -> brine_core::Result<Option<Replicas>> {
-    if replicas <= 1 {
-        return Ok(None);
-    }
-    let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-        brine_core::Error::Config("replicated logs start inside a tokio runtime".into())
-    })?;
-    let ids: Vec<u64> = (1..=u64::from(replicas)).collect();
-    let open = |id: u64, dir: &Path| -> brine_core::Result<Replica<LogCopy>> {
-        let copy = LogCopy::open(dir, place.log_id, place.segment_bytes)?;
-        let raft = place.replicas.join(format!("r{id}")).join("raft");
-        Replica::open(&raft, id, &ids, copy).map_err(|e| {
-            brine_core::Error::Storage(format!("replica {id} of {}: {e}", place.dir.display()))
-        })
-    };
-    let mut leader = open(1, &place.dir)?;
-    leader.machine_mut().leading = true;
-    let mut followers = Vec::new();
-    for &id in &ids[1..] {
-        let dir = place.replicas.join(format!("r{id}")).join("log");
-        followers.push(open(id, &dir)?);
-    }
-    // A restarted log goes on from the checkpoint its recovery wrote: the
-    // group's first entry, so every copy goes on from there too.
-    let mut first = VecDeque::new();
-    if let Some((_, path)) = brine_storage::checkpoint::list_checkpoints(&place.dir)?.last() {
-        let bytes = std::fs::read(path)
-            .map_err(|e| brine_core::Error::Storage(format!("reading {}: {e}", path.display())))?;
-        if checkpoint_position(&bytes).is_some() {
-            let mut data = vec![CHECKPOINT];
-            data.extend_from_slice(&bytes);
-            first.push_back(Proposal { data, done: None });
-        }
-    }
-    let (tx, rx) = mpsc::unbounded_channel();
-    runtime.spawn(drive(rx, leader, followers, delay, first));
-    Ok(Some(Replicas(Arc::new(GroupHandle { tx }))))
-}
-
-/// The group's task: the leader (replica 1, the log's own) and its
-/// followers, the messages between them on a wire that delays them.
-async fn drive(
-    mut rx: mpsc::UnboundedReceiver<Input>,
-    mut leader: Replica<LogCopy>,
-    mut followers: Vec<Replica<LogCopy>>,
-    delay: Duration,
-    mut unproposed: VecDeque<Proposal>,
-) {
-    let waiting = leader.machine().waiting.clone();
-    if leader.campaign().is_err() {
-        return;
-    }
-    let mut wire: VecDeque<(tokio::time::Instant, brine_replication::Message)> = VecDeque::new();
-    let mut out = Vec::new();
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut since_compaction = 0u64;
-    loop {
-        let due = wire.front().map(|(at, _)| *at);
-        tokio::select! {
-            input = rx.recv() => match input {
-                Some(Input::Propose(p)) => {
-                    // Proposed once the leader is elected (at start, its
-                    // election takes a round trip), in order.
-                    unproposed.push_back(p);
-                    since_compaction += 1;
-                }
-                Some(Input::Settle(done)) => {
-                    catch_up(&mut leader, &mut followers, std::mem::take(&mut wire));
-                    done(Ok(()));
-                }
-                None => return, // the log closed
-            },
-            _ = tick.tick() => {
-                leader.tick();
-                for f in &mut followers {
-                    f.tick();
-                }
-            }
-            _ = sleep_until(due) => {
-                let now = tokio::time::Instant::now();
-                while wire.front().is_some_and(|(at, _)| *at <= now) {
-                    let (_, m) = wire.pop_front().expect("a message");
-                    step(&mut leader, &mut followers, m);
-                }
-            }
-        }
-        if leader.is_leader() && !unproposed.is_empty() {
-            while let Some(p) = unproposed.pop_front() {
-                match leader.propose(p.data) {
-                    Ok(index) => {
-                        if let Some(done) = p.done {
-                            waiting.lock().expect("waiting").insert(index, done);
-                        }
-                    }
-                    Err(e) => {
-                        // This entry and all after it fail: the log fails
-                        // with them (its node must restart).
-                        let failed = std::mem::take(&mut *waiting.lock().expect("waiting"));
-                        let failed = failed
-                            .into_values()
-                            .chain(p.done)
-                            .chain(unproposed.drain(..).filter_map(|p| p.done));
-                        for done in failed {
-                            done(Err(brine_core::Error::Storage(format!(
-                                "replicating a log batch: {e}"
-                            ))));
-                        }
-                        break;
-                    }
-                }
-            }
-        }
-        // Everything that follows from it, immediate where the link is.
-        loop {
-            let _ = leader.ready(&mut out);
-            for f in &mut followers {
-                let _ = f.ready(&mut out);
-            }
-            if out.is_empty() {
-                break;
-            }
-            if delay.is_zero() {
-                for m in std::mem::take(&mut out) {
-                    step(&mut leader, &mut followers, m);
-                }
-                continue;
-            }
-            let at = tokio::time::Instant::now() + delay;
-            wire.extend(out.drain(..).map(|m| (at, m)));
-            break;
-        }
-        if since_compaction >= COMPACT_EVERY {
-            since_compaction = 0;
-            let _ = leader.compact();
-            for f in &mut followers {
-                let _ = f.compact();
-            }
-        }
-    }
-}
-
-/// Delivers what is on the wire, and what follows from it, at once, until
-/// every follower applied what the leader did (or a while has passed:
-/// one may be cut off).
-fn catch_up(
-    leader: &mut Replica<LogCopy>,
-    followers: &mut [Replica<LogCopy>],
-    wire: VecDeque<(tokio::time::Instant, brine_replication::Message)>,
-) {
-    let mut out: Vec<brine_replication::Message> = wire.into_iter().map(|(_, m)| m).collect();
-    for round in 0..1000u32 {
-        for m in std::mem::take(&mut out) {
-            step(leader, followers, m);
-        }
-        let _ = leader.ready(&mut out);
-        for f in followers.iter_mut() {
-            let _ = f.ready(&mut out);
-        }
-        let behind = followers.iter().any(|f| f.applied() < leader.applied());
-        if !behind && out.is_empty() {
-            return;
-        }
-        if out.is_empty() && (round + 1).is_multiple_of(10) {
-            // Heartbeats carry the commit index.
-            for _ in 0..3 {
-                leader.tick();
-            }
-        }
-    }
-}
-
-/// Sleeps until `due`, or for ever with nothing due.
-async fn sleep_until(due: Option<tokio::time::Instant>) {
-    match due {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Hands message `m` to its replica.
-fn step(
-    leader: &mut Replica<LogCopy>,
-    followers: &mut [Replica<LogCopy>],
-    m: brine_replication::Message,
-) {
-    // A message of a term gone by is refused by raft: nothing to do.
-    let _ = if m.to == leader.id() {
-        leader.step(m)
-    } else {
-        match followers.iter_mut().find(|f| f.id() == m.to) {
-            Some(f) => f.step(m),
-            None => Ok(()),
-        }
-    };
 }

@@ -702,7 +702,7 @@ async fn run_group(
                 }
             }
         }
-        if let Err(e) = replica.ready(&mut out) {
+        if let Err(e) = super::persist(&mut replica, &mut out) {
             let why = format!("node {}'s replica of {log}: {e}", node_of(me));
             tracing::error!("{why}; the node stops");
             let _ = shared.fatal.send(Some(why));

@@ -9,7 +9,9 @@
 //!                                                        (a tail no quorum had)
 //!                        starts past its end ──────────► the log restarted:
 //!                                                        older segments go
-//!                        then append, fsync; `applied` = its end
+//!                        then append (synced with the replica's compaction:
+//!                        its raft log holds the batch durable until then);
+//!                        `applied` = its end
 //!  apply_checkpoint:     written whole (tmp, fsync, rename); segments wholly
 //!                        before it and older checkpoints go
 //!  image() / restore():  the newest checkpoint and the segments after it, up
@@ -34,7 +36,8 @@ use brine_core::{Error, Result};
 use super::reader::{read_log, ReadOptions};
 use super::record::{FrameHeader, FRAME_HEADER_LEN};
 use super::segment::{
-    io_err, list_segments, segment_path, sync_dir, SegmentHeader, SEGMENT_HEADER_LEN,
+    create_segment, io_err, list_segments, segment_path, sync_dir, SegmentHeader,
+    SEGMENT_HEADER_LEN,
 };
 use super::writer::LogPosition;
 use crate::checkpoint::{checkpoint_path, list_checkpoints, tmp_checkpoint_path};
@@ -352,13 +355,30 @@ impl Mirror {
         let path = segment_path(&self.dir, tail.start);
         tail.file
             .write_all(frames)
-            .and_then(|_| tail.file.sync_data())
             .map_err(|e| io_err("appending to", &path, e))?;
         tail.len += frames.len() as u64;
         if tail.len >= self.segment_bytes {
-            self.tail = None; // the next batch starts a segment
+            // The next batch starts a segment; this one is complete.
+            tail.file
+                .sync_data()
+                .map_err(|e| io_err("syncing", &path, e))?;
+            self.tail = None;
         }
         Ok(())
+    }
+
+    /// Makes everything the copy holds durable. Batches are written
+    /// unsynced: the replica's raft log already holds them durable, and
+    /// gives them again after a crash; the copy is synced before that log
+    /// drops them (the replica's compaction, `marker`).
+    pub fn sync(&self) -> Result<()> {
+        match &self.tail {
+            Some(t) => t
+                .file
+                .sync_data()
+                .map_err(|e| io_err("syncing", &segment_path(&self.dir, t.start), e)),
+            None => Ok(()),
+        }
     }
 
     /// The segment that ends where the copy ends, or a new one there.
@@ -382,22 +402,12 @@ impl Mirror {
                 });
             }
         }
-        let path = segment_path(&self.dir, self.end.lsn);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io_err("creating segment", &path, e))?;
         let header = SegmentHeader {
             log_id: self.log_id,
             start_lsn: self.end.lsn,
             prev_crc: self.end.crc,
         };
-        file.write_all(&header.encode())
-            .and_then(|_| file.sync_data())
-            .map_err(|e| io_err("writing segment header", &path, e))?;
-        sync_dir(&self.dir)?;
+        let (file, _) = create_segment(&self.dir, header)?;
         Ok(Tail {
             file,
             start: self.end.lsn,

@@ -103,6 +103,25 @@ pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
+/// Creates the segment `header` starts in `dir` (replacing a file of that
+/// name), its header written and synced, the directory synced; returns
+/// it, positioned after the header.
+pub fn create_segment(dir: &Path, header: SegmentHeader) -> Result<(File, PathBuf)> {
+    use std::io::Write;
+    let path = segment_path(dir, header.start_lsn);
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io_err("creating segment", &path, e))?;
+    file.write_all(&header.encode())
+        .and_then(|_| file.sync_data())
+        .map_err(|e| io_err("writing segment header", &path, e))?;
+    sync_dir(dir)?;
+    Ok((file, path))
+}
+
 /// An I/O error with the operation and the file in the message.
 pub fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::Storage(format!("{what} {}: {e}", path.display()))

@@ -38,7 +38,8 @@ use parking_lot::{Condvar, Mutex};
 use super::fault::{CrashSwitch, StepKind, TornRng};
 use super::record::{begin_frame, seal_frame, RecordKind, FRAME_HEADER_LEN, MAX_PAYLOAD_LEN};
 use super::segment::{
-    io_err, list_segments, segment_path, sync_dir, SegmentHeader, SEGMENT_HEADER_LEN,
+    create_segment, io_err, list_segments, segment_path, sync_dir, SegmentHeader,
+    SEGMENT_HEADER_LEN,
 };
 use crate::checkpoint::{checkpoint_path, list_checkpoints, tmp_checkpoint_path};
 
@@ -199,22 +200,12 @@ impl Log {
     pub fn open(config: LogConfig, start: LogPosition, crash: Arc<CrashSwitch>) -> Result<Log> {
         std::fs::create_dir_all(&config.dir)
             .map_err(|e| io_err("creating log directory", &config.dir, e))?;
-        let path = segment_path(&config.dir, start.lsn);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io_err("creating segment", &path, e))?;
         let header = SegmentHeader {
             log_id: config.log_id,
             start_lsn: start.lsn,
             prev_crc: start.crc,
         };
-        file.write_all(&header.encode())
-            .and_then(|_| file.sync_data())
-            .map_err(|e| io_err("writing segment header", &path, e))?;
-        sync_dir(&config.dir)?;
+        let (file, path) = create_segment(&config.dir, header)?;
         let inner = Arc::new(Inner {
             pending: Mutex::new(Pending {
                 buf: Vec::with_capacity(64 << 10),
@@ -356,9 +347,14 @@ impl Log {
     }
 
     /// Runs `waiter` once everything below `lsn` is durable: at once (on
-    /// this thread) if it already is.
+    /// this thread) if it already is, unless the log is replicated (then a
+    /// quorum of its group confirms it, with an entry of its own).
     pub fn when_durable(&self, lsn: u64, waiter: Waiter) {
-        if self.durable_lsn() >= lsn {
+        // A replicated log confirms through its group even what is durable
+        // already: a replica that no longer leads (another took over while
+        // it was cut off) must not acknowledge a read of its stale state.
+        let replicated = self.inner.config.replicas.is_some();
+        if self.durable_lsn() >= lsn && !replicated {
             waiter(Ok(()));
             return;
         }
@@ -371,7 +367,7 @@ impl Log {
         }
         // Re-checked under the lock: the writer publishes durability before
         // it takes the lock to collect the next waiters.
-        if self.durable_lsn() >= lsn {
+        if self.durable_lsn() >= lsn && !replicated {
             drop(p);
             waiter(Ok(()));
             return;
