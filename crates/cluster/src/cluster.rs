@@ -232,7 +232,9 @@ pub struct Cluster {
     pub(crate) shared: Arc<Shared>,
     config: Arc<ClusterConfig>,
     pub(crate) procedures: Arc<HashMap<String, Arc<PreparedProc>>>,
-    partition_counters: Arc<Vec<Arc<PartitionCounters>>>,
+    /// This process's partitions' counters (a partition taken over with
+    /// replicated logs adds its own).
+    partition_counters: Arc<parking_lot::RwLock<Vec<Arc<PartitionCounters>>>>,
     adhoc: Arc<RwLock<HashMap<String, Arc<Plan>>>>,
     next_client: Arc<std::sync::atomic::AtomicU32>,
     /// The node this process is, in a multi-process cluster; its clients'
@@ -682,7 +684,7 @@ impl Cluster {
             shared,
             config: Arc::new(config),
             procedures,
-            partition_counters: Arc::new(partition_counters),
+            partition_counters: Arc::new(parking_lot::RwLock::new(partition_counters)),
             adhoc: Default::default(),
             next_client: Default::default(),
             home: hosting_node,
@@ -704,6 +706,11 @@ impl Cluster {
             Some(h) => h.flush().map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Counts a partition this process came to serve with the others.
+    pub(crate) fn count_partition(&self, counters: Arc<PartitionCounters>) {
+        self.partition_counters.write().push(counters);
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -904,13 +911,14 @@ impl Cluster {
                 Kept::Coordinator => c.protocol.get(k.slot),
                 Kept::Partition => self
                     .partition_counters
+                    .read()
                     .iter()
                     .map(|p| p.protocol.get(k.slot))
                     .sum(),
             };
             s.protocol.insert(k.name, raw / k.divisor.max(1));
         }
-        for p in self.partition_counters.iter() {
+        for p in self.partition_counters.read().iter() {
             s.statements += p.statements.load(Ordering::Relaxed);
             s.lock_waits += p.lock_waits.load(Ordering::Relaxed);
             s.queue_bypasses += p.queue_bypasses.load(Ordering::Relaxed);
@@ -938,7 +946,7 @@ impl Cluster {
             }
         }
         let sum = |a: &[std::sync::atomic::AtomicU64], i: usize| a[i].load(Ordering::Relaxed);
-        for c in self.partition_counters.iter() {
+        for c in self.partition_counters.read().iter() {
             for (i, row) in out.iter_mut().enumerate() {
                 row.waits += sum(&c.lock_waits_by_table, i);
                 row.wait_us += sum(&c.lock_wait_ns_by_table, i) / 1000;

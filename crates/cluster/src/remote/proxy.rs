@@ -117,6 +117,8 @@ impl Target {
         // again, once, where the partition moved.
         let again = |r: &Result<WireResponse, brine_net::NetError>| match r {
             Ok(WireResponse::Refused(Error::Config(m))) => m.contains("does not host partition"),
+            // A node restarting serves nothing yet (`brine server`).
+            Ok(WireResponse::Refused(Error::Transport(m))) => m.contains("is starting"),
             Err(
                 brine_net::NetError::Connect { .. }
                 | brine_net::NetError::ConnectTimeout { .. }

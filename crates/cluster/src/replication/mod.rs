@@ -35,7 +35,7 @@ use brine_storage::wal::{Replicas, Waiter};
 mod embedded;
 mod nodes;
 mod takeover;
-pub use nodes::{generation, Layout, LogName, NodeReplicas, ReplicaStatus};
+pub use nodes::{generation, Generation, Layout, LogName, NodeReplicas, ReplicaStatus};
 
 /// The clock of a group's replicas (elections, heartbeats).
 const TICK: Duration = Duration::from_millis(10);

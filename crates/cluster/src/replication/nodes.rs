@@ -146,18 +146,29 @@ const HOME_HEAD_START_TICKS: u32 = 60;
 /// the cluster is new or its own disk was lost.
 const GENERATION_PATIENCE: Duration = Duration::from_secs(60);
 
-/// The generation of node `node`'s replicas under `root`, and whether
-/// they must join their groups (a new generation). Kept in
-/// `replicas/generation`. A node without replica state asks its peers:
-/// if one holds a group that committed entries with this node as a
-/// replica, the node's disk was lost, and it comes back as a new
-/// generation, added to each group in place of its old replica; if none
-/// does, the cluster is new.
+/// The replicas' generation a node starts with.
+#[derive(Clone, Copy, Debug)]
+pub struct Generation {
+    pub number: u64,
+    /// A new generation of a node whose disk was lost: it joins every
+    /// group in place of its old replicas.
+    pub joining: bool,
+    /// The state is new in this run (a new cluster, or a lost disk).
+    pub new: bool,
+}
+
+/// The generation of node `node`'s replicas under `root` (kept in
+/// `replicas/generation`). A node without replica state asks its peers
+/// whether it ran before: a peer that ran before its own start knows it
+/// from its groups' replicas, one new in this run from having heard from
+/// it. If it did, its disk was lost, and it comes back as a new
+/// generation, added to each group in place of its old replica; if not,
+/// the cluster is new (or it is a new cluster's late node).
 pub async fn generation(
     node: u32,
     root: &Path,
     clients: &HashMap<u32, Arc<PeerClient>>,
-) -> Result<(u64, bool)> {
+) -> Result<Generation> {
     let dir = root.join("replicas");
     let path = dir.join("generation");
     let io =
@@ -169,7 +180,11 @@ pub async fn generation(
                 offset: 0,
                 reason: "not a number".into(),
             })?;
-            return Ok((g, false));
+            return Ok(Generation {
+                number: g,
+                joining: false,
+                new: false,
+            });
         }
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io("reading", e)),
         Err(_) => {}
@@ -206,7 +221,11 @@ pub async fn generation(
     }
     std::fs::create_dir_all(&dir).map_err(|e| io("creating", e))?;
     std::fs::write(&path, format!("{generation}\n")).map_err(|e| io("writing", e))?;
-    Ok((generation, joining))
+    Ok(Generation {
+        number: generation,
+        joining,
+        new: true,
+    })
 }
 
 /// A group's status as `brine status` shows it (nodes, not raft ids).
@@ -281,6 +300,11 @@ pub struct NodeReplicas {
     books: Arc<parking_lot::RwLock<HashMap<u32, Arc<DecisionBook>>>>,
     /// Why the node must stop (it lost the lead of a log it writes).
     fatal: tokio::sync::watch::Sender<Option<String>>,
+    /// Its replica state is new in this run.
+    new_state: bool,
+    /// The newest generation of each node whose replicas sent this one a
+    /// message in this run.
+    heard: parking_lot::Mutex<HashMap<u32, u64>>,
 }
 
 /// What the group tasks share with their node.
@@ -319,7 +343,7 @@ impl NodeReplicas {
         root: &Path,
         segment_bytes: u64,
         clients: HashMap<u32, Arc<PeerClient>>,
-        (generation, joining): (u64, bool),
+        generation: Generation,
     ) -> Result<Arc<NodeReplicas>> {
         layout.validate()?;
         let runtime = tokio::runtime::Handle::try_current()
@@ -346,13 +370,13 @@ impl NodeReplicas {
             let members = layout.members(log);
             // A new cluster's replicas are all of generation 0; a joining
             // one starts with none and is added by the group's leader.
-            let ids: Vec<u64> = match joining {
+            let ids: Vec<u64> = match generation.joining {
                 true => Vec::new(),
                 false => members.iter().map(|&n| replica_id(n, 0)).collect(),
             };
             let copy = LogCopy::open(&log.dir(root), log.log_id(), segment_bytes)?;
             let raft = root.join("replicas").join(log.to_string()).join("raft");
-            let replica = Replica::open(&raft, replica_id(node, generation), &ids, copy)
+            let replica = Replica::open(&raft, replica_id(node, generation.number), &ids, copy)
                 .map_err(|e| Error::Storage(format!("node {node}'s replica of {log}: {e}")))?;
             let (tx, rx) = mpsc::unbounded_channel();
             runtime.spawn(run_group(log, replica, members, rx, shared.clone()));
@@ -367,6 +391,8 @@ impl NodeReplicas {
             takeovers: parking_lot::Mutex::new(Some(taken)),
             books: shared.books,
             fatal,
+            new_state: generation.new,
+            heard: Default::default(),
         }))
     }
 
@@ -377,14 +403,17 @@ impl NodeReplicas {
         Ok(())
     }
 
-    /// The newest generation of node `node`'s replicas in a group here
-    /// that committed entries (`None`: no such group: a new cluster).
+    /// The newest generation of node `node`'s replicas in this node's
+    /// groups, if this node ran before this start (`None`: its state is
+    /// new too: so is the cluster).
     pub async fn generation_of(&self, node: u32) -> Option<u64> {
+        if self.new_state {
+            // New in this run: the node ran before only if this one heard
+            // from it (a new cluster's late node has not run yet).
+            return self.heard.lock().get(&node).copied();
+        }
         let mut newest = None;
         for s in self.status().await {
-            if s.commit == 0 {
-                continue;
-            }
             for &(n, g) in &s.voters {
                 if n == node {
                     newest = newest.max(Some(g));
@@ -485,6 +514,11 @@ impl NodeReplicas {
         for (log, bytes) in msgs {
             let m = brine_replication::decode_message(&bytes)
                 .map_err(|e| Error::Transport(e.to_string()))?;
+            if m.from != 0 {
+                let mut heard = self.heard.lock();
+                let g = heard.entry(node_of(m.from)).or_default();
+                *g = (*g).max(generation_of(m.from));
+            }
             // A group that stopped takes nothing more.
             let _ = self.group(log)?.send(Input::Raft(m));
         }

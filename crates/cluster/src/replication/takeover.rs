@@ -56,12 +56,14 @@ impl Cluster {
         .await
         .map_err(|e| Error::Internal(format!("taking partition {p} over: {e}")))??;
         let (tx, rx) = mpsc::unbounded_channel();
+        let counters = Arc::new(PartitionCounters::default());
+        self.count_partition(counters.clone());
         shared.protocol.spawn_partition(
             PartitionParts {
                 id: PartitionId(p),
                 catalog: shared.catalog.clone(),
                 lock_config: self.config().lock.clone(),
-                counters: Arc::new(PartitionCounters::default()),
+                counters,
                 wal: Some((store, log)),
                 record: self.config().history.is_some(),
             },
