@@ -939,14 +939,19 @@ fn mediator_transfers_survive_a_node_killed_and_restarted() {
 /// (`replicas = 3`: each partition's log and each node's decisions on
 /// every node). A random node is killed with SIGKILL and restarted in the
 /// middle of bank transfers, `BRINE_REPLICA_KILL_TRIALS` times (default
-/// 2): the killed node is the home and leader of its partition's and its
-/// coordinator's logs; a follower leads them while it is down, and it
-/// leads them again once it has caught up, its copy cut at what the group
-/// committed. Every acknowledged transfer is there, nothing else but a
-/// subset of the unknown ones; the unavailability window is printed.
+/// 1): the killed node is the home and leader of its partition's and its
+/// coordinator's logs. While it is down (3 s), a follower leads them and
+/// takes its partition over from its copy, cut at what the group
+/// committed; restarted, the node leads its decision log again once it
+/// has caught up (the partition stays where it moved). Every acknowledged
+/// transfer is there, nothing else but a subset of the unknown ones; the
+/// unavailability window is printed.
 #[test]
 fn acknowledged_transfers_survive_leader_kills_with_three_replicas() {
-    for (trial, victim) in kill_trials("REPLICA", None) {
+    // One trial unless asked for more (the suite's time; the 50 in
+    // docs/results are the evidence).
+    let asked = std::env::var("BRINE_REPLICA_KILL_TRIALS").map_or(1, |_| usize::MAX);
+    for (trial, victim) in kill_trials("REPLICA", None).into_iter().take(asked) {
         eprintln!("trial {trial}: node {victim} killed");
         fault_under_transfers_of(
             "acid",
