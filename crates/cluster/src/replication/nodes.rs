@@ -112,6 +112,12 @@ impl Layout {
     }
 
     pub fn validate(&self) -> Result<()> {
+        if self.nodes > 256 {
+            return Err(Error::Config(format!(
+                "replicated logs run on at most 256 nodes (replica ids carry the node in a byte); the cluster has {}",
+                self.nodes
+            )));
+        }
         if self.replicas > self.nodes {
             return Err(Error::Config(format!(
                 "{} replicas of every log need at least {} nodes (the cluster has {}): each replica is on a node of its own",
@@ -131,11 +137,11 @@ fn replica_id(node: u32, generation: u64) -> u64 {
 }
 
 fn node_of(id: u64) -> u32 {
-    ((id - 1) % 256) as u32
+    (id.saturating_sub(1) % 256) as u32
 }
 
 fn generation_of(id: u64) -> u64 {
-    (id - 1) / 256
+    id.saturating_sub(1) / 256
 }
 
 /// How many ticks a new group's replicas other than its home's wait for
@@ -399,6 +405,13 @@ impl NodeReplicas {
     /// Node `node`'s replica `id` asks to join `log`'s group in place of
     /// its old one (its leader does it).
     pub fn join(&self, log: LogName, id: u64) -> Result<()> {
+        // Only a replica of a node the layout puts in this group.
+        if id == 0 || !self.layout.members(log).contains(&node_of(id)) {
+            return Err(Error::Config(format!(
+                "replica {id} is not of a node that holds {log} (nodes {:?})",
+                self.layout.members(log)
+            )));
+        }
         let _ = self.group(log)?.send(Input::Join(id));
         Ok(())
     }
