@@ -13,6 +13,7 @@ mod faults;
 mod group;
 mod metrics;
 mod node;
+mod replicas;
 mod service;
 mod supervise;
 mod up;

@@ -396,6 +396,11 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 
+    /// Whether raft has something for [`Replica::ready`] to do.
+    pub fn has_ready(&self) -> bool {
+        self.node.has_ready()
+    }
+
     /// Does what raft asks once something happened (a tick, a message, a
     /// proposal): persists the log and the hard state, applies what
     /// committed, and pushes the messages to send onto `out`.

@@ -319,17 +319,8 @@ impl WalSet {
         let mut committed: HashSet<TxnId> = HashSet::new();
         let mut base_ended: HashSet<TxnId> = HashSet::new();
         let mut decision_ends: HashMap<u32, LogPosition> = HashMap::new();
-        let entries = std::fs::read_dir(&root).map_err(|e| io("listing", &root, e))?;
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(n) = name
-                .to_str()
-                .and_then(|s| s.strip_prefix("coord-"))
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let (found, end) = read_decisions(&e.path(), n)?;
+        for (n, dir) in node::decision_dirs(&root)? {
+            let (found, end) = read_decisions(&dir, n)?;
             committed.extend(found.committed);
             base_ended.extend(found.base_ended);
             decision_ends.insert(n, end.position);
@@ -366,21 +357,12 @@ impl WalSet {
             }
             let dir = LogName::Partition(p).dir(&root);
             std::fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
-            crate::replication::lead(durability, LogName::Partition(p))?;
             let mut rec = recover_partition(&dir, catalog, p)?;
             // A multi-process node asks the coordinators on other nodes.
-            let mut decided = committed.clone();
-            if let Some(scope) = scope {
-                let remote: Vec<TxnId> = rec
-                    .in_doubt
-                    .iter()
-                    .map(|d| d.txn)
-                    .filter(|t| !committed.contains(t))
-                    .collect();
-                if !remote.is_empty() {
-                    decided.extend((scope.ask)(&remote)?);
-                }
-            }
+            let decided = match scope {
+                Some(scope) => node::decided(&rec, committed.clone(), scope.ask)?,
+                None => committed.clone(),
+            };
             let (c, a) = rec.resolve(&decided)?;
             // A BASE transaction whose end its coordinator logged is done,
             // whatever this partition logged of its end.

@@ -3,13 +3,13 @@
 //! comes to lead while it runs, recovered from its copy of the log.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use brine_core::{Catalog, Result, TxnId};
 use brine_storage::checkpoint::checkpoint_path;
-use brine_storage::recovery::{read_decisions, recover_partition};
+use brine_storage::recovery::{read_decisions, recover_partition, PartitionRecovery};
 use brine_storage::wal::{Log, LogConfig, Replicas};
 use brine_storage::PartitionStore;
 
@@ -39,6 +39,44 @@ pub fn node_decisions(data_dir: &Path, node: u32) -> Result<HashSet<TxnId>> {
     Ok(read_decisions(&dir, node)?.0.committed)
 }
 
+/// The decision logs in the data directory `root` (`coord-<n>`), by node:
+/// a node's own, and with replicated logs its copies of others'.
+pub(super) fn decision_dirs(root: &Path) -> Result<Vec<(u32, PathBuf)>> {
+    let entries = std::fs::read_dir(root).map_err(|e| super::io("listing", root, e))?;
+    Ok(entries
+        .flatten()
+        .filter_map(|e| {
+            let n = e
+                .file_name()
+                .to_str()?
+                .strip_prefix("coord-")?
+                .parse()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .collect())
+}
+
+/// The prepared transactions of `rec` that committed: those in `known`,
+/// then those `ask` says committed (their coordinators, or whoever
+/// decides for them now), asked only of the rest.
+pub(super) fn decided(
+    rec: &PartitionRecovery,
+    mut known: HashSet<TxnId>,
+    ask: &(dyn Fn(&[TxnId]) -> Result<HashSet<TxnId>> + Sync),
+) -> Result<HashSet<TxnId>> {
+    let rest: Vec<TxnId> = rec
+        .in_doubt
+        .iter()
+        .map(|d| d.txn)
+        .filter(|t| !known.contains(t))
+        .collect();
+    if !rest.is_empty() {
+        known.extend(ask(&rest)?);
+    }
+    Ok(known)
+}
+
 impl WalSet {
     /// Partition `p`, whose log's group this node came to lead (its copy
     /// cut at what the group committed): recovered from that copy, its
@@ -55,32 +93,13 @@ impl WalSet {
     ) -> Result<(PartitionStore, PartitionWal)> {
         let dir = LogName::Partition(p).dir(&self.root);
         let mut rec = recover_partition(&dir, catalog, p)?;
-        let mut decided = HashSet::new();
+        let mut known = HashSet::new();
         if !rec.in_doubt.is_empty() {
-            for entry in std::fs::read_dir(&self.root)
-                .map_err(|e| super::io("listing", &self.root, e))?
-                .flatten()
-            {
-                let name = entry.file_name();
-                let Some(n) = name
-                    .to_str()
-                    .and_then(|s| s.strip_prefix("coord-"))
-                    .and_then(|s| s.parse().ok())
-                else {
-                    continue;
-                };
-                decided.extend(read_decisions(&entry.path(), n)?.0.committed);
-            }
-            let remote: Vec<TxnId> = rec
-                .in_doubt
-                .iter()
-                .map(|d| d.txn)
-                .filter(|t| !decided.contains(t))
-                .collect();
-            if !remote.is_empty() {
-                decided.extend(ask(&remote)?);
+            for (n, dir) in decision_dirs(&self.root)? {
+                known.extend(read_decisions(&dir, n)?.0.committed);
             }
         }
+        let decided = decided(&rec, known, ask)?;
         let (c, a) = rec.resolve(&decided)?;
         tracing::info!(
             partition = p,

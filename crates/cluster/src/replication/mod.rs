@@ -47,6 +47,9 @@ fn persist(
     replica: &mut Replica<LogCopy>,
     out: &mut Vec<brine_replication::Message>,
 ) -> brine_replication::Result<()> {
+    if !replica.has_ready() {
+        return Ok(());
+    }
     let multi = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     if multi {
@@ -250,18 +253,4 @@ pub(crate) fn log_replicas(
             embedded::group(durability.replicas, durability.replica_delay, &place)
         }
     }
-}
-
-/// Across processes: waits (blocking: recovery runs on a blocking thread)
-/// until this node leads `log` with its copy cut at what the group
-/// committed, before the log is recovered from it. Nothing to wait for
-/// otherwise.
-pub(crate) fn lead(durability: &crate::DurabilityConfig, log: LogName) -> brine_core::Result<()> {
-    let Some(across) = &durability.across else {
-        return Ok(());
-    };
-    let handle = tokio::runtime::Handle::try_current().map_err(|_| {
-        brine_core::Error::Internal("leading a replicated log outside the runtime".into())
-    })?;
-    handle.block_on(across.lead(log))
 }
