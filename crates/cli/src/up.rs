@@ -66,7 +66,8 @@ pub struct UpArgs {
     /// With `wal`: copies of every log on this many nodes (the log's own
     /// and the next ones); a commit is durable once a majority has it, and
     /// a partition fails over when its node dies (docs/replication.md).
-    /// [default: 3 for a durable `acid` cluster of 3 nodes or more, else 1]
+    /// [default: 3 for a durable `acid`, `salt` or `callas` cluster of 3
+    /// nodes or more, else 1]
     #[arg(long)]
     pub replicas: Option<u32>,
 }
@@ -162,8 +163,12 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         durability: durability.clone(),
         data_dir: durable.then(|| "data".to_string()),
         replicas: args.replicas.unwrap_or(
-            // Replicated logs across processes run `acid` for now.
-            if durable && args.protocol == "acid" && args.nodes >= 3 {
+            // Replicated logs across processes run `acid`, `salt` and
+            // `callas` (Mediator's and Elia's own logs are not replicated).
+            if durable
+                && ["acid", "salt", "callas"].contains(&args.protocol.as_str())
+                && args.nodes >= 3
+            {
                 3
             } else {
                 1

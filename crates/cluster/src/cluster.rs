@@ -421,11 +421,8 @@ impl Cluster {
             hosting.is_some(),
             config.durability.mode == DurabilityMode::Wal,
         )?;
-        if config.durability.across.is_some() && config.protocol != "acid" {
-            return Err(Error::Config(format!(
-                "replicated logs across processes run protocol `acid` for now, not `{}`: a partition taken over on another node does not yet finish {}'s own work (docs/replication.md)",
-                config.protocol, config.protocol
-            )));
+        if config.durability.across.is_some() {
+            protocol.check_failover()?;
         }
         // A durable node (it has a decision book) replicates through its
         // replicas; a coordinator-only process just follows the routes.
@@ -656,6 +653,9 @@ impl Cluster {
         });
         let procedures = Arc::new(procedures);
         shared.protocol.attach(&shared, &procedures);
+        if let (Some(routes), Some(me)) = (&shared.routes, hosting_node) {
+            tokio::spawn(follow_moves(routes.moves(), Arc::downgrade(&shared), me));
+        }
         if recovering {
             // What the log says was promised but not done (Salt: accepted
             // BASE transactions; Elia: updates a replica lacks) is finished
@@ -968,5 +968,29 @@ impl Cluster {
         }
         cache.insert(sql.to_string(), plan.clone());
         Ok(plan)
+    }
+}
+
+/// With replicated logs across processes: each partition that moves to
+/// another node (taken over there from its log) is, for the protocol, as
+/// if that node had restarted (`Protocol::peer_restarted`), for as long as
+/// the cluster lives.
+async fn follow_moves(
+    mut moves: tokio::sync::broadcast::Receiver<(u32, crate::remote::Serving)>,
+    shared: std::sync::Weak<Shared>,
+    me: NodeId,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let serving = match moves.recv().await {
+            Ok((_, serving)) => serving.node,
+            // Some moves were missed: one is enough for all of them.
+            Err(RecvError::Lagged(_)) => me.0,
+            Err(RecvError::Closed) => return,
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.protocol.peer_restarted(&shared, me, NodeId(serving));
     }
 }

@@ -104,6 +104,15 @@ pub trait Protocol: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Refuses replicated logs across processes where a partition taken
+    /// over on another node (`Cluster::take_over`: recovered from its copy
+    /// of the log, its actor started under the protocol's rules, and the
+    /// protocol told as of a restart, [`Protocol::peer_restarted`]) would
+    /// not finish the protocol's own work.
+    fn check_failover(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Runs one call of a procedure to completion: attempts, retries,
     /// commit. The engine's ACID transaction unless the protocol runs the
     /// procedure its own way.
@@ -242,10 +251,12 @@ pub trait Protocol: Send + Sync + 'static {
     fn announced(&self) {}
 
     /// Across processes, node `peer` restarted and told this node `me`
-    /// (after its partitions serve; `NodeService::announce_restart`).
-    /// Callas: a chopped transaction of this node that ended while a
-    /// partition of that node held part of it may have lost its end there
-    /// (it was logged after the end's answer), and is ended again.
+    /// (after its partitions serve; `NodeService::announce_restart`), or,
+    /// with replicated logs, `peer` took a partition over (recovered from
+    /// its copy of the log, as a restart recovers it). Callas: a chopped
+    /// transaction of this node that ended while that partition held part
+    /// of it may have lost its end there (it was logged after the end's
+    /// answer), and is ended again.
     fn peer_restarted(&self, _shared: &Arc<Shared>, _me: NodeId, _peer: NodeId) {}
 
     /// Across processes, a statement's protocol words

@@ -210,15 +210,16 @@ pub struct Decisions {
 }
 
 /// The commit decisions (and Salt's BASE ends) in a coordinator's decision
-/// log, and where it ends. Truncates a torn tail.
-pub fn read_decisions(dir: &Path, log_id: u32) -> Result<(Decisions, LogEnd)> {
+/// log, and where it ends. `repair`: truncates a torn tail (never on a
+/// copy a replica may be writing at the time).
+pub fn read_decisions(dir: &Path, log_id: u32, repair: bool) -> Result<(Decisions, LogEnd)> {
     let mut found = Decisions::default();
     let end = read_log(
         dir,
         ReadOptions {
             from: LogPosition::default(),
             allow_missing_prefix: true,
-            repair: true,
+            repair,
             log_id,
         },
         |lsn, h, payload| match Record::decode(h.kind, h.version, payload)

@@ -320,7 +320,10 @@ impl WalSet {
         let mut base_ended: HashSet<TxnId> = HashSet::new();
         let mut decision_ends: HashMap<u32, LogPosition> = HashMap::new();
         for (n, dir) in node::decision_dirs(&root)? {
-            let (found, end) = read_decisions(&dir, n)?;
+            // Another node's, copied here by a replica that runs already:
+            // read as it is.
+            let repair = scope.is_none_or(|s| s.node == n);
+            let (found, end) = read_decisions(&dir, n, repair)?;
             committed.extend(found.committed);
             base_ended.extend(found.base_ended);
             decision_ends.insert(n, end.position);

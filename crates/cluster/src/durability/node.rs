@@ -36,7 +36,7 @@ pub fn node_decisions(data_dir: &Path, node: u32) -> Result<HashSet<TxnId>> {
     if !dir.exists() {
         return Ok(HashSet::new());
     }
-    Ok(read_decisions(&dir, node)?.0.committed)
+    Ok(read_decisions(&dir, node, true)?.0.committed)
 }
 
 /// The decision logs in the data directory `root` (`coord-<n>`), by node:
@@ -93,10 +93,15 @@ impl WalSet {
     ) -> Result<(PartitionStore, PartitionWal)> {
         let dir = LogName::Partition(p).dir(&self.root);
         let mut rec = recover_partition(&dir, catalog, p)?;
+        // The decisions, and Salt's and Callas' ends, of every decision
+        // log this node holds a copy of (its replicas may be writing them:
+        // read as they are).
         let mut known = HashSet::new();
-        if !rec.in_doubt.is_empty() {
-            for (n, dir) in decision_dirs(&self.root)? {
-                known.extend(read_decisions(&dir, n)?.0.committed);
+        for (n, dir) in decision_dirs(&self.root)? {
+            let found = read_decisions(&dir, n, false)?.0;
+            known.extend(found.committed);
+            for owner in found.base_ended {
+                rec.base.end(owner);
             }
         }
         let decided = decided(&rec, known, ask)?;

@@ -122,13 +122,31 @@ pub enum Which {
     /// Every transaction coordinated by node `0` (its transaction ids
     /// carry it, `NODE_TXN_SHIFT`).
     CoordinatedBy(u32),
+    /// Those of [`Which::CoordinatedBy`] begun by an earlier run of the
+    /// node: ids below `before`, its current run's first. A restarted
+    /// node's recovery gathers these, never the transactions it runs
+    /// already (rolled forward, one of them would run twice).
+    EarlierRunsOf { node: u32, before: u64 },
     Owners(Vec<TxnId>),
 }
 
 impl Which {
+    /// The transactions earlier runs of node `node` began (this run's ids
+    /// start at the log's `txn_base`, above the node's).
+    pub(crate) fn earlier_runs_of(shared: &crate::coordinator::Shared, node: NodeId) -> Which {
+        let base = shared.wal.as_ref().map_or(0, |w| w.txn_base);
+        Which::EarlierRunsOf {
+            node: node.0,
+            before: (u64::from(node.0) << crate::cluster::NODE_TXN_SHIFT) + base,
+        }
+    }
+
     fn picks(&self, owner: TxnId) -> bool {
         match self {
             Which::CoordinatedBy(n) => home_of(owner) == NodeId(*n),
+            Which::EarlierRunsOf { node, before } => {
+                home_of(owner) == NodeId(*node) && owner.id < *before
+            }
             Which::Owners(owners) => owners.contains(&owner),
         }
     }
@@ -160,7 +178,9 @@ pub(crate) fn answer<R: GatherRules>(p: &mut Partition<R>, msg: OpenContexts) {
         .unwrap_or_default();
     let mut owners: Vec<TxnId> = match &msg.which {
         Which::Owners(owners) => owners.clone(),
-        Which::CoordinatedBy(_) => contexts.iter().map(|c| c.owner).collect(),
+        Which::CoordinatedBy(_) | Which::EarlierRunsOf { .. } => {
+            contexts.iter().map(|c| c.owner).collect()
+        }
     };
     owners.dedup();
     let ops = owners

@@ -40,6 +40,8 @@ pub struct Routes {
     /// after its partition moved here goes through it).
     clients: HashMap<u32, Arc<PeerClient>>,
     refreshing: Vec<AtomicBool>,
+    /// Each route that changed, as it changes.
+    moved: tokio::sync::broadcast::Sender<(u32, Serving)>,
 }
 
 impl Routes {
@@ -64,6 +66,7 @@ impl Routes {
             local: RwLock::default(),
             clients,
             refreshing: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
+            moved: tokio::sync::broadcast::channel(64).0,
         })
     }
 
@@ -77,8 +80,15 @@ impl Routes {
         if let Some(known) = self.serving.write().get_mut(p as usize) {
             if s.term > known.term {
                 *known = s;
+                let _ = self.moved.send((p, s));
             }
         }
+    }
+
+    /// The routes that change from now on: each partition and who serves
+    /// it since.
+    pub fn moves(&self) -> tokio::sync::broadcast::Receiver<(u32, Serving)> {
+        self.moved.subscribe()
     }
 
     /// This process's actor of partition `p`, if it serves it.

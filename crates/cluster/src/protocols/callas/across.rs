@@ -99,8 +99,8 @@ pub(super) fn recover(callas: &Callas, shared: &Arc<Shared>, node: NodeId, proce
         if announced.wait_for(|&a| a).await.is_err() {
             return; // the protocol is gone: the node shuts down
         }
-        let gathered =
-            gather::gather(&shared, node, gather::Which::CoordinatedBy(node.0), None).await;
+        let which = gather::Which::earlier_runs_of(&shared, node);
+        let gathered = gather::gather(&shared, node, which, None).await;
         let ended = |owner: &TxnId| {
             shared
                 .wal

@@ -210,6 +210,14 @@ impl Protocol for Elia {
         })))
     }
 
+    fn check_failover(&self) -> Result<()> {
+        Err(Error::Config(
+            "replicated logs across processes (`replicas` in the cluster file) run `acid`, \
+             `salt` and `callas`, not `elia`: its update log and the token's ring are its own, not replicated; Elia's full replicas are its own replication (docs/replication.md)"
+                .into(),
+        ))
+    }
+
     fn check_deployment(&self, multi_process: bool, _durable: bool) -> Result<()> {
         if multi_process && self.mode == Mode::ReadReplicas {
             return Err(Error::Config(

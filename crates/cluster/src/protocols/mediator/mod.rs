@@ -411,6 +411,14 @@ impl Protocol for Mediator {
     /// Durable across processes too: each node logs its commits and its
     /// partitions' versions, the TSO its clock's lease (`service.rs`,
     /// `durable.rs`, docs/mediator.md).
+    fn check_failover(&self) -> Result<()> {
+        Err(Error::Config(
+            "replicated logs across processes (`replicas` in the cluster file) run `acid`, \
+             `salt` and `callas`, not `mediator`: its commits' write-backs are settled with the TSO from the coordinating node's own log, which is not replicated (docs/replication.md)"
+                .into(),
+        ))
+    }
+
     fn check_deployment(&self, _multi_process: bool, durable: bool) -> Result<()> {
         if self.raw_store && durable {
             return Err(Error::Config(

@@ -312,7 +312,7 @@ impl Protocol for Salt {
                 if announced.wait_for(|&a| a).await.is_err() {
                     return; // the protocol is gone: the node shuts down
                 }
-                let which = gather::Which::CoordinatedBy(node.0);
+                let which = gather::Which::earlier_runs_of(&shared, node);
                 // The previous run's subtransactions died with it; the
                 // peers aborted those not prepared (`AbortOrphans`).
                 let gathered = gather::gather(&shared, node, which, None).await;
