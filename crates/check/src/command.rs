@@ -64,7 +64,7 @@ pub fn run<W: Write>(opts: &CheckOptions, out: &mut W) -> Result<bool, CommandEr
     }
     let path = opts.file.as_ref().ok_or(CommandError::NoInput)?;
     let t0 = Instant::now();
-    let history = reader::read_file(path)?;
+    let history = reader::read_path(path)?;
     let read_ms = t0.elapsed().as_secs_f64() * 1e3;
     let granularity = opts
         .granularity

@@ -42,6 +42,27 @@ pub enum ReadError {
     Version { line: u64, found: u64 },
     #[error("line {line}: malformed transaction record: {message}")]
     BadRecord { line: u64, message: String },
+    #[error("{path}: {source}")]
+    InFile {
+        path: PathBuf,
+        #[source]
+        source: Box<ReadError>,
+    },
+    #[error("{path}: a history of {found}, where {first} has one of {expected}: histories of different runs do not merge")]
+    Mismatch {
+        path: PathBuf,
+        first: PathBuf,
+        found: String,
+        expected: String,
+    },
+    #[error("cannot list the history directory {path}: {source}")]
+    List {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the history directory {0} holds no *.jsonl file")]
+    NoFiles(PathBuf),
 }
 
 /// A whole history in memory: its header and records in file order.
@@ -119,11 +140,14 @@ impl<R: BufRead> HistoryReader<R> {
         }
     }
 
-    /// Reads every remaining record.
+    /// Reads every remaining record. A record of an attempt already read
+    /// supersedes it (a node across processes records a commit as of
+    /// unknown outcome before it sends it, then its end).
     pub fn read_all(mut self) -> Result<History, ReadError> {
         let mut txns = Vec::new();
+        let mut at: std::collections::HashMap<u64, usize> = Default::default();
         while let Some(r) = self.next_record()? {
-            txns.push(r);
+            supersede(&mut txns, &mut at, r);
         }
         Ok(History {
             header: self.header,
@@ -178,6 +202,77 @@ pub fn read_str(text: &str) -> Result<History, ReadError> {
     HistoryReader::new(text.as_bytes())?.read_all()
 }
 
+/// Adds `r` to `txns`, in place of an earlier record of the same attempt
+/// (`at`: where each attempt's record is).
+fn supersede(
+    txns: &mut Vec<TxnRecord>,
+    at: &mut std::collections::HashMap<u64, usize>,
+    r: TxnRecord,
+) {
+    match at.get(&r.id) {
+        Some(&i) => txns[i] = r,
+        None => {
+            at.insert(r.id, txns.len());
+            txns.push(r);
+        }
+    }
+}
+
+/// Reads a history file, or every `*.jsonl` file of a directory as one
+/// history (the nodes of a cluster each record the transactions they
+/// coordinate, in files of their own): their headers must name the same
+/// workload, protocol and isolation; the records are taken in file-name
+/// order, a later record of an attempt superseding an earlier one.
+pub fn read_path(path: &Path) -> Result<History, ReadError> {
+    if !path.is_dir() {
+        return read_file(path);
+    }
+    let list = |source| ReadError::List {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(list)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(list)?;
+    files.retain(|f| f.extension().is_some_and(|x| x == "jsonl"));
+    files.sort();
+    let Some(first) = files.first().cloned() else {
+        return Err(ReadError::NoFiles(path.to_path_buf()));
+    };
+    let in_file = |f: &Path| {
+        let f = f.to_path_buf();
+        move |e| ReadError::InFile {
+            path: f,
+            source: Box::new(e),
+        }
+    };
+    let mut merged = read_file(&first).map_err(in_file(&first))?;
+    let run = |h: &Header| format!("{} under {} at {}", h.workload, h.protocol, h.isolation);
+    let mut at: std::collections::HashMap<u64, usize> = merged
+        .txns
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.id, i))
+        .collect();
+    for f in &files[1..] {
+        let h = read_file(f).map_err(in_file(f))?;
+        if run(&h.header) != run(&merged.header) {
+            return Err(ReadError::Mismatch {
+                path: f.clone(),
+                first: first.clone(),
+                found: run(&h.header),
+                expected: run(&merged.header),
+            });
+        }
+        for r in h.txns {
+            supersede(&mut merged.txns, &mut at, r);
+        }
+    }
+    Ok(merged)
+}
+
 /// Reads a whole history file.
 pub fn read_file(path: &Path) -> Result<History, ReadError> {
     let file = File::open(path).map_err(|source| ReadError::Open {
@@ -202,6 +297,7 @@ pub fn write_history<W: std::io::Write>(out: &mut W, history: &History) -> std::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Outcome;
 
     const HEADER: &str =
         r#"{"brine_history":1,"workload":"w","protocol":"acid","isolation":"serializable"}"#;
@@ -214,6 +310,69 @@ mod tests {
         );
         let h = read_str(&text).map_err(|e| e.to_string());
         assert!(h.as_ref().is_ok_and(|h| h.txns.len() == 1), "{h:?}");
+    }
+
+    fn record(id: u64, outcome: &str) -> String {
+        format!(
+            r#"{{"id":{id},"ts":1,"class":"acid","outcome":"{outcome}","start_us":0,"end_us":1,"ops":[{{"op":"r","t":"a","k":[1],"v":0}}]}}"#
+        )
+    }
+
+    /// A node records a commit as of unknown outcome before it sends it,
+    /// then its end: the end supersedes it, in the first one's place.
+    #[test]
+    fn a_later_record_of_an_attempt_supersedes_the_earlier() {
+        let text = format!(
+            "{HEADER}\n{}\n{}\n{}\n",
+            record(1, "unknown"),
+            record(2, "aborted"),
+            record(1, "committed")
+        );
+        let h = read_str(&text).expect("reads");
+        let seen: Vec<(u64, Outcome)> = h.txns.iter().map(|t| (t.id, t.outcome)).collect();
+        assert_eq!(seen, [(1, Outcome::Committed), (2, Outcome::Aborted)]);
+    }
+
+    /// A directory is one history of its files, which must be of one run.
+    #[test]
+    fn a_directory_reads_as_one_history_of_one_run() {
+        let dir = std::env::temp_dir().join(format!("brine-reader-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let write = |name: &str, header: &str, records: &[String]| {
+            let text = format!("{header}\n{}\n", records.join("\n"));
+            std::fs::write(dir.join(name), text).expect("written");
+        };
+        write(
+            "node-0.jsonl",
+            HEADER,
+            &[record(1, "unknown"), record(2, "committed")],
+        );
+        write(
+            "node-1.jsonl",
+            HEADER,
+            &[record(1, "committed"), record(3, "aborted")],
+        );
+        std::fs::write(dir.join("notes.txt"), "not a history").expect("written");
+        let h = read_path(&dir).expect("reads");
+        let seen: Vec<(u64, Outcome)> = h.txns.iter().map(|t| (t.id, t.outcome)).collect();
+        assert_eq!(
+            seen,
+            [
+                (1, Outcome::Committed),
+                (2, Outcome::Committed),
+                (3, Outcome::Aborted)
+            ]
+        );
+        let other = HEADER.replace("acid", "salt");
+        write("node-2.jsonl", &other, &[record(4, "committed")]);
+        let e = read_path(&dir).map(|_| ()).map_err(|e| e.to_string());
+        assert!(
+            matches!(&e, Err(m) if m.contains("do not merge") && m.contains("under salt")),
+            "{e:?}"
+        );
+        std::fs::remove_dir_all(&dir).expect("removed");
+        let e = read_path(&dir).map(|_| ()).map_err(|e| e.to_string());
+        assert!(matches!(&e, Err(m) if m.contains("cannot open")), "{e:?}");
     }
 
     #[test]

@@ -1065,7 +1065,9 @@ enum ElleModelArg {
 
 #[derive(Args, Debug)]
 struct CheckArgs {
-    /// The history file (JSON lines, see docs/history-format.md).
+    /// The history file (JSON lines, see docs/history-format.md), or a
+    /// directory of them checked as one history (a cluster's `history`
+    /// directory: each node's records).
     #[arg(value_name = "FILE", required_unless_present = "self_bench")]
     file: Option<std::path::PathBuf>,
     /// The isolation level the history must satisfy.

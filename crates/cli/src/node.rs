@@ -309,6 +309,17 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         let _ = book.set(Arc::new(DecisionBook::recovered(committed)));
     }
     let book = book.get().cloned();
+    if let Some(path) = file.node_history_file(me) {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                NodeError::Config(format!(
+                    "cannot create the history directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+        }
+        config.history = Some(path);
+    }
     let app = application(&file)?;
     // Recovery may block on peers' answers: off the async threads.
     let (cluster, service) = tokio::task::spawn_blocking(move || {

@@ -162,6 +162,7 @@ pub async fn up(args: &UpArgs) -> Result<(), NodeError> {
         grouping: args.grouping.clone(),
         durability: durability.clone(),
         data_dir: durable.then(|| "data".to_string()),
+        history: None,
         replicas: args.replicas.unwrap_or(
             // Replicated logs across processes run `acid`, `salt` and
             // `callas` (Mediator's and Elia's own logs are not replicated).

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 mod processes;
 use processes::{
-    brine, client_runtime, cluster_up, free_ports, path, seen, spawn_server, start, start_as,
-    start_loaded_with, text, wait_up, Nodes, Seen, BRINE,
+    brine, client_runtime, cluster_up, free_ports, history_serializable, path, seen, spawn_server,
+    start, start_as, start_loaded_with, text, wait_up, Nodes, Seen, BRINE, RECORD_HISTORY,
 };
 
 #[test]
@@ -204,16 +204,19 @@ fn print_node_logs(cluster: &Nodes) {
 #[test]
 fn tpcc_with_three_replicas_passes_its_checks_after_a_leader_kill() {
     let tpcc = ["--warehouses", "1", "--tpcc-scale", "small"];
-    let durable = "durability = \"wal\"\ndata_dir = \"data\"\nreplicas = 3\n";
+    let durable =
+        format!("durability = \"wal\"\ndata_dir = \"data\"\nreplicas = 3\n{RECORD_HISTORY}");
     for (trial, victim) in kill_trials("REPLICA_TPCC", None)
         .into_iter()
         .take(repeats("BRINE_REPLICA_TPCC_KILL_TRIALS") as usize)
     {
         eprintln!("trial {trial}: node {victim} killed");
-        let mut cluster = start_as("acid", 3, "tpcc", &tpcc, durable);
+        let mut cluster = start_as("acid", 3, "tpcc", &tpcc, &durable);
         let timing = (Duration::ZERO, Duration::from_secs(3));
         let out = tpcc_with_a_kill(&mut cluster, &tpcc, "10", victim, timing);
         let taken = count_in_logs(&cluster, "taken over: served here", "");
+        let report = history_serializable(&cluster);
+        eprintln!("trial {trial}: the nodes' history is serializable: {report}");
         eprintln!(
             "trial {trial}: {taken} takeovers in the logs; {:?}",
             summary(&out)
@@ -867,9 +870,12 @@ fn balances(config: &Path) -> std::collections::BTreeMap<i64, i64> {
 #[test]
 fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
     // The scenario: the bank workload for 30 s in all, one node
-    // killed with SIGKILL and restarted in the middle.
-    fault_under_transfers(
+    // killed with SIGKILL and restarted in the middle; the nodes' history
+    // is checked too.
+    fault_under_transfers_of(
         "acid",
+        ("bank", &["--accounts", "30"]),
+        RECORD_HISTORY,
         Fault::Kill(1),
         Duration::from_secs(20),
         Duration::from_secs(8),
@@ -1009,7 +1015,7 @@ fn acknowledged_transfers_survive_leader_kills_with_three_replicas() {
         fault_under_transfers_of(
             "acid",
             ("bank", &["--accounts", "30"]),
-            "replicas = 3\n",
+            &format!("replicas = 3\n{RECORD_HISTORY}"),
             Fault::KillFor(victim, Duration::from_secs(3)),
             Duration::from_secs(3),
             Duration::from_secs(3),
@@ -1059,7 +1065,7 @@ fn a_wiped_node_is_copied_back_from_its_replicas() {
         fault_under_transfers_of(
             "acid",
             ("bank", &["--accounts", "30"]),
-            "replicas = 3\n",
+            &format!("replicas = 3\n{RECORD_HISTORY}"),
             Fault::Wipe(1),
             Duration::from_secs(3),
             Duration::from_secs(3),
@@ -1088,7 +1094,7 @@ fn transfers_survive_a_leader_cut_off_with_three_replicas() {
         fault_under_transfers_of(
             "acid",
             ("bank", &["--accounts", "30"]),
-            "replicas = 3\n",
+            &format!("replicas = 3\n{RECORD_HISTORY}"),
             Fault::CutLeader(2, Duration::from_secs(3)),
             Duration::from_secs(3),
             Duration::from_secs(3),
@@ -1461,6 +1467,10 @@ fn fault_under_transfers_of(
         }
     }
     assert_eq!(total, ACCOUNTS * 100_000, "money created or lost: {got:?}");
+    if extra.contains(RECORD_HISTORY) {
+        let report = history_serializable(&cluster);
+        eprintln!("the nodes' history is serializable: {report}");
+    }
     assert!(
         explained,
         "balances do not match the {} acknowledged transfers plus any subset of the {} unknown ones:\nexpected (acknowledged only) {base:?}\ngot {got:?}",

@@ -45,6 +45,13 @@ pub struct ClusterFile {
     /// `data_dir/node-<n>` (relative paths are relative to the file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<String>,
+    /// Record the history of the transactions the nodes coordinate (their
+    /// reads and writes with versions, for `brine check`): each node
+    /// process writes `history/node-<n>-<start>.jsonl` under this
+    /// directory (relative paths are relative to the file); `brine check
+    /// DIR` checks them as one history. Protocol `acid` (docs/history-format.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<String>,
     /// With `wal`: copies of every log (each partition's, each node's
     /// decisions) on this many nodes, the log's own and the next ones; a
     /// commit is durable once a majority of them has it
@@ -102,9 +109,14 @@ impl ClusterFile {
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         let mut file: ClusterFile = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
         file.validate().map_err(err)?;
-        if let (Some(dir), Some(base)) = (&file.data_dir, path.parent()) {
-            if Path::new(dir).is_relative() {
-                file.data_dir = Some(base.join(dir).display().to_string());
+        if let Some(base) = path.parent() {
+            for dir in [&mut file.data_dir, &mut file.history]
+                .into_iter()
+                .flatten()
+            {
+                if Path::new(dir.as_str()).is_relative() {
+                    *dir = base.join(&*dir).display().to_string();
+                }
             }
         }
         Ok(file)
@@ -115,6 +127,22 @@ impl ClusterFile {
         self.data_dir
             .as_ref()
             .map(|d| Path::new(d).join(format!("node-{node}")))
+    }
+
+    /// Where node `node` records its history (`history`): a file of its
+    /// own per start, named by the time and process (a restarted node's
+    /// records follow the earlier run's, in a file beside it).
+    pub fn node_history_file(&self, node: u32) -> Option<std::path::PathBuf> {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.history.as_ref().map(|d| {
+            Path::new(d).join(format!(
+                "node-{node}-{}-{}.jsonl",
+                since_epoch.as_millis(),
+                std::process::id()
+            ))
+        })
     }
 
     /// Where service `name` (a protocol's process of its own: Mediator's
@@ -163,6 +191,12 @@ impl ClusterFile {
             return Err(format!(
                 "replicas = {} copies the write-ahead log: it needs durability = \"wal\"",
                 self.replicas
+            ));
+        }
+        if self.history.is_some() && self.protocol != "acid" {
+            return Err(format!(
+                "history: the nodes record the history of protocol `acid` only, not `{}` (its roll-forwards and in-doubt ends across processes are not recorded yet; record one process with `brine bench --history`)",
+                self.protocol
             ));
         }
         if let Some(d) = &self.deadlock {

@@ -617,7 +617,12 @@ impl Cluster {
                     isolation: config.isolation.to_string(),
                     config: history_config(&config, &catalog, protocol.as_ref()),
                 };
-                Some(Arc::new(HistorySink::create(path, &header)?))
+                // A node across processes writes each record at once (a
+                // SIGKILL must not lose one whose writes others read).
+                Some(Arc::new(match hosting_node {
+                    Some(_) => HistorySink::create_direct(path, &header)?,
+                    None => HistorySink::create(path, &header)?,
+                }))
             }
             None => None,
         };

@@ -39,9 +39,16 @@ pub struct HistorySink {
     t0: Instant,
     path: PathBuf,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// A node's history across processes: each record goes to the file
+    /// (to the kernel) before the call that made it goes on, and a commit
+    /// is recorded as of unknown outcome before it is sent
+    /// ([`HistorySink::provisional`]), so a SIGKILL loses no transaction
+    /// whose writes others may read. With the records written so far.
+    direct: Option<Mutex<(File, u64)>>,
 }
 
 /// What an attempt collects while it runs, when the run records.
+#[derive(Clone)]
 pub struct TxnRecording {
     procedure: Option<String>,
     start: Instant,
@@ -81,7 +88,84 @@ impl HistorySink {
             t0: Instant::now(),
             path: path.to_path_buf(),
             writer: Mutex::new(Some(writer)),
+            direct: None,
         })
+    }
+
+    /// Creates `path` (which must not exist: a restarted node writes a
+    /// file of its own) and writes the header line; every record is then
+    /// written at once (see `direct`), a later record of an attempt
+    /// superseding an earlier one.
+    pub fn create_direct(path: &Path, header: &Header) -> Result<HistorySink> {
+        let io_err = |e: io::Error| {
+            Error::Config(format!("cannot write history file {}: {e}", path.display()))
+        };
+        let mut file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(io_err)?;
+        let mut line = serde_json::to_vec(header)
+            .map_err(|e| Error::Internal(format!("encoding the history header: {e}")))?;
+        line.push(b'\n');
+        file.write_all(&line).map_err(io_err)?;
+        let (tx, _) = crossbeam_channel::unbounded();
+        Ok(HistorySink {
+            tx,
+            t0: Instant::now(),
+            path: path.to_path_buf(),
+            writer: Mutex::new(None),
+            direct: Some(Mutex::new((file, 0))),
+        })
+    }
+
+    /// Before a commit is sent: records the attempt as of unknown outcome,
+    /// in a sink that writes directly (a node's, across processes), so a
+    /// crash before its end is recorded leaves its writes named. Its end
+    /// supersedes it.
+    pub fn provisional(&self, txn: TxnId, rec: &TxnRecording) {
+        if self.direct.is_none() || rec.ops.is_empty() {
+            return;
+        }
+        let record = self.record(txn, rec.clone(), Outcome::Unknown);
+        self.write_direct(&record);
+    }
+
+    fn write_direct(&self, record: &TxnRecord) {
+        let Some(direct) = &self.direct else {
+            return;
+        };
+        let mut line = match serde_json::to_vec(record) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("history file {}: {e}", self.path.display());
+                return;
+            }
+        };
+        line.push(b'\n');
+        let mut d = direct.lock();
+        match d.0.write_all(&line) {
+            Ok(()) => d.1 += 1,
+            Err(e) => tracing::error!("history file {}: {e}", self.path.display()),
+        }
+    }
+
+    fn record(&self, txn: TxnId, rec: TxnRecording, outcome: Outcome) -> TxnRecord {
+        let us = |t: Instant| t.saturating_duration_since(self.t0).as_micros() as u64;
+        TxnRecord {
+            id: txn.id,
+            ts: txn.ts,
+            procedure: rec.procedure,
+            class: rec.class,
+            group: None,
+            outcome,
+            accepted: rec.accepted,
+            client: rec.client,
+            read_committed: rec.read_committed,
+            start_us: us(rec.start),
+            end_us: us(Instant::now()),
+            ops: rec.ops,
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -106,21 +190,11 @@ impl HistorySink {
         if rec.ops.is_empty() {
             return;
         }
-        let us = |t: Instant| t.saturating_duration_since(self.t0).as_micros() as u64;
-        let record = TxnRecord {
-            id: txn.id,
-            ts: txn.ts,
-            procedure: rec.procedure,
-            class: rec.class,
-            group: None,
-            outcome,
-            accepted: rec.accepted,
-            client: rec.client,
-            read_committed: rec.read_committed,
-            start_us: us(rec.start),
-            end_us: us(Instant::now()),
-            ops: rec.ops,
-        };
+        let record = self.record(txn, rec, outcome);
+        if self.direct.is_some() {
+            self.write_direct(&record);
+            return;
+        }
         // The writer only goes away with the sink.
         let _ = self.tx.send(Msg::Record(Box::new(record)));
     }
@@ -140,6 +214,9 @@ impl HistorySink {
     /// Waits until everything recorded so far is in the file; returns the
     /// number of transactions written.
     pub fn flush(&self) -> Result<u64> {
+        if let Some(direct) = &self.direct {
+            return Ok(direct.lock().1);
+        }
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.tx
             .send(Msg::Flush(tx))

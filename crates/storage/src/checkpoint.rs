@@ -25,7 +25,8 @@ use brine_core::{Catalog, Error, Result, TxnId};
 
 use crate::wal::codec::{put_bytes, put_txn, put_u16, put_u32, put_u64, put_values, Decoder};
 use crate::wal::record::{
-    decode_base_context_in, decode_redo, encode_base_context, BaseContext, RedoOp,
+    decode_base_context_in, decode_redo, decode_versions, encode_base_context, encode_versions,
+    BaseContext, RedoOp,
 };
 use crate::wal::segment::io_err;
 use crate::wal::writer::LogPosition;
@@ -33,8 +34,10 @@ use crate::PartitionStore;
 
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"BRINECKP";
 /// Format 2 adds the Salt BASE contexts, format 3 their locked rows,
-/// format 4 the rows they read; formats 1 to 3 are still read.
-pub const CHECKPOINT_FORMAT: u32 = 4;
+/// format 4 the rows they read, format 5 the recorded versions of the
+/// keys (of a run that records a history) and of each in-doubt
+/// transaction's writes; formats 1 to 4 are still read.
+pub const CHECKPOINT_FORMAT: u32 = 5;
 
 pub fn checkpoint_path(dir: &Path, lsn: u64) -> PathBuf {
     dir.join(format!("{lsn:020}.ckpt"))
@@ -75,6 +78,8 @@ pub struct InDoubt {
     pub txn: TxnId,
     pub coordinator: u32,
     pub redo: Vec<RedoOp>,
+    /// The versions its writes installed (a run that records a history).
+    pub versions: Vec<crate::KeyVersion>,
 }
 
 impl PartitionStore {
@@ -130,6 +135,7 @@ impl PartitionStore {
             put_txn(&mut buf, txn);
             put_u32(&mut buf, coordinator);
             self.encode_redo(txn, &mut buf);
+            encode_versions(&mut buf, txn, &self.versions_of(txn));
         }
         put_u32(&mut buf, (base.open.len() + base.pending.len()) as u32);
         for c in base.open.values() {
@@ -139,6 +145,16 @@ impl PartitionStore {
         for c in base.pending.values() {
             crate::wal::codec::put_u8(&mut buf, 0);
             encode_base_context(&mut buf, c);
+        }
+        let versions = self.committed_versions();
+        put_u64(&mut buf, versions.iter().map(|m| m.len() as u64).sum());
+        for (t, map) in versions.iter().enumerate() {
+            for (key, state) in map {
+                put_u32(&mut buf, t as u32);
+                put_values(&mut buf, key.values());
+                put_u64(&mut buf, state.version);
+                crate::wal::codec::put_u8(&mut buf, state.deleted as u8);
+            }
         }
         let crc = crc32c::crc32c(&buf);
         put_u32(&mut buf, crc);
@@ -265,10 +281,18 @@ pub fn load_checkpoint(
             let txn = d.txn().map_err(e)?;
             let coordinator = d.u32("coordinator").map_err(e)?;
             let ops = decode_redo(&mut d).map_err(e)?;
+            let versions = if format >= 5 {
+                // Its own txn id first, as a Versions record has it.
+                d.txn().map_err(e)?;
+                decode_versions(&mut d).map_err(e)?
+            } else {
+                Vec::new()
+            };
             in_doubt.push(InDoubt {
                 txn,
                 coordinator,
                 redo: ops,
+                versions,
             });
         }
         let mut base = BaseContexts::default();
@@ -284,6 +308,21 @@ pub fn load_checkpoint(
                     base.pending.insert(c.sub, c);
                 }
             }
+        }
+        if format >= 5 {
+            let n = d.u64("versions").map_err(e)?;
+            let mut kept = Vec::with_capacity(n.min(1 << 16) as usize);
+            for _ in 0..n {
+                kept.push(crate::KeyVersion {
+                    table: brine_core::TableId(d.u32("table").map_err(e)?),
+                    key: d.key().map_err(e)?,
+                    state: crate::VerState {
+                        version: d.u64("version").map_err(e)?,
+                        deleted: d.u8("deleted").map_err(e)? != 0,
+                    },
+                });
+            }
+            store.apply_versions(kept);
         }
         if !d.is_empty() {
             return Err("trailing bytes in checkpoint".into());

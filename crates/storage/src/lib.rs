@@ -72,6 +72,7 @@ use brine_sql::{
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use brine_check::Op;
+pub use record::{KeyVersion, VerState};
 use record::{Recorder, Scanned};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -149,6 +150,9 @@ pub struct PartitionStore {
     undo_seq: u64,
     /// Row versions for history recording; `None` unless enabled.
     recorder: Option<Box<Recorder>>,
+    /// Versions a recovery read from the checkpoint and the log, kept for
+    /// the recorder (`enable_recording`) or the next checkpoint.
+    kept_versions: record::Versions,
     /// Several running transactions may change one row (Callas' Runtime
     /// Pipelining): their redo is computed per row (`redo.rs`).
     shared_rows: bool,
@@ -174,15 +178,58 @@ impl PartitionStore {
             undo: HashMap::new(),
             undo_seq: 0,
             recorder: None,
+            kept_versions: Vec::new(),
             shared_rows: false,
         }
     }
 
     /// Starts recording row versions (see the `record` module): writes draw version
     /// ids from `version_base + 1` on, so give each partition a disjoint
-    /// range. Rows present now are at version 0.
+    /// range (and each incarnation of a partition recovered from its log
+    /// another). Rows present now are at version 0, or at the version
+    /// their recovery found ([`PartitionStore::apply_versions`]).
     pub fn enable_recording(&mut self, version_base: u64) {
-        self.recorder = Some(Box::new(Recorder::new(self.tables.len(), version_base)));
+        let kept = std::mem::take(&mut self.kept_versions);
+        self.recorder = Some(Box::new(Recorder::new(
+            kept,
+            self.tables.len(),
+            version_base,
+        )));
+    }
+
+    /// The versions `txn` leaves the keys it wrote here at (when
+    /// recording; empty otherwise), for its log record: call before it
+    /// commits or prepares.
+    pub fn versions_of(&self, txn: TxnId) -> Vec<KeyVersion> {
+        self.recorder
+            .as_ref()
+            .map(|r| r.versions_of(txn))
+            .unwrap_or_default()
+    }
+
+    /// Recovery: a committed transaction left these keys at these
+    /// versions.
+    pub fn apply_versions(&mut self, versions: Vec<KeyVersion>) {
+        let n = self.tables.len();
+        let maps = match &mut self.recorder {
+            Some(r) => r.tables_mut(),
+            None => &mut self.kept_versions,
+        };
+        maps.resize(n, BTreeMap::new());
+        for v in versions {
+            if let Some(map) = maps.get_mut(v.table.0 as usize) {
+                map.insert(v.key, v.state);
+            }
+        }
+    }
+
+    /// The versions of the committed state, for a checkpoint: the
+    /// recorder's, or those a recovery kept (empty: none recorded).
+    pub(crate) fn committed_versions(&self) -> std::borrow::Cow<'_, record::Versions> {
+        match &self.recorder {
+            Some(r) => std::borrow::Cow::Owned(r.committed()),
+            None => std::borrow::Cow::Borrowed(&self.kept_versions),
+        }
     }
 
     pub fn is_recording(&self) -> bool {

@@ -26,10 +26,26 @@ use brine_sql::AccessDescriptor;
 
 /// A key's current version, and whether that version is a deletion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct VerState {
+pub struct VerState {
     pub version: u64,
     pub deleted: bool,
 }
+
+/// The version a committed transaction left a key at, as its partition
+/// logs it (a `Versions` record before its Commit or Prepare, when the
+/// run records a history), so a partition recovered from its log, or
+/// taken over from a replica's copy, goes on from the versions the
+/// history names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyVersion {
+    pub table: TableId,
+    pub key: Key,
+    pub state: VerState,
+}
+
+/// Per table, the version of every key written since the load (keys
+/// absent are at version 0).
+pub(crate) type Versions = Vec<BTreeMap<Key, VerState>>;
 
 const INITIAL: VerState = VerState {
     version: INITIAL_VERSION,
@@ -80,15 +96,19 @@ struct Installed {
     table: TableId,
     pk: Key,
     version: u64,
+    deleted: bool,
     /// The state it replaced (`None`: the key was at its initial state).
     before: Option<VerState>,
 }
 
 impl Recorder {
-    pub fn new(tables: usize, base: u64) -> Self {
+    /// A recorder drawing versions from `base + 1` on, its keys at
+    /// `versions` (those a recovery found; empty: every key at 0).
+    pub fn new(mut versions: Versions, tables: usize, base: u64) -> Self {
+        versions.resize(tables, BTreeMap::new());
         Recorder {
             next: base,
-            tables: vec![BTreeMap::new(); tables],
+            tables: versions,
             undo: HashMap::new(),
             seq: 0,
             covered: HashMap::new(),
@@ -96,6 +116,10 @@ impl Recorder {
             undone: HashMap::new(),
             undone_order: VecDeque::new(),
         }
+    }
+
+    pub(crate) fn tables_mut(&mut self) -> &mut Versions {
+        &mut self.tables
     }
 
     /// A statement of `txn` succeeded having recorded `ops`: its writes are
@@ -147,9 +171,51 @@ impl Recorder {
             table,
             pk: pk.clone(),
             version,
+            deleted,
             before,
         });
         (version, before.unwrap_or(INITIAL).version)
+    }
+
+    /// The version `txn` leaves each key it wrote here at (its last write
+    /// of the key), for its log record.
+    pub fn versions_of(&self, txn: TxnId) -> Vec<KeyVersion> {
+        let Some(log) = self.undo.get(&txn) else {
+            return Vec::new();
+        };
+        let mut out: Vec<KeyVersion> = Vec::with_capacity(log.len());
+        let mut seen: std::collections::HashSet<(TableId, &Key)> = Default::default();
+        for w in log.iter().rev() {
+            if !seen.insert((w.table, &w.pk)) {
+                continue;
+            }
+            out.push(KeyVersion {
+                table: w.table,
+                key: w.pk.clone(),
+                state: VerState {
+                    version: w.version,
+                    deleted: w.deleted,
+                },
+            });
+        }
+        out
+    }
+
+    /// The versions of the committed state (a checkpoint's): each key an
+    /// open transaction wrote at what the first of those writes replaced.
+    pub fn committed(&self) -> Versions {
+        let mut out = self.tables.clone();
+        let mut open: Vec<&Installed> = self.undo.values().flatten().collect();
+        open.sort_unstable_by_key(|w| std::cmp::Reverse(w.seq));
+        // Oldest last: its `before` is what stays.
+        for w in open {
+            let map = &mut out[w.table.0 as usize];
+            match w.before {
+                Some(s) => map.insert(w.pk.clone(), s),
+                None => map.remove(&w.pk),
+            };
+        }
+        out
     }
 
     pub fn commit(&mut self, txn: TxnId) {

@@ -89,6 +89,9 @@ pub fn recover_partition(
     // Contexts logged just before their subtransaction's Commit/Prepare.
     let mut logged: std::collections::HashMap<TxnId, crate::wal::record::BaseContext> =
         std::collections::HashMap::new();
+    // Likewise the versions of a run that records a history.
+    let mut versions: std::collections::HashMap<TxnId, Vec<crate::KeyVersion>> =
+        std::collections::HashMap::new();
     let mut stats = RecoveryStats {
         checkpoint_lsn: from.lsn,
         ..RecoveryStats::default()
@@ -120,6 +123,9 @@ pub fn recover_partition(
                     if let Some(c) = logged.remove(&txn) {
                         base.commit(c);
                     }
+                    if let Some(v) = versions.remove(&txn) {
+                        store.apply_versions(v);
+                    }
                 }
                 Record::Load { redo } => apply(&mut store, redo)?,
                 Record::Prepare {
@@ -137,6 +143,7 @@ pub fn recover_partition(
                             txn,
                             coordinator,
                             redo,
+                            versions: versions.remove(&txn).unwrap_or_default(),
                         },
                     );
                 }
@@ -146,8 +153,12 @@ pub fn recover_partition(
                         if commit {
                             stats.commits += 1;
                             apply(&mut store, d.redo)?;
+                            store.apply_versions(d.versions);
                         }
                     }
+                }
+                Record::Versions { txn, versions: v } => {
+                    versions.insert(txn, v);
                 }
                 Record::BaseContext(c) => {
                     logged.insert(c.sub, c);
@@ -191,6 +202,7 @@ impl PartitionRecovery {
                 for op in d.redo {
                     self.store.apply_redo(op)?;
                 }
+                self.store.apply_versions(d.versions);
                 c += 1;
             } else {
                 a += 1;

@@ -1344,3 +1344,63 @@ fn a_prepared_update_does_not_overwrite_an_increment_committed_meanwhile() {
     assert_eq!(after.get(ACCT, &pk(1, 3)), s.get(ACCT, &pk(1, 3)));
     assert_eq!(s.get(ACCT, &pk(1, 3)).unwrap()[3], dec(305));
 }
+
+/// Issue 39: a partition recovered from its checkpoint and log goes on
+/// from the versions the history named. The checkpoint keeps the
+/// committed versions (an open writer's replaced by what it replaced) and
+/// each in-doubt transaction's; a Versions record survives its encoding.
+#[test]
+fn recorded_versions_survive_a_checkpoint_and_the_log() {
+    use crate::checkpoint::{load_checkpoint, BaseContexts};
+    use crate::wal::record::{encode_versions, Record, RecordKind, VERSION};
+    const T3: TxnId = TxnId { ts: 3, id: 3 };
+    let mut s = store();
+    s.enable_recording(1000);
+    let set = |id: i64| format!("UPDATE acct SET n = 7 WHERE w = 1 AND id = {id}");
+    run_rec(&mut s, T1, &set(1), vec![]).unwrap();
+    let w = run_rec(&mut s, T1, &set(1), vec![]).unwrap();
+    let committed = version_of(&w[0]).0;
+    assert_eq!(s.versions_of(T1).len(), 1, "the key's last version only");
+    assert_eq!(s.versions_of(T1)[0].state.version, committed);
+    s.commit(T1);
+    // T2 is prepared (in doubt) at the checkpoint; T3 still runs.
+    let prepared = version_of(&run_rec(&mut s, T2, &set(2), vec![]).unwrap()[0]).0;
+    run_rec(&mut s, T3, &set(1), vec![]).unwrap();
+    let bytes = s.encode_checkpoint(0, Default::default(), &[(T2, 0)], &BaseContexts::default());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.ckpt");
+    std::fs::write(&path, bytes).unwrap();
+    let mut loaded = load_checkpoint(&path, s.catalog(), 0).unwrap();
+    let in_doubt = std::mem::take(&mut loaded.in_doubt);
+    assert_eq!(in_doubt.len(), 1);
+    assert_eq!(in_doubt[0].versions[0].state.version, prepared);
+    let mut r = loaded.store;
+    r.enable_recording(5000);
+    let read = |r: &mut PartitionStore, id: i64, txn| {
+        let sql = format!("SELECT n FROM acct WHERE w = 1 AND id = {id}");
+        version_of(&run_rec(r, txn, &sql, vec![]).unwrap()[0]).0
+    };
+    assert_eq!(
+        read(&mut r, 1, T1),
+        committed,
+        "T3's open write is not in it"
+    );
+    assert_eq!(read(&mut r, 2, T1), 0, "T2 in doubt: not applied yet");
+    assert_eq!(read(&mut r, 3, T1), 0, "never written");
+    r.apply_versions(in_doubt[0].versions.clone());
+    assert_eq!(read(&mut r, 2, T1), prepared, "T2 decided committed");
+    // New writes draw from the new incarnation's range.
+    let w = run_rec(&mut r, T3, &set(3), vec![]).unwrap();
+    assert_eq!(version_of(&w[0]), (5001, Some(0)));
+    // The log's record.
+    let mut buf = Vec::new();
+    encode_versions(&mut buf, T2, &in_doubt[0].versions);
+    let decoded = Record::decode(RecordKind::Versions as u8, VERSION, &buf).unwrap();
+    assert_eq!(
+        decoded,
+        Record::Versions {
+            txn: T2,
+            versions: in_doubt[0].versions.clone()
+        }
+    );
+}

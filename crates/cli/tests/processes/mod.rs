@@ -315,3 +315,25 @@ impl Drop for ClusterUp {
         }
     }
 }
+
+/// The cluster-file line that has every node record the history of the
+/// transactions it coordinates (acid), under the cluster's `history/`.
+pub const RECORD_HISTORY: &str = "history = \"history\"\n";
+
+/// Checks the history the nodes of `cluster` recorded ([`RECORD_HISTORY`])
+/// at serializability, as one history of every node's files; the
+/// checker's count of transactions. A violation fails the caller.
+pub fn history_serializable(cluster: &Nodes) -> String {
+    let dir = cluster.dir.path().join("history");
+    let o = brine(&["check", path(&dir), "--level", "serializable"]);
+    assert!(
+        o.status.success(),
+        "the nodes' history is not serializable:\n{}",
+        text(&o)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find(|l| l.starts_with("transactions:"))
+        .unwrap_or("")
+        .to_string()
+}

@@ -42,6 +42,9 @@ pub async fn commit_keeping_after(
             return Err(Error::TxnState("the transaction already ended".into()));
         }
         st.finished = true;
+        if let (Some(h), Some(rec)) = (&shared.history, &st.rec) {
+            h.provisional(st.txn, rec);
+        }
         (st.txn, st.participants.clone())
     };
     let (result, undone) = commit_at_with(shared, node, txn, ending, &participants, after).await;
@@ -234,6 +237,9 @@ pub async fn abort(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) {
             return;
         }
         st.finished = true;
+        if let (Some(h), Some(rec)) = (&shared.history, &st.rec) {
+            h.provisional(st.txn, rec);
+        }
         (st.txn, st.participants.clone())
     };
     let undone = abort_at(shared, node, txn, Ending::Release, &participants).await;

@@ -47,7 +47,7 @@ use brine_storage::checkpoint::{
 use brine_storage::recovery::{read_decisions, recover_partition, RecoveryStats};
 use brine_storage::wal::codec::{put_txn, put_u32};
 use brine_storage::wal::record::{
-    encode_base_context, encode_decision, encode_outcome, BaseContext, RedoWriter,
+    encode_base_context, encode_decision, encode_outcome, encode_versions, BaseContext, RedoWriter,
 };
 use brine_storage::wal::segment::{list_segments, sync_dir};
 use brine_storage::wal::{CrashSwitch, Log, LogConfig, LogPosition, LogStatsSnapshot, RecordKind};
@@ -780,6 +780,7 @@ impl PartitionWal {
             self.after_durable(reply, value);
             return;
         }
+        self.log_versions(store, txn);
         let _ = self.log.append_then(
             RecordKind::Commit,
             |buf| {
@@ -798,6 +799,7 @@ impl PartitionWal {
     /// vote yes once durable (no if the log failed).
     pub fn prepare(&mut self, store: &PartitionStore, txn: TxnId, reply: Reply<Vote>) {
         self.prepared.insert(txn, ANY_COORDINATOR);
+        self.log_versions(store, txn);
         let _ = self.log.append_then(
             RecordKind::Prepare,
             |buf| {
@@ -812,6 +814,24 @@ impl PartitionWal {
                 Err(e) => tracing::error!(%txn, "prepare not durable: {e}"),
             }),
         );
+    }
+
+    /// When the run records a history: the versions `txn` leaves the
+    /// keys it wrote at, just before its Commit or Prepare record (in the
+    /// same batch), so a recovery from this log, here or at a replica
+    /// that takes the partition over, goes on from the versions the
+    /// history names. A failure shows in the record after it.
+    fn log_versions(&mut self, store: &PartitionStore, txn: TxnId) {
+        let versions = store.versions_of(txn);
+        if versions.is_empty() {
+            return;
+        }
+        if let Err(e) = self
+            .log
+            .append(RecordKind::Versions, |b| encode_versions(b, txn, &versions))
+        {
+            tracing::error!(partition = self.id, %txn, "cannot log recorded versions: {e}");
+        }
     }
 
     /// True if `txn` prepared here and awaits its decision.

@@ -274,9 +274,17 @@ impl<R: Rules> Partition<R> {
         };
         if record {
             // Version ids come from a range of this partition's own, so
-            // they are unique in the cluster.
-            p.store
-                .enable_recording(u64::from(id.0 + 1) << VERSION_RANGE_BITS);
+            // they are unique in the cluster. A partition with a log may
+            // be recovered (restarted, or taken over at another node): it
+            // goes on from the versions its log holds, and each of its
+            // incarnations draws from a range of its own, at random among
+            // 2^23 (what an earlier one drew but never logged, it wrote
+            // in the history as aborted or unknown).
+            let base = match p.wal {
+                Some(_) => (rand::random::<u64>() >> 41).max(1) << VERSION_RANGE_BITS,
+                None => u64::from(id.0 + 1) << VERSION_RANGE_BITS,
+            };
+            p.store.enable_recording(base);
         }
         p
     }

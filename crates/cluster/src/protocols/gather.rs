@@ -101,7 +101,9 @@ pub struct Answer {
     /// When the run records a history: the operations of the committed
     /// subtransactions of each transaction named, and the writes
     /// the fence undid, by subtransaction.
+    #[serde(with = "crate::message::as_json")]
     ops: Vec<(TxnId, Vec<Op>)>,
+    #[serde(with = "crate::message::as_json")]
     undone: Vec<(TxnId, Vec<Op>)>,
 }
 
@@ -126,7 +128,10 @@ pub enum Which {
     /// node: ids below `before`, its current run's first. A restarted
     /// node's recovery gathers these, never the transactions it runs
     /// already (rolled forward, one of them would run twice).
-    EarlierRunsOf { node: u32, before: u64 },
+    EarlierRunsOf {
+        node: u32,
+        before: u64,
+    },
     Owners(Vec<TxnId>),
 }
 

@@ -51,11 +51,16 @@ fn spawn_to(
         while let Some(msg) = rx.recv().await {
             let msg = match &target {
                 Target::Routed(routes) => match routes.local(partition) {
-                    Some(local) => match local.send(msg) {
-                        Ok(()) => continue,
-                        // Its actor stopped: the message goes by the wire.
-                        Err(mpsc::error::SendError(msg)) => msg,
-                    },
+                    Some(local) => {
+                        let Some(msg) = moved_here(partition, &seen, msg) else {
+                            continue;
+                        };
+                        match local.send(msg) {
+                            Ok(()) => continue,
+                            // Its actor stopped: the message goes by the wire.
+                            Err(mpsc::error::SendError(msg)) => msg,
+                        }
+                    }
                     None => msg,
                 },
                 Target::Fixed(_) => msg,
@@ -73,6 +78,37 @@ fn spawn_to(
         }
     });
     tx
+}
+
+/// A message for the partition's actor in this process, which took the
+/// partition over after `msg`'s transaction ran statements at the node
+/// that served it before: what the wire answers a restarted node's
+/// actor ([`NodeService`](super::NodeService)'s incarnation check), the
+/// statements being lost unless the log has their commit. A prepare
+/// votes No, a one-round commit is refused (its outcome unknown); `None`
+/// when answered here. Anything else goes on to the actor.
+fn moved_here(partition: u32, seen: &Incarnations, msg: PartitionMsg) -> Option<PartitionMsg> {
+    match msg {
+        PartitionMsg::Prepare { txn, reply, .. } if seen.expected(txn).is_some() => {
+            seen.ended(txn);
+            reply.send(Vote::No);
+            None
+        }
+        PartitionMsg::Commit {
+            txn,
+            decided: false,
+            reply,
+            ..
+        } if seen.expected(txn).is_some() => {
+            seen.ended(txn);
+            reply.send(Err(Error::Transport(format!(
+                "partition {partition} moved here since the transaction ran at its previous \
+                 node; whether it committed is unknown to this run (the log has it if it did)"
+            ))));
+            None
+        }
+        msg => Some(msg),
+    }
 }
 
 /// Where a proxy's requests go: one node, or wherever the partition is

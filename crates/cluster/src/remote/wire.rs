@@ -181,7 +181,7 @@ pub enum WireResponse {
     Ack,
     /// An abort's answer: the writes undone, when recording a history
     /// (`PartitionMsg::Abort`).
-    Undone(Vec<brine_check::Op>),
+    Undone(#[serde(with = "crate::message::as_json")] Vec<brine_check::Op>),
     Done(Result<()>),
     Status(PartitionStatus),
     Called(Result<(Vec<Value>, u32)>),

@@ -46,6 +46,10 @@ pub enum RecordKind {
     Decision = 4,
     /// Bulk-loaded rows (outside any transaction): redo only.
     Load = 5,
+    /// History recording: the version a transaction left each key it
+    /// wrote at (`crate::KeyVersion`); written just before its Commit or
+    /// Prepare record, and valid only if it committed.
+    Versions = 6,
     /// Salt: what an alkaline subtransaction ran at this partition (the
     /// results of its statements, and for the first one the procedure and
     /// its arguments); written just before the subtransaction's Commit or
@@ -72,6 +76,7 @@ impl RecordKind {
             3 => RecordKind::Outcome,
             4 => RecordKind::Decision,
             5 => RecordKind::Load,
+            6 => RecordKind::Versions,
             16 => RecordKind::BaseContext,
             17 => RecordKind::BaseEnd,
             32 => RecordKind::MediatorVersions,
@@ -136,6 +141,10 @@ pub enum Record {
     BaseContext(BaseContext),
     BaseEnd {
         owner: TxnId,
+    },
+    Versions {
+        txn: TxnId,
+        versions: Vec<crate::KeyVersion>,
     },
 }
 
@@ -475,6 +484,34 @@ pub fn decode_redo(d: &mut Decoder<'_>) -> DecodeResult<Vec<RedoOp>> {
     Ok(ops)
 }
 
+/// Encodes the payload of a Versions record.
+pub fn encode_versions(buf: &mut Vec<u8>, txn: TxnId, versions: &[crate::KeyVersion]) {
+    put_txn(buf, txn);
+    put_u32(buf, versions.len() as u32);
+    for v in versions {
+        put_u32(buf, v.table.0);
+        super::codec::put_values(buf, v.key.values());
+        super::codec::put_u64(buf, v.state.version);
+        put_u8(buf, v.state.deleted as u8);
+    }
+}
+
+pub(crate) fn decode_versions(d: &mut Decoder<'_>) -> DecodeResult<Vec<crate::KeyVersion>> {
+    let n = d.u32("versions")? as usize;
+    let mut out = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        out.push(crate::KeyVersion {
+            table: TableId(d.u32("table")?),
+            key: d.key()?,
+            state: crate::VerState {
+                version: d.u64("version")?,
+                deleted: d.u8("deleted")? != 0,
+            },
+        });
+    }
+    Ok(out)
+}
+
 /// Encodes the payload of an Outcome record.
 pub fn encode_outcome(buf: &mut Vec<u8>, txn: TxnId, commit: bool) {
     put_txn(buf, txn);
@@ -533,6 +570,10 @@ impl Record {
             },
             RecordKind::BaseContext => Record::BaseContext(decode_base_context(&mut d)?),
             RecordKind::BaseEnd => Record::BaseEnd { owner: d.txn()? },
+            RecordKind::Versions => Record::Versions {
+                txn: d.txn()?,
+                versions: decode_versions(&mut d)?,
+            },
             // Mediator's records live in its own logs, which it reads.
             RecordKind::MediatorVersions
             | RecordKind::MediatorCommit
