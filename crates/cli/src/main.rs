@@ -8,6 +8,7 @@
 //! brine bench bank --check --isolation serializable
 //! ```
 
+mod addresses;
 mod analyze;
 mod faults;
 mod group;

@@ -309,6 +309,14 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         let _ = book.set(Arc::new(DecisionBook::recovered(committed)));
     }
     let book = book.get().cloned();
+    // Where the file moves a peer (a node replaced at another address),
+    // every client of it follows.
+    let mut followed: Vec<(u32, Arc<remote::PeerClient>)> =
+        peers.iter().map(|(n, c)| (n.0, c.clone())).collect();
+    if let Some(r) = &replicas {
+        followed.extend(r.clients());
+    }
+    crate::addresses::follow(args.config.clone(), me, followed);
     if let Some(path) = file.node_history_file(me) {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| {

@@ -1073,6 +1073,55 @@ fn a_wiped_node_is_copied_back_from_its_replicas() {
     }
 }
 
+/// Issue 39: a node lost for good and replaced by a machine at another
+/// address. Under bank transfers with three replicas of every log, node 1
+/// is killed, its data directory deleted, and a new, empty process takes
+/// its place at another port, which the cluster file then names (what an
+/// operator does: `docs/replication.md`, "A node lost for good"). The
+/// other nodes follow the file to the new address; the replacement comes
+/// back as a new generation of node 1's replicas, copied from the others'
+/// (each log's image: its checkpoint and what follows), and each catches
+/// up. Every acknowledged transfer is there, and the nodes' history is
+/// serializable. `BRINE_REPLICA_REPLACE_TRIALS` times (default 1).
+#[test]
+fn a_node_lost_for_good_is_replaced_at_another_address() {
+    for trial in 0..repeats("BRINE_REPLICA_REPLACE_TRIALS") {
+        eprintln!("trial {trial}: node 1 lost, replaced at another address");
+        fault_under_transfers_of(
+            "acid",
+            ("bank", &["--accounts", "30"]),
+            &format!("replicas = 3\n{RECORD_HISTORY}"),
+            Fault::Replace(1),
+            Duration::from_secs(3),
+            Duration::from_secs(3),
+        );
+    }
+}
+
+/// Rewrites the cluster file `config` so node `node` is at `address`.
+fn readdress(config: &Path, node: usize, address: &str) {
+    let text = std::fs::read_to_string(config).expect("the cluster file");
+    let mut blocks: Vec<String> = text.split("[[nodes]]").map(str::to_string).collect();
+    let entry = &mut blocks[node + 1];
+    assert!(entry.contains(&format!("id = {node}\n")), "{entry}");
+    *entry = entry
+        .lines()
+        .map(|l| {
+            if l.starts_with("address = ") {
+                format!("address = \"{address}\"")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    // Written whole, then renamed: a node reading it never sees half.
+    let tmp = config.with_extension("toml.tmp");
+    std::fs::write(&tmp, blocks.join("[[nodes]]")).expect("writing the cluster file");
+    std::fs::rename(&tmp, config).expect("installing the cluster file");
+}
+
 /// How many times a trial runs: `var` if set, else once.
 fn repeats(var: &str) -> u64 {
     std::env::var(var)
@@ -1149,6 +1198,11 @@ enum Fault {
     /// (a lost disk), restarted empty: its replicas are copied back from
     /// the others'.
     Wipe(usize),
+    /// Replicated logs: that node lost for good (SIGKILL, its data
+    /// directory deleted), replaced by a new, empty process at another
+    /// address, which the cluster file then names: the others follow the
+    /// file, and the replacement's replicas are copied from theirs.
+    Replace(usize),
 }
 
 /// Three durable processes of `protocol` under bank transfers from four
@@ -1237,7 +1291,7 @@ fn fault_under_transfers_of(
     let hit = match fault {
         Fault::Kill(n) | Fault::KillFor(n, _) => n as i64,
         Fault::Cut(n, _) | Fault::CutLeader(n, _) => i64::from(n),
-        Fault::Wipe(n) => n as i64,
+        Fault::Wipe(n) | Fault::Replace(n) => n as i64,
     };
     match fault {
         Fault::Kill(victim) => kill_and_restart(&mut cluster, victim),
@@ -1256,7 +1310,7 @@ fn fault_under_transfers_of(
             assert!(cut.status.success(), "{}", text(&cut));
             std::thread::sleep(d);
         }
-        Fault::Wipe(victim) => {
+        Fault::Wipe(victim) | Fault::Replace(victim) => {
             let killed = &mut cluster.children[victim];
             killed.kill().expect("SIGKILL");
             killed.wait().expect("reaped");
@@ -1266,6 +1320,11 @@ fn fault_under_transfers_of(
                 .join("data")
                 .join(format!("node-{victim}"));
             std::fs::remove_dir_all(&data).expect("the node's data wiped");
+            if matches!(fault, Fault::Replace(_)) {
+                let port = free_ports(1)[0];
+                readdress(&config, victim, &format!("127.0.0.1:{port}"));
+                eprintln!("node {victim} replaced by a process at 127.0.0.1:{port}");
+            }
             cluster.children[victim] = spawn_server(&cluster.config, cluster.dir.path(), victim);
             wait_up(&cluster.config);
         }
@@ -1306,7 +1365,7 @@ fn fault_under_transfers_of(
         runtime.block_on(t).expect("a load task");
     }
 
-    if let Fault::Wipe(node) = fault {
+    if let Fault::Wipe(node) | Fault::Replace(node) = fault {
         // Its replicas were copied back: each catches up with its leader.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {

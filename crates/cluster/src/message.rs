@@ -519,3 +519,57 @@ pub mod as_json {
         d.deserialize_byte_buf(Bytes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statement's recorded operations cross processes (a node whose
+    /// partitions record a history): the wire's binary encoding carries
+    /// them as their JSON, keys of any scalar and tombstones included.
+    #[test]
+    fn recorded_operations_cross_the_wire() {
+        use brine_core::{Decimal, Key, Value};
+        let ops = vec![
+            Op::Read {
+                table: "account".into(),
+                key: Key::new([Value::Int(7), Value::str("x")]),
+                version: 1 << 50,
+                sub: Some(2),
+                cols: None,
+            },
+            Op::RangeRead {
+                table: "account".into(),
+                index: 0,
+                lo: Box::new(std::ops::Bound::Included(Key::new([Value::Decimal(
+                    Decimal::new(1234, 2),
+                )]))),
+                hi: Box::new(std::ops::Bound::Unbounded),
+                seen: vec![brine_check::Seen {
+                    key: Key::new([Value::Int(8)]),
+                    version: 3,
+                    deleted: true,
+                }],
+                sub: None,
+                cols: None,
+            },
+        ];
+        let executed = Executed {
+            result: QueryResult::affected(1),
+            ops: ops.clone(),
+            dirty: true,
+            after: Vec::new(),
+        };
+        let bytes = postcard::to_allocvec(&executed).expect("encodes");
+        let back: Executed = postcard::from_bytes(&bytes).expect("decodes");
+        assert_eq!(back.ops, ops);
+        assert!(back.dirty);
+        let none = Executed {
+            ops: Vec::new(),
+            ..back
+        };
+        let back: Executed =
+            postcard::from_bytes(&postcard::to_allocvec(&none).expect("encodes")).expect("decodes");
+        assert!(back.ops.is_empty());
+    }
+}

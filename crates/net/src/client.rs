@@ -73,14 +73,16 @@ impl<Req, Resp> Clone for Client<Req, Resp> {
 impl<Req, Resp> std::fmt::Debug for Client<Req, Resp> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("addr", &self.inner.addr)
+            .field("addr", &*self.inner.addr.read())
             .field("connected", &self.is_connected())
             .finish()
     }
 }
 
 struct Inner {
-    addr: String,
+    /// Where the server is; [`Client::set_addr`] moves it (a node
+    /// replaced by a machine at another address).
+    addr: parking_lot::RwLock<String>,
     config: ClientConfig,
     /// The connection requests use; the fast path takes only this lock.
     current: parking_lot::Mutex<Option<Arc<Conn>>>,
@@ -194,8 +196,24 @@ impl Drop for ForgetOnDrop<'_> {
 }
 
 impl<Req, Resp> Client<Req, Resp> {
-    pub fn addr(&self) -> &str {
-        &self.inner.addr
+    pub fn addr(&self) -> String {
+        self.inner.addr.read().clone()
+    }
+
+    /// The server moved to `addr`: the connection is dropped (the
+    /// requests in flight on it fail as on a lost connection) and the
+    /// next request connects there.
+    pub fn set_addr(&self, addr: &str) {
+        let old = std::mem::replace(&mut *self.inner.addr.write(), addr.to_owned());
+        if old == addr {
+            return;
+        }
+        if let Some(conn) = self.inner.current.lock().take() {
+            conn.pending.fail_all(NetError::ConnectionLost {
+                addr: old,
+                reason: format!("the server moved to {addr}"),
+            });
+        }
     }
 
     /// Cuts the client off from its server for `d`, as a network partition
@@ -206,9 +224,7 @@ impl<Req, Resp> Client<Req, Resp> {
     pub fn cut_for(&self, d: Duration) {
         *self.inner.cut_until.lock() = Some(Instant::now() + d);
         if let Some(conn) = self.inner.current.lock().take() {
-            conn.pending.fail_all(NetError::Cut {
-                addr: self.inner.addr.clone(),
-            });
+            conn.pending.fail_all(NetError::Cut { addr: self.addr() });
         }
     }
 
@@ -216,9 +232,7 @@ impl<Req, Resp> Client<Req, Resp> {
     fn cut_off(&self) -> Option<NetError> {
         let mut until = self.inner.cut_until.lock();
         match *until {
-            Some(t) if Instant::now() < t => Some(NetError::Cut {
-                addr: self.inner.addr.clone(),
-            }),
+            Some(t) if Instant::now() < t => Some(NetError::Cut { addr: self.addr() }),
             Some(_) => {
                 *until = None;
                 None
@@ -249,7 +263,7 @@ where
         let in_flight = Semaphore::new(config.max_in_flight);
         Ok(Client {
             inner: Arc::new(Inner {
-                addr: addr.into(),
+                addr: parking_lot::RwLock::new(addr.into()),
                 config,
                 current: parking_lot::Mutex::new(None),
                 reconnect: tokio::sync::Mutex::new(None),
@@ -289,7 +303,7 @@ where
             return Err(cut);
         }
         let inner = &*self.inner;
-        let addr = &inner.addr;
+        let addr = &self.addr();
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = Envelope::encode(Kind::Request, id, &req).map_err(|e| NetError::Encode {
             what: type_name::<Req>(),
@@ -416,13 +430,13 @@ where
                 Err(e) if !e.is_transient() => return Err(e),
                 Err(e) if attempt >= config.connect_attempts => {
                     return Err(NetError::Unreachable {
-                        addr: self.inner.addr.clone(),
+                        addr: self.addr(),
                         attempts: attempt,
                         last: Box::new(e),
                     })
                 }
                 Err(e) => {
-                    debug!(addr = %self.inner.addr, attempt, error = %e, ?backoff, "connect failed; retrying");
+                    debug!(addr = %self.addr(), attempt, error = %e, ?backoff, "connect failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(config.reconnect_backoff_max);
                     attempt += 1;
@@ -433,7 +447,7 @@ where
 
     async fn connect_once(&self) -> Result<Arc<Conn>, NetError> {
         let config = &self.inner.config;
-        let addr = &self.inner.addr;
+        let addr = &self.addr();
         let stream =
             match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr.as_str()))
                 .await

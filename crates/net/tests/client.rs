@@ -68,6 +68,37 @@ async fn client_reconnects_after_the_server_restarts_on_the_same_port() {
     assert_eq!(second.stats().connections_accepted_total, 1);
 }
 
+/// A server replaced by one at another address (`Client::set_addr`): the
+/// connection to the old one is dropped and the next request goes to the
+/// new one; the same address again changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_follows_its_server_to_another_address() {
+    let old = start(ServerConfig::default()).await;
+    let new = start(ServerConfig::default()).await;
+    let client: Client<Req, Resp> = Client::connect(old.local_addr().to_string(), client_config())
+        .await
+        .expect("connects");
+    assert_eq!(
+        client.request(Req::Add(1, 2)).await.expect("add"),
+        Resp::Sum(3)
+    );
+    let to = new.local_addr().to_string();
+    client.set_addr(&to);
+    assert_eq!(client.addr(), to);
+    assert!(!client.is_connected(), "the old connection is dropped");
+    assert_eq!(
+        client.request(Req::Add(2, 2)).await.expect("add"),
+        Resp::Sum(4)
+    );
+    client.set_addr(&to);
+    assert!(
+        client.is_connected(),
+        "the same address keeps the connection"
+    );
+    assert_eq!(new.stats().connections_accepted_total, 1);
+    assert_eq!(old.stats().connections_accepted_total, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_loss_fails_every_request_in_flight_then_reconnects() {
     let server = start(ServerConfig::default()).await;
