@@ -118,6 +118,16 @@ pub async fn request(
     };
     Some(match (req, replicas) {
         (WireRequest::Raft { msgs }, Some(r)) => WireResponse::Done(r.deliver(msgs.clone())),
+        (
+            WireRequest::RaftPart {
+                log,
+                key,
+                index,
+                total,
+                bytes,
+            },
+            Some(r),
+        ) => WireResponse::Done(r.deliver_part(*log, *key, *index, *total, bytes.clone())),
         (WireRequest::Join { log, id }, Some(r)) => WireResponse::Done(r.join(*log, *id)),
         (WireRequest::Generation { node }, Some(r)) => {
             WireResponse::Generation(r.generation_of(*node).await)
@@ -127,7 +137,10 @@ pub async fn request(
             WireResponse::Generation(None)
         }
         (
-            WireRequest::Raft { .. } | WireRequest::Join { .. } | WireRequest::Generation { .. },
+            WireRequest::Raft { .. }
+            | WireRequest::RaftPart { .. }
+            | WireRequest::Join { .. }
+            | WireRequest::Generation { .. },
             None,
         ) => {
             if replicated {

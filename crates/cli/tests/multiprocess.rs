@@ -1383,6 +1383,8 @@ fn fault_under_transfers_of(
             };
             if rows.len() == 6 && !rows.iter().any(behind) {
                 eprintln!("node {node}'s replicas caught up:\n{}", rows.join("\n"));
+                let parted = count_in_logs(&cluster, "sent in parts", "parts");
+                eprintln!("raft messages sent in parts (images): {parted} parts in all");
                 break;
             }
             assert!(

@@ -115,6 +115,8 @@ pub fn spawn_server(config: &Path, dir: &Path, node: usize) -> Child {
     let log = std::fs::File::create(dir.join(format!("node-{node}.log"))).expect("log file");
     Command::new(BRINE)
         .env("RUST_LOG", "brine_cluster=info,brine=info")
+        // Replicated logs: images (and large batches) cross in parts.
+        .env("BRINE_RAFT_PART_BYTES", "16384")
         .args(["server", "--config"])
         .arg(config)
         .args(["--node", &node.to_string()])

@@ -413,10 +413,12 @@ impl NodeService {
             }
             // The node's replicas take these before its service starts
             // (`brine server`): one that gets here has none.
-            WireRequest::Raft { .. } => WireResponse::Refused(Error::Config(format!(
-                "node {} keeps no replicas of replicated logs",
-                self.node.0
-            ))),
+            WireRequest::Raft { .. } | WireRequest::RaftPart { .. } => {
+                WireResponse::Refused(Error::Config(format!(
+                    "node {} keeps no replicas of replicated logs",
+                    self.node.0
+                )))
+            }
             WireRequest::Serves { partition, serving } => {
                 if let Some(r) = &self.routes {
                     r.learn(partition, serving);

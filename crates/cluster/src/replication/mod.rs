@@ -34,6 +34,7 @@ use brine_storage::wal::{Replicas, Waiter};
 
 mod embedded;
 mod nodes;
+mod parts;
 mod takeover;
 pub use nodes::{generation, Generation, Layout, LogName, NodeReplicas, ReplicaStatus};
 

@@ -311,6 +311,8 @@ pub struct NodeReplicas {
     /// The newest generation of each node whose replicas sent this one a
     /// message in this run.
     heard: parking_lot::Mutex<HashMap<u32, u64>>,
+    /// Messages arriving in parts (`WireRequest::RaftPart`).
+    parts: super::parts::Assembly,
 }
 
 /// What the group tasks share with their node.
@@ -355,9 +357,15 @@ impl NodeReplicas {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("replicated logs start inside a tokio runtime".into()))?;
         let mut senders = HashMap::new();
+        // The size of a request's raft messages: `BRINE_RAFT_PART_BYTES`
+        // (tests send images in small parts), else `PART_BYTES`.
+        let part_bytes = std::env::var("BRINE_RAFT_PART_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(super::parts::PART_BYTES);
         for (&peer, client) in clients.iter().filter(|(&n, _)| n != node) {
             let (tx, rx) = mpsc::unbounded_channel();
-            runtime.spawn(send_to_peer(client.clone(), rx));
+            runtime.spawn(send_to_peer(client.clone(), rx, part_bytes));
             senders.insert(peer, tx);
         }
         let (takeovers, taken) = mpsc::unbounded_channel();
@@ -399,6 +407,7 @@ impl NodeReplicas {
             fatal,
             new_state: generation.new,
             heard: Default::default(),
+            parts: Default::default(),
         }))
     }
 
@@ -538,6 +547,22 @@ impl NodeReplicas {
         Ok(())
     }
 
+    /// Part of a message from another node's replicas too large for one
+    /// request (`WireRequest::RaftPart`): delivered once every part came.
+    pub fn deliver_part(
+        &self,
+        log: LogName,
+        key: u64,
+        index: u32,
+        total: u32,
+        bytes: Vec<u8>,
+    ) -> Result<()> {
+        match self.parts.add(log, key, index, total, bytes)? {
+            Some(whole) => self.deliver(vec![(log, whole)]),
+            None => Ok(()),
+        }
+    }
+
     /// Waits until this node leads `log` with everything committed
     /// applied, then cuts its copy there: what it holds is exactly what
     /// the group committed, for the partition (or coordinator) to recover
@@ -627,14 +652,18 @@ impl GroupInput {
 async fn send_to_peer(
     client: Arc<PeerClient>,
     mut rx: mpsc::UnboundedReceiver<(LogName, Vec<u8>)>,
+    part_bytes: usize,
 ) {
     while let Some(first) = rx.recv().await {
         let mut msgs = vec![first];
         while let Ok(m) = rx.try_recv() {
             msgs.push(m);
         }
-        // Lost messages are raft's to repeat.
-        let _ = client.request(WireRequest::Raft { msgs }).await;
+        // In requests of at most `part_bytes` (a larger message in parts,
+        // in order). Lost messages are raft's to repeat.
+        for req in super::parts::requests(msgs, part_bytes, rand::random) {
+            let _ = client.request(req).await;
+        }
     }
 }
 
