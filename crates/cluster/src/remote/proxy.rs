@@ -82,13 +82,27 @@ fn spawn_to(
 
 /// A message for the partition's actor in this process, which took the
 /// partition over after `msg`'s transaction ran statements at the node
-/// that served it before: what the wire answers a restarted node's
-/// actor ([`NodeService`](super::NodeService)'s incarnation check), the
-/// statements being lost unless the log has their commit. A prepare
-/// votes No, a one-round commit is refused (its outcome unknown); `None`
-/// when answered here. Anything else goes on to the actor.
+/// that served it before: what the wire answers at a restarted node
+/// (the incarnation checks), the statements being lost unless the log
+/// has their commit. A statement fails (the transaction aborts: run here,
+/// it would hold locks no commit releases), a prepare votes No, a
+/// one-round commit is refused (its outcome unknown); `None` when
+/// answered here. Anything else goes on to the actor.
 fn moved_here(partition: u32, seen: &Incarnations, msg: PartitionMsg) -> Option<PartitionMsg> {
     match msg {
+        PartitionMsg::Execute { txn, reply, .. } if seen.expected(txn).is_some() => {
+            reply.send(Err(Error::Transport(format!(
+                "partition {partition} moved here during transaction {txn}"
+            ))));
+            None
+        }
+        PartitionMsg::Abort { txn, .. } | PartitionMsg::Commit { txn, .. }
+            if seen.expected(txn).is_some()
+                && !matches!(msg, PartitionMsg::Commit { decided: false, .. }) =>
+        {
+            seen.ended(txn);
+            Some(msg)
+        }
         PartitionMsg::Prepare { txn, reply, .. } if seen.expected(txn).is_some() => {
             seen.ended(txn);
             reply.send(Vote::No);
