@@ -659,7 +659,11 @@ impl Cluster {
         let procedures = Arc::new(procedures);
         shared.protocol.attach(&shared, &procedures);
         if let (Some(routes), Some(me)) = (&shared.routes, hosting_node) {
-            tokio::spawn(follow_moves(routes.moves(), Arc::downgrade(&shared), me));
+            tokio::spawn(crate::replication::follow_moves(
+                routes.moves(),
+                Arc::downgrade(&shared),
+                me,
+            ));
         }
         if recovering {
             // What the log says was promised but not done (Salt: accepted
@@ -973,29 +977,5 @@ impl Cluster {
         }
         cache.insert(sql.to_string(), plan.clone());
         Ok(plan)
-    }
-}
-
-/// With replicated logs across processes: each partition that moves to
-/// another node (taken over there from its log) is, for the protocol, as
-/// if that node had restarted (`Protocol::peer_restarted`), for as long as
-/// the cluster lives.
-async fn follow_moves(
-    mut moves: tokio::sync::broadcast::Receiver<(u32, crate::remote::Serving)>,
-    shared: std::sync::Weak<Shared>,
-    me: NodeId,
-) {
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        let serving = match moves.recv().await {
-            Ok((_, serving)) => serving.node,
-            // Some moves were missed: one is enough for all of them.
-            Err(RecvError::Lagged(_)) => me.0,
-            Err(RecvError::Closed) => return,
-        };
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        shared.protocol.peer_restarted(&shared, me, NodeId(serving));
     }
 }

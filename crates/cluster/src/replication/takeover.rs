@@ -117,3 +117,29 @@ async fn decide(
     }
     Ok(committed)
 }
+
+/// With replicated logs across processes: each partition that moves to
+/// another node (taken over there from its log) is, for the protocol, as
+/// if that node had restarted (`Protocol::peer_restarted`), for as long as
+/// the cluster lives.
+pub(crate) async fn follow_moves(
+    mut moves: tokio::sync::broadcast::Receiver<(u32, crate::remote::Serving)>,
+    shared: std::sync::Weak<crate::coordinator::Shared>,
+    me: brine_core::NodeId,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let serving = match moves.recv().await {
+            Ok((_, serving)) => serving.node,
+            // Some moves were missed: one is enough for all of them.
+            Err(RecvError::Lagged(_)) => me.0,
+            Err(RecvError::Closed) => return,
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared
+            .protocol
+            .peer_restarted(&shared, me, brine_core::NodeId(serving));
+    }
+}
