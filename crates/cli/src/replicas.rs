@@ -118,16 +118,7 @@ pub async fn request(
     };
     Some(match (req, replicas) {
         (WireRequest::Raft { msgs }, Some(r)) => WireResponse::Done(r.deliver(msgs.clone())),
-        (
-            WireRequest::RaftPart {
-                log,
-                key,
-                index,
-                total,
-                bytes,
-            },
-            Some(r),
-        ) => WireResponse::Done(r.deliver_part(*log, *key, *index, *total, bytes.clone())),
+        (WireRequest::RaftPart(part), Some(r)) => WireResponse::Done(r.deliver_part(part.clone())),
         (WireRequest::Join { log, id }, Some(r)) => WireResponse::Done(r.join(*log, *id)),
         (WireRequest::Generation { node }, Some(r)) => {
             WireResponse::Generation(r.generation_of(*node).await)
@@ -138,7 +129,7 @@ pub async fn request(
         }
         (
             WireRequest::Raft { .. }
-            | WireRequest::RaftPart { .. }
+            | WireRequest::RaftPart(_)
             | WireRequest::Join { .. }
             | WireRequest::Generation { .. },
             None,

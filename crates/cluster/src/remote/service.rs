@@ -413,7 +413,7 @@ impl NodeService {
             }
             // The node's replicas take these before its service starts
             // (`brine server`): one that gets here has none.
-            WireRequest::Raft { .. } | WireRequest::RaftPart { .. } => {
+            WireRequest::Raft { .. } | WireRequest::RaftPart(_) => {
                 WireResponse::Refused(Error::Config(format!(
                     "node {} keeps no replicas of replicated logs",
                     self.node.0

@@ -47,16 +47,9 @@ pub enum WireRequest {
     Raft {
         msgs: Vec<(crate::replication::LogName, Vec<u8>)>,
     },
-    /// Part `index` of `total` of one raft message of `log` too large for
-    /// one request (an image), named by `key` (`replication::parts`);
-    /// answered `Ack` at once.
-    RaftPart {
-        log: crate::replication::LogName,
-        key: u64,
-        index: u32,
-        total: u32,
-        bytes: Vec<u8>,
-    },
+    /// Part of one raft message too large for one request (an image;
+    /// `replication::parts`); answered `Ack` at once.
+    RaftPart(crate::replication::Part),
     /// Replicated logs: node `serving.node` serves `partition` now (it
     /// leads its log's group; `remote::Routes`). Answered `Ack`.
     Serves {

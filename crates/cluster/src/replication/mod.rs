@@ -37,6 +37,7 @@ mod nodes;
 mod parts;
 mod takeover;
 pub use nodes::{generation, Generation, Layout, LogName, NodeReplicas, ReplicaStatus};
+pub use parts::Part;
 pub(crate) use takeover::follow_moves;
 
 /// The clock of a group's replicas (elections, heartbeats).

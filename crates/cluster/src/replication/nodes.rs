@@ -549,15 +549,9 @@ impl NodeReplicas {
 
     /// Part of a message from another node's replicas too large for one
     /// request (`WireRequest::RaftPart`): delivered once every part came.
-    pub fn deliver_part(
-        &self,
-        log: LogName,
-        key: u64,
-        index: u32,
-        total: u32,
-        bytes: Vec<u8>,
-    ) -> Result<()> {
-        match self.parts.add(log, key, index, total, bytes)? {
+    pub fn deliver_part(&self, part: super::Part) -> Result<()> {
+        let log = part.log;
+        match self.parts.add(part)? {
             Some(whole) => self.deliver(vec![(log, whole)]),
             None => Ok(()),
         }

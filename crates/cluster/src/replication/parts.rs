@@ -17,9 +17,21 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use brine_core::{Error, Result};
+use serde::{Deserialize, Serialize};
 
 use super::LogName;
 use crate::remote::WireRequest;
+
+/// Part `index` of `total` of one raft message of `log`, the message
+/// named by `key` (`WireRequest::RaftPart`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Part {
+    pub log: LogName,
+    pub key: u64,
+    pub index: u32,
+    pub total: u32,
+    pub bytes: Vec<u8>,
+}
 
 /// The most bytes of raft messages one request carries (well below the
 /// transport's frame bound, 16 MiB).
@@ -50,13 +62,13 @@ pub(crate) fn requests(
                 "a raft message of {log} sent in parts"
             );
             for (index, part) in bytes.chunks(limit).enumerate() {
-                out.push(WireRequest::RaftPart {
+                out.push(WireRequest::RaftPart(Part {
                     log,
                     key,
                     index: index as u32,
                     total,
                     bytes: part.to_vec(),
-                });
+                }));
             }
             continue;
         }
@@ -89,16 +101,16 @@ struct Partial {
 }
 
 impl Assembly {
-    /// Part `index` of `total` of message `key` of `log`: the whole
-    /// message once every part came, `None` before.
-    pub(crate) fn add(
-        &self,
-        log: LogName,
-        key: u64,
-        index: u32,
-        total: u32,
-        bytes: Vec<u8>,
-    ) -> Result<Option<Vec<u8>>> {
+    /// A part of a message: the whole message once every part came,
+    /// `None` before.
+    pub(crate) fn add(&self, part: Part) -> Result<Option<Vec<u8>>> {
+        let Part {
+            log,
+            key,
+            index,
+            total,
+            bytes,
+        } = part;
         if total == 0 || index >= total || total > 1 << 20 {
             return Err(Error::Transport(format!(
                 "part {index} of {total} of a raft message of {log}: no such part"
@@ -165,15 +177,9 @@ mod tests {
         for r in reqs {
             match r {
                 WireRequest::Raft { msgs } => batches.push(msgs.len()),
-                WireRequest::RaftPart {
-                    log,
-                    key,
-                    index,
-                    total,
-                    bytes,
-                } => {
-                    assert!(bytes.len() <= 1024);
-                    parts.push((log, key, index, total, bytes));
+                WireRequest::RaftPart(part) => {
+                    assert!(part.bytes.len() <= 1024);
+                    parts.push(part);
                 }
                 other => panic!("unexpected {other:?}"),
             }
@@ -187,8 +193,8 @@ mod tests {
         let assembly = Assembly::default();
         parts.reverse();
         let mut whole = Vec::new();
-        for (log, key, index, total, bytes) in parts {
-            if let Some(m) = assembly.add(log, key, index, total, bytes).expect("a part") {
+        for part in parts {
+            if let Some(m) = assembly.add(part).expect("a part") {
                 whole.push(m);
             }
         }
@@ -201,11 +207,17 @@ mod tests {
     #[test]
     fn bad_parts_are_refused() {
         let a = Assembly::default();
-        let log = LogName::Partition(0);
-        assert!(a.add(log, 1, 2, 2, vec![1]).is_err());
-        assert!(a.add(log, 1, 0, 0, vec![1]).is_err());
-        assert_eq!(a.add(log, 1, 0, 2, vec![1]).expect("first part"), None);
-        assert!(a.add(LogName::Partition(1), 1, 1, 2, vec![2]).is_err());
+        let part = |p: u32, index: u32, total: u32| Part {
+            log: LogName::Partition(p),
+            key: 1,
+            index,
+            total,
+            bytes: vec![1],
+        };
+        assert!(a.add(part(0, 2, 2)).is_err());
+        assert!(a.add(part(0, 0, 0)).is_err());
+        assert_eq!(a.add(part(0, 0, 2)).expect("first part"), None);
+        assert!(a.add(part(1, 1, 2)).is_err());
         assert_eq!(a.pending(), 0, "the disagreeing message is dropped");
     }
 }
