@@ -159,8 +159,12 @@ async fn measure_point(
     // A durable point gets a fresh data directory (removed when `_data`
     // drops, after the cluster).
     let _data = crate::durability::point_data(&mut config)?;
-    let durability =
-        crate::durability::durability_label(config.durability.mode, config.durability.replicas);
+    // A run against a running cluster is named by the servers' durability.
+    let mode = spec
+        .remote
+        .as_ref()
+        .map_or(config.durability.mode, |r| r.durability);
+    let durability = crate::durability::durability_label(mode, config.durability.replicas);
     let topology = config.to_string();
     let isolation = config.isolation.to_string();
     let cluster = match &spec.remote {

@@ -67,6 +67,9 @@ pub struct BenchSpec {
 pub struct Remote {
     pub cluster: brine_cluster::remote::RemoteCluster,
     pub load: LoadPolicy,
+    /// The servers' durability (the cluster file's), which the report
+    /// names: this process keeps no log of its own.
+    pub durability: brine_cluster::DurabilityMode,
 }
 
 /// Whether a run against a running cluster loads the workload's data

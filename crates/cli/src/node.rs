@@ -1099,6 +1099,10 @@ pub fn use_cluster_file(
             calls_at_nodes: false,
         },
         load: brine_bench::spec::LoadPolicy::default(),
+        durability: match file.durability.as_str() {
+            "wal" => brine_cluster::DurabilityMode::Wal,
+            _ => brine_cluster::DurabilityMode::None,
+        },
     });
     spec.validate()
 }
