@@ -237,9 +237,6 @@ pub async fn abort(shared: &Shared, node: NodeId, state: &Mutex<TxnState>) {
             return;
         }
         st.finished = true;
-        if let (Some(h), Some(rec)) = (&shared.history, &st.rec) {
-            h.provisional(st.txn, rec);
-        }
         (st.txn, st.participants.clone())
     };
     let undone = abort_at(shared, node, txn, Ending::Release, &participants).await;
