@@ -193,3 +193,224 @@ async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
+
+/// The node's metrics in Prometheus text format.
+pub(crate) async fn render_node(
+    me: u32,
+    cluster: &brine_cluster::Cluster,
+    service: &brine_cluster::remote::NodeService,
+    calls: &CallMetrics,
+    server: &parking_lot::Mutex<Option<brine_net::Server>>,
+) -> String {
+    let mut out = String::new();
+    let n = format!("node=\"{me}\"");
+    let s = cluster.stats();
+    calls.render(&mut out, me);
+    counter(
+        &mut out,
+        "brine_commits_total",
+        "Transactions committed by this node's coordinator.",
+        &[(n.clone(), s.commits)],
+    );
+    counter(
+        &mut out,
+        "brine_retries_total",
+        "Concurrency-control victims retried.",
+        &[(n.clone(), s.retries)],
+    );
+    counter(
+        &mut out,
+        "brine_aborts_total",
+        "Aborts by cause (user: the procedure or a constraint; the others: concurrency control).",
+        &[
+            (format!("{n},cause=\"wait_die\""), s.aborts_wait_die),
+            (format!("{n},cause=\"deadlock\""), s.aborts_deadlock),
+            (format!("{n},cause=\"lock_timeout\""), s.aborts_timeout),
+            (format!("{n},cause=\"cascade\""), s.aborts_cascade),
+            (format!("{n},cause=\"user\""), s.user_aborts),
+        ],
+    );
+    counter(
+        &mut out,
+        "brine_base_accepted_total",
+        "Salt: BASE transactions accepted.",
+        &[(n.clone(), s.counter("base_accepted"))],
+    );
+    counter(
+        &mut out,
+        "brine_statements_total",
+        "Statements executed by this node's partitions.",
+        &[(n.clone(), s.statements)],
+    );
+    counter(
+        &mut out,
+        "brine_lock_waits_total",
+        "Statements that waited for a lock at this node's partitions.",
+        &[(n.clone(), s.lock_waits)],
+    );
+    counter(
+        &mut out,
+        "brine_lock_queue_bypasses_total",
+        "Deadlocks broken by granting a request ahead of the queue instead of aborting one.",
+        &[(n.clone(), s.queue_bypasses)],
+    );
+    counter(
+        &mut out,
+        "brine_lock_searches_cut_total",
+        "Deadlock searches that gave up at their bound, leaving a cycle to the periodic detector.",
+        &[(n.clone(), s.searches_cut)],
+    );
+    counter(
+        &mut out,
+        "brine_lock_detector_breaks_total",
+        "Deadlocks broken at this node's partitions at the cluster detector's request (cycles through several partitions).",
+        &[(n.clone(), s.detector_breaks)],
+    );
+    counter(
+        &mut out,
+        "brine_lock_wait_microseconds_total",
+        "Time statements spent waiting for locks at this node's partitions.",
+        &[(n.clone(), s.lock_wait_us_total)],
+    );
+    let by_table = cluster.locks_by_table();
+    let per_table = |f: fn(&brine_cluster::cluster::TableLocks) -> u64| {
+        by_table
+            .iter()
+            .map(|t| (format!("{n},table=\"{}\"", t.table), f(t)))
+            .collect::<Vec<_>>()
+    };
+    counter(
+        &mut out,
+        "brine_table_lock_waits_total",
+        "Statements that waited for a lock here, by the statement's table.",
+        &per_table(|t| t.waits),
+    );
+    counter(
+        &mut out,
+        "brine_table_lock_wait_microseconds_total",
+        "Their time waiting, by table.",
+        &per_table(|t| t.wait_us),
+    );
+    counter(
+        &mut out,
+        "brine_table_lock_holds_total",
+        "Lock holds ended here, one per transaction and table: from its first long-held lock on the table to their release.",
+        &per_table(|t| t.holds),
+    );
+    counter(
+        &mut out,
+        "brine_table_lock_hold_microseconds_total",
+        "Their duration, by table (divide by the holds for the mean hold time).",
+        &per_table(|t| t.hold_us),
+    );
+    let mut rows = Vec::new();
+    let mut active = Vec::new();
+    let mut parked = Vec::new();
+    let mut locked = Vec::new();
+    for (p, st) in service.status(cluster).await.partitions {
+        let l = format!("{n},partition=\"{p}\"");
+        rows.push((l.clone(), st.rows_per_table.iter().sum::<usize>() as u64));
+        active.push((l.clone(), st.active_txns as u64));
+        locked.push((l.clone(), st.lock_txns as u64));
+        parked.push((l, st.parked_statements as u64));
+    }
+    gauge(
+        &mut out,
+        "brine_partition_rows",
+        "Rows stored, all tables.",
+        &rows,
+    );
+    gauge(
+        &mut out,
+        "brine_partition_active_transactions",
+        "Transactions holding or waiting for locks.",
+        &active,
+    );
+    gauge(
+        &mut out,
+        "brine_partition_waiting_statements",
+        "Statements parked behind a lock.",
+        &parked,
+    );
+    gauge(
+        &mut out,
+        "brine_partition_lock_transactions",
+        "Transactions the lock table keeps state for (locks, waits, release-order dependencies, protection); 0 when idle.",
+        &locked,
+    );
+    if let Some(w) = cluster.wal_stats() {
+        let t = w.total();
+        counter(
+            &mut out,
+            "brine_wal_fsyncs_total",
+            "Log flushes (fsync) of this node's partition and decision logs; the rate is the fsync rate.",
+            &[(n.clone(), t.fsyncs)],
+        );
+        counter(
+            &mut out,
+            "brine_wal_bytes_total",
+            "Bytes written to this node's logs.",
+            &[(n.clone(), t.bytes)],
+        );
+        counter(
+            &mut out,
+            "brine_wal_records_total",
+            "Records written to this node's logs.",
+            &[(n.clone(), t.records)],
+        );
+    }
+    if let Some(across) = &cluster.config().durability.across {
+        crate::replicas::render_metrics(&mut out, &n, across).await;
+    }
+    let net = server.lock().as_ref().map(|s| s.stats());
+    if let Some(st) = net {
+        gauge(
+            &mut out,
+            "brine_connections_active",
+            "Open client and peer connections.",
+            &[(n.clone(), st.connections_active as u64)],
+        );
+        counter(
+            &mut out,
+            "brine_connections_accepted_total",
+            "Connections accepted.",
+            &[(n.clone(), st.connections_accepted_total)],
+        );
+        counter(
+            &mut out,
+            "brine_connections_rejected_full_total",
+            "Connections refused at the connection bound.",
+            &[(n.clone(), st.connections_rejected_full_total)],
+        );
+        counter(
+            &mut out,
+            "brine_connections_closed_total",
+            "Connections the node closed, by cause.",
+            &[
+                (
+                    format!("{n},cause=\"slow_peer\""),
+                    st.closed_slow_peer_total,
+                ),
+                (
+                    format!("{n},cause=\"protocol_error\""),
+                    st.closed_protocol_error_total,
+                ),
+                (format!("{n},cause=\"idle\""), st.closed_idle_total),
+                (format!("{n},cause=\"io_error\""), st.closed_io_error_total),
+            ],
+        );
+        counter(
+            &mut out,
+            "brine_requests_total",
+            "Requests received from clients and peers.",
+            &[(n.clone(), st.requests_total)],
+        );
+        counter(
+            &mut out,
+            "brine_requests_undecodable_total",
+            "Requests whose body did not decode.",
+            &[(n, st.requests_undecodable_total)],
+        );
+    }
+    out
+}
