@@ -95,13 +95,16 @@ impl WalSet {
         let mut rec = recover_partition(&dir, catalog, p)?;
         // The decisions, and Salt's and Callas' ends, of every decision
         // log this node holds a copy of (its replicas may be writing them:
-        // read as they are).
+        // read as they are), when the copy leaves something to decide or
+        // to end: the takeover's time is the partition's unavailability.
         let mut known = HashSet::new();
-        for (n, dir) in decision_dirs(&self.root)? {
-            let found = read_decisions(&dir, n, false)?.0;
-            known.extend(found.committed);
-            for owner in found.base_ended {
-                rec.base.end(owner);
+        if !rec.in_doubt.is_empty() || !rec.base.is_empty() {
+            for (n, dir) in decision_dirs(&self.root)? {
+                let found = read_decisions(&dir, n, false)?.0;
+                known.extend(found.committed);
+                for owner in found.base_ended {
+                    rec.base.end(owner);
+                }
             }
         }
         let decided = decided(&rec, known, ask)?;
