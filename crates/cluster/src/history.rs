@@ -35,16 +35,24 @@ enum Msg {
 
 /// Where a cluster's history goes.
 pub struct HistorySink {
-    tx: Sender<Msg>,
+    out: Output,
     t0: Instant,
     path: PathBuf,
-    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// How a sink writes its records.
+enum Output {
+    /// Through a channel to a writer thread, off the transactions' path.
+    Buffered {
+        tx: Sender<Msg>,
+        writer: Mutex<Option<JoinHandle<()>>>,
+    },
     /// A node's history across processes: each record goes to the file
     /// (to the kernel) before the call that made it goes on, and a commit
     /// is recorded as of unknown outcome before it is sent
     /// ([`HistorySink::provisional`]), so a SIGKILL loses no transaction
     /// whose writes others may read. With the records written so far.
-    direct: Option<Mutex<(File, u64)>>,
+    Direct(Mutex<(File, u64)>),
 }
 
 /// What an attempt collects while it runs, when the run records.
@@ -84,17 +92,18 @@ impl HistorySink {
             .spawn(move || write_loop(rx, out, shown))
             .map_err(|e| Error::Internal(format!("cannot start the history writer: {e}")))?;
         Ok(HistorySink {
-            tx,
+            out: Output::Buffered {
+                tx,
+                writer: Mutex::new(Some(writer)),
+            },
             t0: Instant::now(),
             path: path.to_path_buf(),
-            writer: Mutex::new(Some(writer)),
-            direct: None,
         })
     }
 
     /// Creates `path` (which must not exist: a restarted node writes a
     /// file of its own) and writes the header line; every record is then
-    /// written at once (see `direct`), a later record of an attempt
+    /// written at once (`Output::Direct`), a later record of an attempt
     /// superseding an earlier one.
     pub fn create_direct(path: &Path, header: &Header) -> Result<HistorySink> {
         let io_err = |e: io::Error| {
@@ -109,13 +118,10 @@ impl HistorySink {
             .map_err(|e| Error::Internal(format!("encoding the history header: {e}")))?;
         line.push(b'\n');
         file.write_all(&line).map_err(io_err)?;
-        let (tx, _) = crossbeam_channel::unbounded();
         Ok(HistorySink {
-            tx,
+            out: Output::Direct(Mutex::new((file, 0))),
             t0: Instant::now(),
             path: path.to_path_buf(),
-            writer: Mutex::new(None),
-            direct: Some(Mutex::new((file, 0))),
         })
     }
 
@@ -124,7 +130,7 @@ impl HistorySink {
     /// crash before its end is recorded leaves its writes named. Its end
     /// supersedes it.
     pub fn provisional(&self, txn: TxnId, rec: &TxnRecording) {
-        if self.direct.is_none() || rec.ops.is_empty() {
+        if !matches!(self.out, Output::Direct(_)) || rec.ops.is_empty() {
             return;
         }
         let record = self.record(txn, rec.clone(), Outcome::Unknown);
@@ -132,7 +138,7 @@ impl HistorySink {
     }
 
     fn write_direct(&self, record: &TxnRecord) {
-        let Some(direct) = &self.direct else {
+        let Output::Direct(direct) = &self.out else {
             return;
         };
         let mut line = match serde_json::to_vec(record) {
@@ -191,12 +197,13 @@ impl HistorySink {
             return;
         }
         let record = self.record(txn, rec, outcome);
-        if self.direct.is_some() {
-            self.write_direct(&record);
-            return;
+        match &self.out {
+            // The writer only goes away with the sink.
+            Output::Buffered { tx, .. } => {
+                let _ = tx.send(Msg::Record(Box::new(record)));
+            }
+            Output::Direct(_) => self.write_direct(&record),
         }
-        // The writer only goes away with the sink.
-        let _ = self.tx.send(Msg::Record(Box::new(record)));
     }
 
     /// Records the writes undone of a part of a transaction that aborted
@@ -214,11 +221,12 @@ impl HistorySink {
     /// Waits until everything recorded so far is in the file; returns the
     /// number of transactions written.
     pub fn flush(&self) -> Result<u64> {
-        if let Some(direct) = &self.direct {
-            return Ok(direct.lock().1);
-        }
+        let writer = match &self.out {
+            Output::Buffered { tx, .. } => tx,
+            Output::Direct(direct) => return Ok(direct.lock().1),
+        };
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.tx
+        writer
             .send(Msg::Flush(tx))
             .map_err(|_| Error::Internal("the history writer stopped".into()))?;
         rx.recv()
@@ -234,11 +242,13 @@ impl HistorySink {
 
 impl Drop for HistorySink {
     fn drop(&mut self) {
-        // Close the channel so the writer drains, flushes and exits.
-        let (dead, _) = crossbeam_channel::bounded(0);
-        drop(std::mem::replace(&mut self.tx, dead));
-        if let Some(h) = self.writer.lock().take() {
-            let _ = h.join();
+        if let Output::Buffered { tx, writer } = &mut self.out {
+            // Close the channel so the writer drains, flushes and exits.
+            let (dead, _) = crossbeam_channel::bounded(0);
+            drop(std::mem::replace(tx, dead));
+            if let Some(h) = writer.lock().take() {
+                let _ = h.join();
+            }
         }
     }
 }

@@ -475,48 +475,19 @@ impl<T: Send + 'static> Reply<T> {
 /// A recorded history's operations between processes: as their JSON (the
 /// history file's own form), inside the wire's binary encoding, which
 /// cannot carry the history's self-describing forms (tagged operations,
-/// keys of any scalar). Empty when the run records nothing.
+/// keys of any scalar); `[]` when the run records nothing.
 pub mod as_json {
     use serde::de::DeserializeOwned;
-    use serde::{Deserializer, Serialize, Serializer};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub fn serialize<T: Serialize, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
-        let bytes = serde_json::to_vec(v).map_err(serde::ser::Error::custom)?;
-        s.serialize_bytes(&bytes)
+        s.serialize_str(&serde_json::to_string(v).map_err(serde::ser::Error::custom)?)
     }
 
     pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
         d: D,
     ) -> Result<T, D::Error> {
-        let bytes: Vec<u8> = serde_bytes_of(d)?;
-        serde_json::from_slice(&bytes).map_err(serde::de::Error::custom)
-    }
-
-    fn serde_bytes_of<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        struct Bytes;
-        impl<'de> serde::de::Visitor<'de> for Bytes {
-            type Value = Vec<u8>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("bytes of JSON")
-            }
-            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                Ok(v)
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Vec<u8>, A::Error> {
-                let mut out = Vec::new();
-                while let Some(b) = seq.next_element::<u8>()? {
-                    out.push(b);
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_byte_buf(Bytes)
+        serde_json::from_str(&String::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 
