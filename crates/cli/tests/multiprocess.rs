@@ -177,10 +177,7 @@ fn tpcc_sc_over_three_processes_rolls_chopped_transactions_forward_after_a_kill(
              transactions rolled forward ({in_doubt} given up in doubt by live coordinators); \
              {again} ended again for a restarted node"
         );
-        if !out.contains("check: passed") {
-            print_node_logs(&cluster);
-        }
-        assert!(out.contains("check: passed"), "trial {trial}: {out}");
+        checks_pass(&cluster, &out, &format!("trial {trial}"));
     }
 }
 
@@ -203,17 +200,9 @@ fn print_node_logs(cluster: &Nodes) {
 /// checks pass afterwards.
 #[test]
 fn tpcc_with_three_replicas_passes_its_checks_after_a_leader_kill() {
-    let tpcc = ["--warehouses", "1", "--tpcc-scale", "small"];
-    let durable =
-        format!("durability = \"wal\"\ndata_dir = \"data\"\nreplicas = 3\n{RECORD_HISTORY}");
-    for (trial, victim) in kill_trials("REPLICA_TPCC", None)
-        .into_iter()
-        .take(repeats("BRINE_REPLICA_TPCC_KILL_TRIALS") as usize)
-    {
+    for (trial, victim) in replica_kill_trials("REPLICA_TPCC") {
         eprintln!("trial {trial}: node {victim} killed");
-        let mut cluster = start_as("acid", 3, "tpcc", &tpcc, &durable);
-        let timing = (Duration::ZERO, Duration::from_secs(3));
-        let out = tpcc_with_a_kill(&mut cluster, &tpcc, "10", victim, timing);
+        let (cluster, out) = replicated_tpcc_kill("acid", RECORD_HISTORY, victim);
         let taken = count_in_logs(&cluster, "taken over: served here", "");
         let report = history_serializable(&cluster);
         eprintln!("trial {trial}: the nodes' history is serializable: {report}");
@@ -221,11 +210,31 @@ fn tpcc_with_three_replicas_passes_its_checks_after_a_leader_kill() {
             "trial {trial}: {taken} takeovers in the logs; {:?}",
             summary(&out)
         );
-        if !out.contains("check: passed") {
-            print_node_logs(&cluster);
-        }
-        assert!(out.contains("check: passed"), "trial {trial}: {out}");
+        checks_pass(&cluster, &out, &format!("trial {trial}"));
     }
+}
+
+/// TPC-C (one warehouse, small scale) over three durable processes of
+/// `protocol` with three replicas of every log (`extra`: more
+/// cluster-file lines), node `victim` killed once transactions run and
+/// restarted 3 s later ([`tpcc_with_a_kill`]); the cluster and the
+/// bench's output.
+fn replicated_tpcc_kill(protocol: &str, extra: &str, victim: usize) -> (Nodes, String) {
+    let tpcc = ["--warehouses", "1", "--tpcc-scale", "small"];
+    let durable = format!("durability = \"wal\"\ndata_dir = \"data\"\nreplicas = 3\n{extra}");
+    let mut cluster = start_as(protocol, 3, "tpcc", &tpcc, &durable);
+    let timing = (Duration::ZERO, Duration::from_secs(3));
+    let out = tpcc_with_a_kill(&mut cluster, &tpcc, "10", victim, timing);
+    (cluster, out)
+}
+
+/// The TPC-C consistency checks passed in `out`; if not, the nodes' logs
+/// go to stderr and `what` (the trial) fails.
+fn checks_pass(cluster: &Nodes, out: &str, what: &str) {
+    if !out.contains("check: passed") {
+        print_node_logs(cluster);
+    }
+    assert!(out.contains("check: passed"), "{what}: {out}");
 }
 
 /// Issue 39: Callas over three durable processes with three replicas of
@@ -243,20 +252,11 @@ fn tpcc_with_three_replicas_passes_its_checks_after_a_leader_kill() {
 /// what it read, breaks them).
 #[test]
 fn callas_with_three_replicas_passes_tpcc_checks_after_a_leader_kill() {
-    let tpcc = ["--warehouses", "1", "--tpcc-scale", "small"];
     for mechanism in ["rp", "sc"] {
-        let durable = format!(
-            "durability = \"wal\"\ndata_dir = \"data\"\nreplicas = 3\n\
-             grouping = \"orders:{mechanism}=new_order,payment\"\n"
-        );
-        for (trial, victim) in kill_trials("REPLICA_CALLAS", None)
-            .into_iter()
-            .take(repeats("BRINE_REPLICA_CALLAS_KILL_TRIALS") as usize)
-        {
+        let grouping = format!("grouping = \"orders:{mechanism}=new_order,payment\"\n");
+        for (trial, victim) in replica_kill_trials("REPLICA_CALLAS") {
             eprintln!("{mechanism} trial {trial}: node {victim} killed");
-            let mut cluster = start_as("callas", 3, "tpcc", &tpcc, &durable);
-            let timing = (Duration::ZERO, Duration::from_secs(3));
-            let out = tpcc_with_a_kill(&mut cluster, &tpcc, "10", victim, timing);
+            let (cluster, out) = replicated_tpcc_kill("callas", &grouping, victim);
             let taken = count_in_logs(&cluster, "taken over: served here", "");
             let relocked = count_in_logs(&cluster, "locked again (nexus)", "rows");
             let rolled = count_in_logs(&cluster, "chopped transaction rolled forward", "");
@@ -265,13 +265,7 @@ fn callas_with_three_replicas_passes_tpcc_checks_after_a_leader_kill() {
                  {rolled} chopped transactions rolled forward; {:?}",
                 summary(&out)
             );
-            if !out.contains("check: passed") {
-                print_node_logs(&cluster);
-            }
-            assert!(
-                out.contains("check: passed"),
-                "{mechanism} trial {trial}: {out}"
-            );
+            checks_pass(&cluster, &out, &format!("{mechanism} trial {trial}"));
         }
     }
 }
@@ -887,6 +881,17 @@ fn acknowledged_transfers_survive_a_node_killed_and_restarted() {
 /// node it kills: `first` in trial 0 if given, else drawn from the
 /// trial's seed.
 fn kill_trials(name: &str, first: Option<usize>) -> Vec<(u64, usize)> {
+    kill_trials_of(name, first, 2)
+}
+
+/// [`kill_trials`] of the replicated logs' tests: one unless asked for
+/// more (the suite's time; the trials in docs/results are the evidence).
+fn replica_kill_trials(name: &str) -> Vec<(u64, usize)> {
+    kill_trials_of(name, None, 1)
+}
+
+/// [`kill_trials`], `default` of them unless asked.
+fn kill_trials_of(name: &str, first: Option<usize>, default: u64) -> Vec<(u64, usize)> {
     use rand::{Rng, SeedableRng};
     let var = |what: &str, default: u64| {
         std::env::var(format!("BRINE_{name}_KILL_{what}"))
@@ -894,7 +899,7 @@ fn kill_trials(name: &str, first: Option<usize>) -> Vec<(u64, usize)> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
-    let (trials, from) = (var("TRIALS", 2), var("FROM", 0));
+    let (trials, from) = (var("TRIALS", default), var("FROM", 0));
     (from..from + trials)
         .map(|t| match (t, first) {
             (0, Some(node)) => (t, node),
@@ -1007,19 +1012,9 @@ fn mediator_transfers_survive_a_node_killed_and_restarted() {
 /// unavailability window is printed.
 #[test]
 fn acknowledged_transfers_survive_leader_kills_with_three_replicas() {
-    // One trial unless asked for more (the suite's time; the 50 in
-    // docs/results are the evidence).
-    let asked = std::env::var("BRINE_REPLICA_KILL_TRIALS").map_or(1, |_| usize::MAX);
-    for (trial, victim) in kill_trials("REPLICA", None).into_iter().take(asked) {
+    for (trial, victim) in replica_kill_trials("REPLICA") {
         eprintln!("trial {trial}: node {victim} killed");
-        fault_under_transfers_of(
-            "acid",
-            ("bank", &["--accounts", "30"]),
-            &format!("replicas = 3\n{RECORD_HISTORY}"),
-            Fault::KillFor(victim, Duration::from_secs(3)),
-            Duration::from_secs(3),
-            Duration::from_secs(3),
-        );
+        replicated_transfers("acid", Fault::KillFor(victim, Duration::from_secs(3)));
     }
 }
 
@@ -1036,19 +1031,9 @@ fn acknowledged_transfers_survive_leader_kills_with_three_replicas() {
 /// transfer is there once, each of unknown outcome wholly or not at all.
 #[test]
 fn accepted_base_transfers_complete_once_after_a_leader_kill_with_three_replicas() {
-    for (trial, victim) in kill_trials("REPLICA_SALT", None)
-        .into_iter()
-        .take(repeats("BRINE_REPLICA_SALT_KILL_TRIALS") as usize)
-    {
+    for (trial, victim) in replica_kill_trials("REPLICA_SALT") {
         eprintln!("trial {trial}: node {victim} killed");
-        fault_under_transfers_of(
-            "salt",
-            ("bank", &["--accounts", "30"]),
-            "replicas = 3\n",
-            Fault::KillFor(victim, Duration::from_secs(3)),
-            Duration::from_secs(3),
-            Duration::from_secs(3),
-        );
+        replicated_transfers("salt", Fault::KillFor(victim, Duration::from_secs(3)));
     }
 }
 
@@ -1062,14 +1047,7 @@ fn accepted_base_transfers_complete_once_after_a_leader_kill_with_three_replicas
 fn a_wiped_node_is_copied_back_from_its_replicas() {
     for trial in 0..repeats("BRINE_REPLICA_WIPE_TRIALS") {
         eprintln!("trial {trial}: node 1's disk lost");
-        fault_under_transfers_of(
-            "acid",
-            ("bank", &["--accounts", "30"]),
-            &format!("replicas = 3\n{RECORD_HISTORY}"),
-            Fault::Wipe(1),
-            Duration::from_secs(3),
-            Duration::from_secs(3),
-        );
+        replicated_transfers("acid", Fault::Wipe(1));
     }
 }
 
@@ -1087,14 +1065,7 @@ fn a_wiped_node_is_copied_back_from_its_replicas() {
 fn a_node_lost_for_good_is_replaced_at_another_address() {
     for trial in 0..repeats("BRINE_REPLICA_REPLACE_TRIALS") {
         eprintln!("trial {trial}: node 1 lost, replaced at another address");
-        fault_under_transfers_of(
-            "acid",
-            ("bank", &["--accounts", "30"]),
-            &format!("replicas = 3\n{RECORD_HISTORY}"),
-            Fault::Replace(1),
-            Duration::from_secs(3),
-            Duration::from_secs(3),
-        );
+        replicated_transfers("acid", Fault::Replace(1));
     }
 }
 
@@ -1122,6 +1093,25 @@ fn readdress(config: &Path, node: usize, address: &str) {
     std::fs::rename(&tmp, config).expect("installing the cluster file");
 }
 
+/// Bank transfers with three replicas of every log under `protocol`,
+/// `fault` 3 s in, the load going on 3 s after it; with `acid` the nodes'
+/// history is recorded and checked too (`fault_under_transfers_of`).
+fn replicated_transfers(protocol: &str, fault: Fault) {
+    let history = if protocol == "acid" {
+        RECORD_HISTORY
+    } else {
+        ""
+    };
+    fault_under_transfers_of(
+        protocol,
+        ("bank", &["--accounts", "30"]),
+        &format!("replicas = 3\n{history}"),
+        fault,
+        Duration::from_secs(3),
+        Duration::from_secs(3),
+    );
+}
+
 /// How many times a trial runs: `var` if set, else once.
 fn repeats(var: &str) -> u64 {
     std::env::var(var)
@@ -1140,14 +1130,7 @@ fn repeats(var: &str) -> u64 {
 fn transfers_survive_a_leader_cut_off_with_three_replicas() {
     for trial in 0..repeats("BRINE_REPLICA_CUT_TRIALS") {
         eprintln!("trial {trial}: node 2 cut off");
-        fault_under_transfers_of(
-            "acid",
-            ("bank", &["--accounts", "30"]),
-            &format!("replicas = 3\n{RECORD_HISTORY}"),
-            Fault::CutLeader(2, Duration::from_secs(3)),
-            Duration::from_secs(3),
-            Duration::from_secs(3),
-        );
+        replicated_transfers("acid", Fault::CutLeader(2, Duration::from_secs(3)));
     }
 }
 
