@@ -79,14 +79,19 @@ impl Routes {
     pub fn learn(&self, p: u32, s: Serving) {
         if let Some(known) = self.serving.write().get_mut(p as usize) {
             if s.term > known.term {
+                // A partition's first takeover at its home node (at a
+                // cluster's start) moves nothing.
+                let moved = known.term > 0 || known.node != s.node;
                 *known = s;
-                let _ = self.moved.send((p, s));
+                if moved {
+                    let _ = self.moved.send((p, s));
+                }
             }
         }
     }
 
-    /// The routes that change from now on: each partition and who serves
-    /// it since.
+    /// The partitions that move from now on (taken over from another
+    /// serving node): each and who serves it since.
     pub fn moves(&self) -> tokio::sync::broadcast::Receiver<(u32, Serving)> {
         self.moved.subscribe()
     }
