@@ -212,9 +212,26 @@ pub fn check(txns: &[TxnRecord], level: Level) -> Report {
 /// Checks a whole history at `level`, as its header asks: with
 /// `config.versions: "timestamp"` the version ids order each key's
 /// versions and the recorded prevs of installed writes are replaced
-/// ([`crate::timestamps`]); otherwise it is [`check`] of its records.
+/// ([`crate::timestamps`]); per column where its run declared
+/// dependencies per column (Callas' Runtime Pipelining,
+/// [`crate::columns::wants_columns`]), per row otherwise.
 pub fn check_history(history: &History, level: Level) -> Report {
-    check(&crate::timestamps::prepared(history), level)
+    check_history_at(
+        history,
+        level,
+        crate::columns::wants_columns(&history.header),
+    )
+}
+
+/// [`check_history`], per column or per row as `per_column` says.
+pub fn check_history_at(history: &History, level: Level, per_column: bool) -> Report {
+    let txns = crate::timestamps::prepared(history);
+    if per_column {
+        let names = crate::columns::column_names(&history.header);
+        crate::check_columns(&txns, level, &names)
+    } else {
+        check(&txns, level)
+    }
 }
 
 /// [`check`]; `hops`: relate reads to runs of increments through hop

@@ -15,7 +15,6 @@ use crate::elle::{self, ElleModel};
 use crate::gen::{generate, GenConfig};
 use crate::reader::{self, ReadError};
 use crate::report::Level;
-use crate::timestamps;
 
 /// The options of `brine check`.
 #[derive(Clone, Debug)]
@@ -74,16 +73,8 @@ pub fn run<W: Write>(opts: &CheckOptions, out: &mut W) -> Result<bool, CommandEr
             Granularity::Row
         });
     let t1 = Instant::now();
-    // Timestamp-ordered versions: prevs derived from version ids first,
-    // at either granularity (the column split follows the prevs).
-    let txns = timestamps::prepared(&history);
-    let report = match granularity {
-        Granularity::Row => crate::check(&txns, opts.level),
-        Granularity::Column => {
-            let names = columns::column_names(&history.header);
-            crate::check_columns(&txns, opts.level, &names)
-        }
-    };
+    let per_column = granularity == Granularity::Column;
+    let report = crate::checker::check_history_at(&history, opts.level, per_column);
     let check_ms = t1.elapsed().as_secs_f64() * 1e3;
     // A list-append export is also checked for the invariants Elle's model
     // rests on (they hold in every strictly serializable run; a history

@@ -49,7 +49,8 @@ pub struct ClusterFile {
     /// reads and writes with versions, for `brine check`): each node
     /// process writes `history/node-<n>-<start>.jsonl` under this
     /// directory (relative paths are relative to the file); `brine check
-    /// DIR` checks them as one history. Protocol `acid` (docs/history-format.md).
+    /// DIR` checks them as one history. Protocols `acid`, `salt` and
+    /// `callas` (docs/history-format.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<String>,
     /// With `wal`: copies of every log (each partition's, each node's
@@ -193,9 +194,9 @@ impl ClusterFile {
                 self.replicas
             ));
         }
-        if self.history.is_some() && self.protocol != "acid" {
+        if self.history.is_some() && !matches!(self.protocol.as_str(), "acid" | "salt" | "callas") {
             return Err(format!(
-                "history: the nodes record the history of protocol `acid` only, not `{}` (its roll-forwards and in-doubt ends across processes are not recorded yet; record one process with `brine bench --history`)",
+                "history: the nodes record the history of protocols `acid`, `salt` and `callas`, not `{}` (record one process with `brine bench --history`)",
                 self.protocol
             ));
         }

@@ -82,7 +82,13 @@ fn app() -> Application {
     }
 }
 
-fn config(dir: &Path, crash: Option<Arc<CrashSwitch>>, local_commit: bool) -> ClusterConfig {
+/// `history`: the file the run records its history to.
+fn config(
+    dir: &Path,
+    crash: Option<Arc<CrashSwitch>>,
+    local_commit: bool,
+    history: &Path,
+) -> ClusterConfig {
     let mut c = ClusterConfig {
         nodes: 2,
         partitions_per_node: 1,
@@ -100,6 +106,7 @@ fn config(dir: &Path, crash: Option<Arc<CrashSwitch>>, local_commit: bool) -> Cl
             crash,
             ..DurabilityConfig::default()
         },
+        history: Some(history.to_path_buf()),
         ..ClusterConfig::default()
     };
     c.lock.policy = DeadlockPolicy::WaitDie;
@@ -185,13 +192,17 @@ async fn read_all(c: &Cluster, sql: &str) -> Vec<Vec<Value>> {
 
 fn trial(root: &Path, seed: u64, hits: &mut Hits, rolled: &mut usize, relocked: &mut u64) {
     let dir = root.join(format!("trial-{seed}"));
+    let history = dir.join("history");
+    std::fs::create_dir_all(&history).expect("the history directory");
     let mut rng = SmallRng::seed_from_u64(seed);
     let k = rng.gen_range(1..=120);
     let local = seed.is_multiple_of(2);
     let switch = Arc::new(CrashSwitch::never(seed));
     let rt = runtime(true);
     let accepted = rt.block_on(async {
-        let c = Cluster::start(config(&dir, Some(switch.clone()), local), app()).expect("start");
+        let before = history.join("1-before.jsonl");
+        let c = Cluster::start(config(&dir, Some(switch.clone()), local, &before), app())
+            .expect("start");
         let rows = (0..ACCOUNTS)
             .map(|a| vec![Value::Int(a), Value::Int(START)])
             .collect();
@@ -209,7 +220,8 @@ fn trial(root: &Path, seed: u64, hits: &mut Hits, rolled: &mut usize, relocked: 
 
     let rt = runtime(true);
     rt.block_on(async {
-        let c = Cluster::start(config(&dir, None, local), app())
+        let after = history.join("2-after.jsonl");
+        let c = Cluster::start(config(&dir, None, local, &after), app())
             .unwrap_or_else(|e| panic!("seed {seed}: recovery failed: {e}"));
         *rolled += c.recovery_report().map_or(0, |r| r.base_unfinished);
         tokio::time::timeout(Duration::from_secs(20), c.wait_ready())
@@ -247,6 +259,18 @@ fn trial(root: &Path, seed: u64, hits: &mut Hits, rolled: &mut usize, relocked: 
         c.verify_storage()
             .await
             .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        // Both runs' histories, as one: each roll-forward's record holds
+        // what its subtransactions committed before the crash (logged
+        // with their contexts), so the final reads' versions all have
+        // their writers.
+        c.flush_history().expect("flush");
+        let h = brine_check::reader::read_path(&history).expect("the history");
+        let report = brine_check::check_history(&h, brine_check::Level::Salt);
+        assert!(
+            report.valid,
+            "seed {seed} (k {k}): {:?}",
+            report.anomalies
+        );
         c.close_logs();
     });
     let _ = std::fs::remove_dir_all(&dir);

@@ -10,7 +10,7 @@
 //!   u32 in-doubt; per txn: txn . coordinator u32 . redo list
 //!   (format 2) u32 BASE contexts; per context: committed u8 . BaseContext payload
 //!   (format 3: each context with its locked rows; format 4: and the rows
-//!   it read)
+//!   it read; format 6: and its recorded operations)
 //!   crc32c of everything above, u32
 //! ```
 //!
@@ -36,8 +36,9 @@ pub const CHECKPOINT_MAGIC: &[u8; 8] = b"BRINECKP";
 /// Format 2 adds the Salt BASE contexts, format 3 their locked rows,
 /// format 4 the rows they read, format 5 the recorded versions of the
 /// keys (of a run that records a history) and of each in-doubt
-/// transaction's writes; formats 1 to 4 are still read.
-pub const CHECKPOINT_FORMAT: u32 = 5;
+/// transaction's writes, format 6 the BASE contexts' recorded operations;
+/// formats 1 to 5 are still read.
+pub const CHECKPOINT_FORMAT: u32 = 6;
 
 pub fn checkpoint_path(dir: &Path, lsn: u64) -> PathBuf {
     dir.join(format!("{lsn:020}.ckpt"))
@@ -300,7 +301,15 @@ pub fn load_checkpoint(
             let n = d.u32("BASE contexts").map_err(e)? as usize;
             for _ in 0..n {
                 let committed = d.u8("committed").map_err(e)? != 0;
-                let lists = (format.saturating_sub(2)).min(2) as u8;
+                // The lists after a context's entries: none in format 2,
+                // its locked rows from 3, the rows it read from 4, its
+                // recorded operations from 6.
+                let lists = match format {
+                    2 => 0,
+                    3 => 1,
+                    4 | 5 => 2,
+                    _ => 3,
+                };
                 let c = decode_base_context_in(&mut d, Some(lists)).map_err(e)?;
                 if committed {
                     base.open.insert(c.owner, c);

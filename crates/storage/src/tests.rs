@@ -1348,7 +1348,8 @@ fn a_prepared_update_does_not_overwrite_an_increment_committed_meanwhile() {
 /// Issue 39: a partition recovered from its checkpoint and log goes on
 /// from the versions the history named. The checkpoint keeps the
 /// committed versions (an open writer's replaced by what it replaced) and
-/// each in-doubt transaction's; a Versions record survives its encoding.
+/// each in-doubt transaction's, and an open BASE context what it recorded;
+/// a Versions record survives its encoding.
 #[test]
 fn recorded_versions_survive_a_checkpoint_and_the_log() {
     use crate::checkpoint::{load_checkpoint, BaseContexts};
@@ -1366,11 +1367,23 @@ fn recorded_versions_survive_a_checkpoint_and_the_log() {
     // T2 is prepared (in doubt) at the checkpoint; T3 still runs.
     let prepared = version_of(&run_rec(&mut s, T2, &set(2), vec![]).unwrap()[0]).0;
     run_rec(&mut s, T3, &set(1), vec![]).unwrap();
-    let bytes = s.encode_checkpoint(0, Default::default(), &[(T2, 0)], &BaseContexts::default());
+    // An open BASE context keeps what its subtransaction recorded.
+    let mut base = BaseContexts::default();
+    base.commit(crate::wal::record::BaseContext {
+        sub: T3,
+        owner: T1,
+        intro: None,
+        entries: vec![],
+        locked: vec![],
+        read: vec![],
+        recorded: vec![b"[\"ops\"]".to_vec()],
+    });
+    let bytes = s.encode_checkpoint(0, Default::default(), &[(T2, 0)], &base);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.ckpt");
     std::fs::write(&path, bytes).unwrap();
     let mut loaded = load_checkpoint(&path, s.catalog(), 0).unwrap();
+    assert_eq!(loaded.base.open[&T1].recorded, base.open[&T1].recorded);
     let in_doubt = std::mem::take(&mut loaded.in_doubt);
     assert_eq!(in_doubt.len(), 1);
     assert_eq!(in_doubt[0].versions[0].state.version, prepared);

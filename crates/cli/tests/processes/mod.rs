@@ -323,14 +323,15 @@ impl Drop for ClusterUp {
 pub const RECORD_HISTORY: &str = "history = \"history\"\n";
 
 /// Checks the history the nodes of `cluster` recorded ([`RECORD_HISTORY`])
-/// at serializability, as one history of every node's files; the
-/// checker's count of transactions. A violation fails the caller.
-pub fn history_serializable(cluster: &Nodes) -> String {
+/// at `level` (`serializable`, or `salt` for Salt's BASE transactions), as
+/// one history of every node's files; the checker's count of
+/// transactions. A violation fails the caller.
+pub fn history_holds(cluster: &Nodes, level: &str) -> String {
     let dir = cluster.dir.path().join("history");
-    let o = brine(&["check", path(&dir), "--level", "serializable"]);
+    let o = brine(&["check", path(&dir), "--level", level]);
     assert!(
         o.status.success(),
-        "the nodes' history is not serializable:\n{}",
+        "the nodes' history does not hold at {level}:\n{}",
         text(&o)
     );
     String::from_utf8_lossy(&o.stdout)

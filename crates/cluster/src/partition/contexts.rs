@@ -7,31 +7,41 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
+use brine_check::Op;
 use brine_core::TxnId;
 use brine_sql::QueryResult;
 use brine_storage::wal::record::{BaseContext, BaseEntry};
 
 use super::Stmt;
 
-/// The contexts of the subtransactions running here, by subtransaction.
+/// The contexts of the subtransactions running here, by subtransaction,
+/// and, when the run records a history, what each read and wrote here
+/// (its operations, numbered with its place in its owner): logged with
+/// the context, so a roll-forward's record holds what committed here even
+/// after this partition restarted or moved to another node.
 #[derive(Default)]
-pub struct Contexts(HashMap<TxnId, BaseContext>);
+pub struct Contexts {
+    running: HashMap<TxnId, BaseContext>,
+    ops: HashMap<TxnId, Vec<Op>>,
+}
 
 impl Contexts {
     /// `stmt` (a statement of a subtransaction) ran with result `r`: its
-    /// result joins its subtransaction's context, and the call it belongs
-    /// to, when it came with the statement, becomes the context's intro.
+    /// result (and its recorded operations) joins its subtransaction's
+    /// context, and the call it belongs to, when it came with the
+    /// statement, becomes the context's intro.
     pub fn note(&mut self, stmt: &Stmt, r: &QueryResult) {
         let Some(s) = stmt.sub else {
             return;
         };
-        let c = self.0.entry(stmt.txn).or_insert_with(|| BaseContext {
+        let c = self.running.entry(stmt.txn).or_insert_with(|| BaseContext {
             sub: stmt.txn,
             owner: s.owner,
             intro: None,
             entries: Vec::new(),
             locked: Vec::new(),
             read: Vec::new(),
+            recorded: Vec::new(),
         });
         if let (None, Some(call)) = (&c.intro, &stmt.call) {
             c.intro = Some((call.0.clone(), call.1.clone()));
@@ -42,25 +52,38 @@ impl Contexts {
             rows: r.rows.clone(),
             affected: r.affected,
         });
+        if !stmt.ops().is_empty() {
+            let ops = self.ops.entry(stmt.txn).or_default();
+            ops.extend(stmt.ops().iter().cloned().map(|mut op| {
+                op.set_sub(s.no);
+                op
+            }));
+        }
     }
 
-    /// The context of subtransaction `sub`, to log (it committed or
-    /// prepares here), or to drop (it aborted).
-    pub fn take(&mut self, sub: TxnId) -> Option<BaseContext> {
-        self.0.remove(&sub)
+    /// Drops subtransaction `sub`'s context (it aborted here).
+    pub fn forget(&mut self, sub: TxnId) {
+        self.running.remove(&sub);
+        self.ops.remove(&sub);
     }
 
     /// The context of subtransaction `txn`, taken to be logged with its
-    /// commit or prepare, with the rows it wrote here (`store`) and what
-    /// it read and keeps locked (`owned`): a restarted partition locks
-    /// them again for its owner.
+    /// commit or prepare, with the rows it wrote here (`store`), what it
+    /// read and keeps locked (`owned`): a restarted partition locks them
+    /// again for its owner; and what it recorded.
     pub fn take_logged(
         &mut self,
         txn: TxnId,
         store: &brine_storage::PartitionStore,
         owned: &super::Owned,
     ) -> Option<BaseContext> {
-        let mut c = self.take(txn)?;
+        let mut c = self.running.remove(&txn)?;
+        if let Some(ops) = self.ops.remove(&txn) {
+            match serde_json::to_vec(&ops) {
+                Ok(bytes) => c.recorded.push(bytes),
+                Err(e) => tracing::error!(%txn, "its recorded operations do not encode: {e}"),
+            }
+        }
         c.locked = store
             .write_set(txn)
             .into_iter()
@@ -72,11 +95,26 @@ impl Contexts {
 
     /// The subtransactions of `owner` with a context here.
     pub fn subs_of(&self, owner: TxnId) -> impl Iterator<Item = TxnId> + '_ {
-        self.0
+        self.running
             .iter()
             .filter(move |(_, c)| c.owner == owner)
             .map(|(sub, _)| *sub)
     }
+}
+
+/// What an open context's subtransactions recorded here (when the run
+/// records a history), in the order they ran.
+pub fn recorded_ops(c: &BaseContext) -> Vec<Op> {
+    let mut ops = Vec::new();
+    for part in &c.recorded {
+        match serde_json::from_slice::<Vec<Op>>(part) {
+            Ok(o) => ops.extend(o),
+            Err(e) => {
+                tracing::error!(owner = %c.owner, "recorded operations that do not decode: {e}")
+            }
+        }
+    }
+    ops
 }
 
 /// What a restarted partition locks again for an open context `c`: the

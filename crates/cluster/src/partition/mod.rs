@@ -33,7 +33,7 @@ mod owned;
 mod rules;
 mod statement;
 
-pub use contexts::{locked_again, Contexts};
+pub use contexts::{locked_again, recorded_ops, Contexts};
 pub use owned::Owned;
 pub use rules::{Ending, Plain, Prepared, Rules};
 

@@ -12,7 +12,7 @@
 //!                      (each fences it first) ──► roll forward
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use brine_check::Op;
@@ -32,12 +32,6 @@ pub(crate) trait GatherRules: crate::partition::Rules + Sized {
     /// The fence of each transaction fenced here, and the contexts of the
     /// subtransactions running here.
     fn fencing(&mut self) -> (&mut rustc_hash::FxHashMap<TxnId, u64>, &Contexts);
-
-    /// The operations `owner`'s committed subtransactions recorded here
-    /// (when the run records a history).
-    fn committed_ops(_p: &Partition<Self>, _owner: TxnId) -> Option<Vec<Op>> {
-        None
-    }
 }
 
 /// Fences `owner` here at `fence`: its subtransactions older than the
@@ -96,24 +90,22 @@ pub struct OpenContexts {
 /// A partition's answer to [`OpenContexts`].
 #[derive(Default, Serialize, Deserialize)]
 pub struct Answer {
-    /// The contexts, each encoded (`encode_base_context`).
+    /// The contexts, each encoded (`encode_base_context`), with what
+    /// their committed subtransactions recorded (when the run records a
+    /// history).
     contexts: Vec<Vec<u8>>,
-    /// When the run records a history: the operations of the committed
-    /// subtransactions of each transaction named, and the writes
-    /// the fence undid, by subtransaction.
-    #[serde(with = "crate::message::as_json")]
-    ops: Vec<(TxnId, Vec<Op>)>,
+    /// When the run records a history: the writes the fence undid, by
+    /// subtransaction.
     #[serde(with = "crate::message::as_json")]
     undone: Vec<(TxnId, Vec<Op>)>,
 }
 
 /// The contexts gathered from every partition, merged by owning
-/// transaction, and the operations their committed subtransactions
-/// recorded (when the run records a history), in subtransaction order.
+/// transaction, with what their committed subtransactions recorded (when
+/// the run records a history; `partition::recorded_ops`).
 #[derive(Default)]
 pub(crate) struct Gathered {
     pub contexts: Vec<BaseContext>,
-    pub ops: HashMap<TxnId, Vec<Op>>,
     /// What the fence undid, by subtransaction.
     pub undone: Vec<(TxnId, Vec<Op>)>,
 }
@@ -181,17 +173,6 @@ pub(crate) fn answer<R: GatherRules>(p: &mut Partition<R>, msg: OpenContexts) {
         .as_ref()
         .map(|w| w.open_contexts(|owner| msg.which.picks(owner)))
         .unwrap_or_default();
-    let mut owners: Vec<TxnId> = match &msg.which {
-        Which::Owners(owners) => owners.clone(),
-        Which::CoordinatedBy(_) | Which::EarlierRunsOf { .. } => {
-            contexts.iter().map(|c| c.owner).collect()
-        }
-    };
-    owners.dedup();
-    let ops = owners
-        .into_iter()
-        .filter_map(|o| R::committed_ops(p, o).map(|ops| (o, ops)))
-        .collect();
     let contexts = contexts
         .iter()
         .map(|c| {
@@ -200,11 +181,7 @@ pub(crate) fn answer<R: GatherRules>(p: &mut Partition<R>, msg: OpenContexts) {
             b
         })
         .collect();
-    msg.reply.send(Answer {
-        contexts,
-        ops,
-        undone,
-    });
+    msg.reply.send(Answer { contexts, undone });
 }
 
 fn to_bytes<T: Serialize>(v: &T) -> Result<Vec<u8>> {
@@ -298,13 +275,9 @@ pub(crate) async fn gather(
         }
     });
     let mut merged: BTreeMap<TxnId, BaseContext> = BTreeMap::new();
-    let mut ops: HashMap<TxnId, Vec<Op>> = HashMap::new();
     let mut undone = Vec::new();
     for answer in futures::future::join_all(asks).await {
         undone.extend(answer.undone);
-        for (owner, o) in answer.ops {
-            ops.entry(owner).or_default().extend(o);
-        }
         for bytes in answer.contexts {
             let c = match decode_base_context(&mut Decoder::new(&bytes)) {
                 Ok(c) => c,
@@ -321,12 +294,8 @@ pub(crate) async fn gather(
             }
         }
     }
-    for o in ops.values_mut() {
-        o.sort_by_key(Op::sub);
-    }
     Gathered {
         contexts: merged.into_values().collect(),
-        ops,
         undone,
     }
 }

@@ -179,6 +179,12 @@ pub struct BaseContext {
     /// what the BASE transaction's later steps rely on), and read-locked
     /// again after a restart (a log from before 2026-11-27 has none).
     pub read: Vec<LockTarget>,
+    /// When the run records a history: what it read and wrote here, each
+    /// part an encoded list of the history's operations (opaque to the
+    /// log), so a roll-forward's record holds what committed here even
+    /// after this partition moved or restarted (a log from before
+    /// 2026-11-28 has none).
+    pub recorded: Vec<Vec<u8>>,
 }
 
 impl BaseContext {
@@ -190,6 +196,7 @@ impl BaseContext {
         self.entries.extend(other.entries);
         self.locked.extend(other.locked);
         self.read.extend(other.read);
+        self.recorded.extend(other.recorded);
     }
 }
 
@@ -226,6 +233,10 @@ pub fn encode_base_context(buf: &mut Vec<u8>, c: &BaseContext) {
     put_u32(buf, c.read.len() as u32);
     for target in &c.read {
         put_target(buf, target);
+    }
+    put_u32(buf, c.recorded.len() as u32);
+    for part in &c.recorded {
+        super::codec::put_bytes(buf, part);
     }
 }
 
@@ -302,8 +313,9 @@ pub fn decode_base_context(d: &mut Decoder<'_>) -> DecodeResult<BaseContext> {
 }
 
 /// Decodes a BaseContext payload followed by more (a checkpoint's list):
-/// `row_lists` says how many lists of rows it was written with (0: none;
-/// 1: its locked rows; 2: those and the rows it read).
+/// `row_lists` says how many lists it was written with after its entries
+/// (0: none; 1: its locked rows; 2: those and the rows it read; 3: those
+/// and its recorded operations).
 pub fn decode_base_context_in(
     d: &mut Decoder<'_>,
     row_lists: Option<u8>,
@@ -365,6 +377,14 @@ pub fn decode_base_context_in(
             read.push(target(d)?);
         }
     }
+    let mut recorded = Vec::new();
+    if more(d, 2) {
+        let n = d.u32("recorded parts")? as usize;
+        recorded.reserve(n.min(1 << 12));
+        for _ in 0..n {
+            recorded.push(d.bytes("recorded operations")?.to_vec());
+        }
+    }
     Ok(BaseContext {
         sub,
         owner,
@@ -372,6 +392,7 @@ pub fn decode_base_context_in(
         entries,
         locked,
         read,
+        recorded,
     })
 }
 
@@ -732,21 +753,42 @@ mod tests {
                     hi: Bound::Included(Key::new([Value::Int(3), Value::Max])),
                 },
             ],
+            recorded: vec![b"[]".to_vec(), b"[1]".to_vec()],
         };
         let mut buf = Vec::new();
         encode_base_context(&mut buf, &c);
         let back = decode_base_context(&mut Decoder::new(&buf)).unwrap();
         assert_eq!(back, c);
-        // Earlier today, the payload ended after the locked rows.
+        // Before 2026-11-28, the payload ended after the rows it read.
+        let mut unrecorded = Vec::new();
+        encode_base_context(
+            &mut unrecorded,
+            &BaseContext {
+                recorded: vec![],
+                ..c.clone()
+            },
+        );
+        unrecorded.truncate(unrecorded.len() - 4);
+        let back = decode_base_context(&mut Decoder::new(&unrecorded)).unwrap();
+        assert_eq!((&back.read, back.recorded.len()), (&c.read, 0));
+        unrecorded.push(0xff);
+        let mut d = Decoder::new(&unrecorded);
+        let back = decode_base_context_in(&mut d, Some(2)).unwrap();
+        assert_eq!(
+            (back.read.len(), back.recorded.len(), d.is_empty()),
+            (2, 0, false)
+        );
+        // Earlier, after the locked rows.
         let mut locked_only = Vec::new();
         encode_base_context(
             &mut locked_only,
             &BaseContext {
                 read: vec![],
+                recorded: vec![],
                 ..c.clone()
             },
         );
-        locked_only.truncate(locked_only.len() - 4);
+        locked_only.truncate(locked_only.len() - 8);
         let back = decode_base_context(&mut Decoder::new(&locked_only)).unwrap();
         assert_eq!((&back.locked, &back.read), (&c.locked, &vec![]));
         // Before that, after the entries.
@@ -756,10 +798,11 @@ mod tests {
             &BaseContext {
                 locked: vec![],
                 read: vec![],
+                recorded: vec![],
                 ..c.clone()
             },
         );
-        old.truncate(old.len() - 8);
+        old.truncate(old.len() - 12);
         let back = decode_base_context(&mut Decoder::new(&old)).unwrap();
         assert_eq!(back.locked, vec![], "a context from before has none");
         assert_eq!(back.entries, c.entries);

@@ -458,7 +458,7 @@ impl Rules for CallasRules {
 
     fn prepare(p: &mut Partition<Self>, txn: TxnId) -> Prepared {
         if p.rules.cascaded.remove(&txn) {
-            p.rules.contexts.take(txn);
+            p.rules.contexts.forget(txn);
             Prepared::Refuse
         } else {
             Prepared::Go {
@@ -527,7 +527,7 @@ impl Rules for CallasRules {
 
     fn aborted(p: &mut Partition<Self>, txn: TxnId) {
         p.rules.cascaded.remove(&txn);
-        p.rules.contexts.take(txn);
+        p.rules.contexts.forget(txn);
     }
 
     /// Fails the statement `owner` has held here, if any (it ended).

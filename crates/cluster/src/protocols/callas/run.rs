@@ -11,6 +11,9 @@ pub(super) struct Resume {
     pub owner: TxnId,
     pub run: Box<super::sc::ScRun>,
     pub seq: u32,
+    /// What its committed pieces recorded (when the run records a
+    /// history): the roll-forward's record begins with it.
+    pub recorded: Vec<brine_check::Op>,
 }
 
 /// Runs a procedure of group `group` to completion: attempts, retries,
@@ -63,6 +66,9 @@ pub(super) async fn run_resumed(
             m => (m, None),
         };
         let mut st = TxnState::begin(shared, txn, Some(proc));
+        if let (Some(rec), Some(r)) = (&mut st.rec, &resumed) {
+            rec.ops = r.recorded.clone();
+        }
         st.at_cluster_level();
         if !cascaded {
             st.lock_class = Some(brine_lock::LockClass::Member(group));
@@ -445,6 +451,7 @@ pub(super) async fn roll_forward(
             tracing::error!(%owner, "`{name}` is not a procedure of an `sc` group: cannot roll it forward");
             continue;
         };
+        let recorded = crate::partition::recorded_ops(&c);
         let mut by_seq: std::collections::BTreeMap<u32, Vec<brine_sql::QueryResult>> =
             Default::default();
         for e in c.entries {
@@ -464,7 +471,17 @@ pub(super) async fn roll_forward(
             intro,
             by_seq.into_values().collect(),
         ));
-        runs.push((proc, args, group, Resume { owner, run, seq }));
+        runs.push((
+            proc,
+            args,
+            group,
+            Resume {
+                owner,
+                run,
+                seq,
+                recorded,
+            },
+        ));
     }
     let runs = runs
         .into_iter()

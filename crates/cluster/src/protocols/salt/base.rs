@@ -390,9 +390,13 @@ async fn finish_block(ctx: &ProcCtx, block: Block) -> Result<()> {
 /// Records what subtransaction `sub` wrote and its abort undid (when the
 /// run records a history) as an aborted part (`HistorySink::aborted_part`):
 /// its recorded operations left the BASE transaction's record, but
-/// another's write may lie over one of them.
+/// another's write may lie over one of them. Not once the log is down (a
+/// crash): a commit that failed then may be in the log all the same, and
+/// what recovery finds there is the transaction's (its roll-forward's
+/// record); nothing written after the crash lies over it.
 pub(super) fn record_undone(shared: &Shared, sub: TxnId, undone: Vec<Op>) {
-    if let (Some(h), false) = (&shared.history, undone.is_empty()) {
+    let down = shared.wal.as_ref().is_some_and(|w| w.is_down());
+    if let (Some(h), false, false) = (&shared.history, undone.is_empty(), down) {
         h.aborted_part(sub, undone);
     }
 }

@@ -137,15 +137,11 @@ impl Salt {
                 tracing::info!(%owner, "Salt: not accepted after all (no subtransaction committed)");
                 release::end_everywhere(shared.clone(), node, owner, false).await;
             }
-            let gather::Gathered {
-                contexts,
-                ops,
-                undone,
-            } = gathered;
+            let gather::Gathered { contexts, undone } = gathered;
             for (sub, writes) in undone {
                 base::record_undone(&shared, sub, writes);
             }
-            recover::roll_forward(&shared, node, &procedures, contexts, ops, opts).await;
+            recover::roll_forward(&shared, node, &procedures, contexts, opts).await;
             drop(rolling);
         });
         true
@@ -288,16 +284,8 @@ impl Protocol for Salt {
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             if self.home.is_none() {
-                let ops = Default::default();
-                return recover::roll_forward(
-                    shared,
-                    node,
-                    procedures,
-                    unfinished,
-                    ops,
-                    self.options,
-                )
-                .await;
+                return recover::roll_forward(shared, node, procedures, unfinished, self.options)
+                    .await;
             }
             // Across processes this node's own log holds only part of its
             // BASE transactions' contexts (and parts of other nodes',
@@ -326,7 +314,7 @@ impl Protocol for Salt {
                         .as_ref()
                         .is_some_and(|w| w.base_ended.contains(&c.owner))
                 };
-                let gather::Gathered { contexts, ops, .. } = gathered;
+                let gather::Gathered { contexts, .. } = gathered;
                 let (done, unfinished): (Vec<_>, Vec<_>) = contexts.into_iter().partition(ended);
                 for c in done {
                     tokio::spawn(release::end_everywhere(shared.clone(), node, c.owner, true));
@@ -338,7 +326,7 @@ impl Protocol for Salt {
                         unfinished.len()
                     );
                 }
-                recover::roll_forward(&shared, node, &procedures, unfinished, ops, opts).await;
+                recover::roll_forward(&shared, node, &procedures, unfinished, opts).await;
             });
         })
     }

@@ -8,7 +8,6 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use brine_check::Op;
 use brine_core::{Result, TxnId};
 use brine_lock::{LockClass, Mode};
 use brine_sql::QueryResult;
@@ -21,20 +20,15 @@ use crate::protocols::gather;
 /// Salt's state at one partition.
 pub struct SaltRules {
     owned: Owned,
-    /// With a log: what each running alkaline subtransaction ran here,
-    /// logged when it commits or prepares.
+    /// With a log: what each running alkaline subtransaction ran here
+    /// (and recorded, when the run records a history), logged when it
+    /// commits or prepares; a roll-forward gathers the open ones
+    /// (`gather::OpenContexts`).
     contexts: Contexts,
     /// BASE transactions being rolled forward after their coordinator gave
     /// them up in doubt: statements of their subtransactions with ids below
     /// the fence are refused (see `gather::OpenContexts`).
     fences: HashMap<TxnId, u64>,
-    /// When the run records a history: what each running alkaline
-    /// subtransaction read and wrote here (with its owner), and what the
-    /// committed ones of each BASE transaction did, until it ends. A
-    /// roll-forward gathers the latter (`gather::OpenContexts`), so the
-    /// history holds what committed here even when its answer was lost.
-    running_ops: HashMap<TxnId, (TxnId, Vec<Op>)>,
-    committed_ops: HashMap<TxnId, Vec<Op>>,
     /// Per BASE transaction, its latest subtransaction that sent a
     /// statement here and has not ended here. The end of an older one (a
     /// commit resent after a loss, or a late duplicate) leaves the locks
@@ -58,8 +52,6 @@ impl SaltRules {
             owned: Owned::new(release_order),
             contexts: Contexts::default(),
             fences: HashMap::default(),
-            running_ops: HashMap::default(),
-            committed_ops: HashMap::default(),
             live: HashMap::default(),
         }
     }
@@ -68,10 +60,6 @@ impl SaltRules {
 impl gather::GatherRules for SaltRules {
     fn fencing(&mut self) -> (&mut HashMap<TxnId, u64>, &Contexts) {
         (&mut self.fences, &self.contexts)
-    }
-
-    fn committed_ops(p: &Partition<Self>, owner: TxnId) -> Option<Vec<Op>> {
-        p.rules.committed_ops.get(&owner).cloned()
     }
 }
 
@@ -96,7 +84,6 @@ impl Rules for SaltRules {
 
     fn forget(p: &mut Partition<Self>, owner: TxnId) {
         p.rules.fences.remove(&owner);
-        p.rules.committed_ops.remove(&owner);
         p.rules.live.remove(&owner);
     }
 
@@ -123,17 +110,6 @@ impl Rules for SaltRules {
     }
 
     fn finishing(p: &mut Partition<Self>, stmt: &Stmt, result: &Result<QueryResult>) {
-        if let (Some(s), Ok(_), false) = (stmt.sub, result, stmt.ops().is_empty()) {
-            let (_, ops) = p
-                .rules
-                .running_ops
-                .entry(stmt.txn)
-                .or_insert_with(|| (s.owner, Vec::new()));
-            ops.extend(stmt.ops().iter().cloned().map(|mut op| {
-                op.set_sub(s.no);
-                op
-            }));
-        }
         if let (Some(_), Ok(r)) = (&p.wal, result) {
             p.rules.contexts.note(stmt, r);
         }
@@ -198,15 +174,8 @@ impl Rules for SaltRules {
     }
 
     fn aborted(p: &mut Partition<Self>, txn: TxnId) {
-        p.rules.contexts.take(txn);
-        p.rules.running_ops.remove(&txn);
+        p.rules.contexts.forget(txn);
         p.rules.live.retain(|_, live| *live != txn);
-    }
-
-    fn committed(p: &mut Partition<Self>, txn: TxnId) {
-        if let Some((owner, ops)) = p.rules.running_ops.remove(&txn) {
-            p.rules.committed_ops.entry(owner).or_default().extend(ops);
-        }
     }
 
     /// An alkaline subtransaction's locks are downgraded to saline, not

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use brine_check::{Op, TxnClass};
-use brine_core::{NodeId, TxnId};
+use brine_core::NodeId;
 use brine_sql::QueryResult;
 use parking_lot::Mutex;
 
@@ -20,15 +20,15 @@ use crate::protocol::Call;
 /// not re-executed, and the rest executed live, under the transaction's
 /// original owner id (so its contexts and end records stay one). Runs
 /// before the cluster accepts new work. When the run records a history,
-/// each is recorded with `ops`, what its committed subtransactions did
-/// (gathered from the partitions: its coordinator may have missed their
-/// answers), and then what its roll-forward does.
+/// each is recorded with what its committed subtransactions did (logged
+/// with their contexts at the partitions: its coordinator may have missed
+/// their answers, and a partition may have restarted or moved since), and
+/// then what its roll-forward does.
 pub(super) async fn roll_forward(
     shared: &Arc<Shared>,
     node: NodeId,
     procedures: &std::collections::HashMap<String, Arc<PreparedProc>>,
     unfinished: Vec<brine_storage::wal::record::BaseContext>,
-    mut ops: std::collections::HashMap<TxnId, Vec<Op>>,
     opts: SaltOptions,
 ) {
     let mut tasks = Vec::new();
@@ -46,6 +46,8 @@ pub(super) async fn roll_forward(
             "rolling forward {name}({args:?}) from {} logged statement result(s)",
             c.entries.len()
         );
+        let mut recorded = crate::partition::recorded_ops(&c);
+        recorded.sort_by_key(Op::sub);
         let mut b = BaseState::new(opts);
         b.accepted = true;
         b.intro = Some(Arc::new((name, args.clone())));
@@ -65,7 +67,7 @@ pub(super) async fn roll_forward(
         st.rec = shared.history.as_ref().map(|h| {
             let mut rec = h.begin(Some(&proc.name));
             rec.class = TxnClass::Base;
-            rec.ops = ops.remove(&c.owner).unwrap_or_default();
+            rec.ops = std::mem::take(&mut recorded);
             rec
         });
         st.ext = Some(Box::new(b));
