@@ -278,6 +278,8 @@ pub fn generate(cfg: &GenConfig) -> History {
             accepted: false,
             read_committed: false,
             client: None,
+            two_phase: false,
+            orphan: false,
             start_us,
             end_us,
             ops,

@@ -164,6 +164,18 @@ pub struct TxnRecord {
     /// order are a session, held to per-key order (see "Sessions" above).
     #[serde(rename = "cl", default, skip_serializing_if = "Option::is_none")]
     pub client: Option<u64>,
+    /// An `unknown` record of a commit decided in two phases by its
+    /// coordinator's decision log (absent: one round, or not known), so a
+    /// restarted coordinator can settle it from that log.
+    #[serde(rename = "2pc", default, skip_serializing_if = "std::ops::Not::not")]
+    pub two_phase: bool,
+    /// Written by a partition that aborted the attempt after its
+    /// coordinator was lost (its process restarted): the ops are the
+    /// writes that partition undid. It joins the attempt's other records
+    /// (aborting an `unknown` one) instead of replacing them, and stands
+    /// for the attempt where its coordinator never recorded it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphan: bool,
     /// Microseconds since the run started, at the client.
     pub start_us: u64,
     pub end_us: u64,
@@ -473,6 +485,8 @@ mod tests {
             accepted: false,
             read_committed: false,
             client: Some(4),
+            two_phase: false,
+            orphan: false,
             start_us: 10,
             end_us: 20,
             ops: vec![

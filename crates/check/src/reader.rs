@@ -204,18 +204,40 @@ pub fn read_str(text: &str) -> Result<History, ReadError> {
 
 /// Adds `r` to `txns`, in place of an earlier record of the same attempt
 /// (`at`: where each attempt's record is).
+///
+/// A partition's record of an orphan it aborted (`orphan`) joins the
+/// attempt's record instead: its undone writes are added, and an `unknown`
+/// outcome becomes `aborted`, whichever of the two comes first.
 fn supersede(
     txns: &mut Vec<TxnRecord>,
     at: &mut std::collections::HashMap<u64, usize>,
     r: TxnRecord,
 ) {
-    match at.get(&r.id) {
-        Some(&i) => txns[i] = r,
-        None => {
-            at.insert(r.id, txns.len());
-            txns.push(r);
+    let Some(&i) = at.get(&r.id) else {
+        at.insert(r.id, txns.len());
+        txns.push(r);
+        return;
+    };
+    let old = std::mem::replace(&mut txns[i], r);
+    let (new, old) = (&mut txns[i], old);
+    if !(new.orphan || old.orphan) {
+        return;
+    }
+    let (mut full, part) = if new.orphan && !old.orphan {
+        (old, new.clone())
+    } else {
+        (new.clone(), old)
+    };
+    for op in part.ops {
+        if !full.ops.contains(&op) {
+            full.ops.push(op);
         }
     }
+    if full.outcome == crate::Outcome::Unknown || full.orphan {
+        full.outcome = crate::Outcome::Aborted;
+    }
+    full.orphan &= part.orphan;
+    *new = full;
 }
 
 /// Reads a history file, or every `*.jsonl` file of a directory as one
@@ -331,6 +353,39 @@ mod tests {
         let h = read_str(&text).expect("reads");
         let seen: Vec<(u64, Outcome)> = h.txns.iter().map(|t| (t.id, t.outcome)).collect();
         assert_eq!(seen, [(1, Outcome::Committed), (2, Outcome::Aborted)]);
+    }
+
+    /// A partition's record of an orphan it aborted joins the attempt's
+    /// own record, whichever comes first: its undone write is added and
+    /// an unknown outcome becomes aborted; alone it stands for the
+    /// attempt.
+    #[test]
+    fn an_orphan_record_joins_the_attempt_s_own() {
+        let orphan = |id: u64| {
+            format!(
+                r#"{{"id":{id},"ts":1,"class":"acid","outcome":"aborted","orphan":true,"start_us":0,"end_us":1,"ops":[{{"op":"w","t":"b","k":[2],"v":7,"prev":0,"kind":"update"}}]}}"#
+            )
+        };
+        for lines in [
+            [record(1, "unknown"), orphan(1)],
+            [orphan(1), record(1, "unknown")],
+        ] {
+            let text = format!("{HEADER}\n{}\n{}\n{}\n", lines[0], lines[1], orphan(2));
+            let h = read_str(&text).expect("reads");
+            let seen: Vec<(u64, Outcome, usize, bool)> = h
+                .txns
+                .iter()
+                .map(|t| (t.id, t.outcome, t.ops.len(), t.orphan))
+                .collect();
+            assert_eq!(
+                seen,
+                [
+                    (1, Outcome::Aborted, 2, false),
+                    (2, Outcome::Aborted, 1, true)
+                ],
+                "{lines:?}"
+            );
+        }
     }
 
     /// A directory is one history of its files, which must be of one run.

@@ -85,6 +85,8 @@ fn parse_txn(line: &str, pos: u64) -> Result<TxnRecord, String> {
         accepted: false,
         read_committed: false,
         client: None,
+        two_phase: false,
+        orphan: false,
         start_us: pos * 10,
         end_us: pos * 10 + 5,
         ops: Vec::new(),

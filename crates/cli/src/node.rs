@@ -317,7 +317,8 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         followed.extend(r.clients());
     }
     crate::addresses::follow(args.config.clone(), me, followed);
-    if let Some(path) = file.node_history_file(me) {
+    let history_file = file.node_history_file(me);
+    if let Some(path) = &history_file {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| {
                 NodeError::Config(format!(
@@ -326,7 +327,7 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
                 ))
             })?;
         }
-        config.history = Some(path);
+        config.history = Some(path.clone());
     }
     let app = application(&file)?;
     // Recovery may block on peers' answers: off the async threads.
@@ -339,6 +340,9 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         context: format!("starting node {me}"),
         source,
     })?;
+    if let Some(path) = history_file {
+        settle_earlier_history(&cluster, me, path).await?;
+    }
     cluster.wait_ready().await;
     let service = Arc::new(service);
     service.announce_restart().await;
@@ -349,15 +353,30 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
     let mut fatal = replicas.as_ref().map(|r| r.fatal());
     let placement = replicas
         .as_ref()
-        .and_then(|r| r.takeovers())
-        .map(|mut takeovers| {
+        .and_then(|r| Some((r.takeovers()?, r.handovers()?)))
+        .map(|(mut takeovers, mut handovers)| {
             let (cluster, replicas) = (cluster.clone(), replicas.clone());
             tokio::spawn(async move {
-                while let Some((p, term)) = takeovers.recv().await {
-                    if let Err(e) = cluster.take_over(p, term).await {
-                        if let Some(r) = &replicas {
-                            r.stop_node(format!("taking partition {p} over: {e}"));
+                loop {
+                    tokio::select! {
+                        Some((p, term)) = takeovers.recv() => {
+                            if let Err(e) = cluster.take_over(p, term).await {
+                                if let Some(r) = &replicas {
+                                    r.stop_node(format!("taking partition {p} over: {e}"));
+                                }
+                            }
                         }
+                        // A partition served here away from its home goes
+                        // back once the home keeps up (docs/replication.md).
+                        Some(p) = handovers.recv() => {
+                            let cluster = cluster.clone();
+                            tokio::spawn(async move {
+                                if let Err(e) = cluster.hand_over(p).await {
+                                    tracing::warn!(partition = p, "handing partition {p} back to its home: {e}");
+                                }
+                            });
+                        }
+                        else => return,
                     }
                 }
             })
@@ -910,4 +929,47 @@ mod tests {
         );
         assert!(bind_numbered("SELECT a FROM t WHERE id = $id", &p).is_err());
     }
+}
+
+/// A restarted node that records its history settles the commits its
+/// earlier runs left of unknown outcome (its files `node-<me>-*` in the
+/// history directory, before this run's `path`) from its decision log
+/// (`Cluster::settle_earlier_history`).
+async fn settle_earlier_history(
+    cluster: &Cluster,
+    me: u32,
+    path: std::path::PathBuf,
+) -> Result<(), NodeError> {
+    let Some(dir) = path.parent().map(std::path::Path::to_path_buf) else {
+        return Ok(());
+    };
+    let prefix = format!("node-{me}-");
+    let mut earlier: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| NodeError::Config(format!("listing {}: {e}", dir.display())))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|f| {
+            *f != path
+                && f.extension().is_some_and(|x| x == "jsonl")
+                && f.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .collect();
+    if earlier.is_empty() {
+        return Ok(());
+    }
+    earlier.sort();
+    let cluster = cluster.clone();
+    let settled = tokio::task::spawn_blocking(move || cluster.settle_earlier_history(&earlier))
+        .await
+        .map_err(|e| NodeError::Config(format!("settling the earlier history: {e}")))?
+        .map_err(|source| NodeError::Engine {
+            context: format!("settling node {me}'s earlier history"),
+            source,
+        })?;
+    if settled > 0 {
+        tracing::info!(settled, "commits of earlier runs left of unknown outcome, settled in the history from the decision log");
+    }
+    Ok(())
 }

@@ -533,6 +533,24 @@ impl Cluster {
                     clients,
                 )
             });
+        let history = match &config.history {
+            Some(path) => {
+                let header = Header {
+                    brine_history: FORMAT_VERSION,
+                    workload: app.name.clone(),
+                    protocol: config.protocol.clone(),
+                    isolation: config.isolation.to_string(),
+                    config: history_config(&config, &catalog, protocol.as_ref()),
+                };
+                // A node across processes writes each record at once (a
+                // SIGKILL must not lose one whose writes others read).
+                Some(Arc::new(match hosting_node {
+                    Some(_) => HistorySink::create_direct(path, &header)?,
+                    None => HistorySink::create(path, &header)?,
+                }))
+            }
+            None => None,
+        };
         for p in 0..config.total_partitions() {
             let node = NodeId(p / config.partitions_per_node);
             if let Some(routes) = &routes {
@@ -572,7 +590,7 @@ impl Cluster {
                     lock_config: config.lock.clone(),
                     counters: counters.clone(),
                     wal: durable,
-                    record: config.history.is_some(),
+                    history: history.clone(),
                 },
                 rx,
             );
@@ -608,24 +626,6 @@ impl Cluster {
                 tokio::spawn(crate::deadlock::run(watched, link.clone(), NodeId(0)));
             }
         }
-        let history = match &config.history {
-            Some(path) => {
-                let header = Header {
-                    brine_history: FORMAT_VERSION,
-                    workload: app.name.clone(),
-                    protocol: config.protocol.clone(),
-                    isolation: config.isolation.to_string(),
-                    config: history_config(&config, &catalog, protocol.as_ref()),
-                };
-                // A node across processes writes each record at once (a
-                // SIGKILL must not lose one whose writes others read).
-                Some(Arc::new(match hosting_node {
-                    Some(_) => HistorySink::create_direct(path, &header)?,
-                    None => HistorySink::create(path, &header)?,
-                }))
-            }
-            None => None,
-        };
         let unfinished = wal
             .as_ref()
             .map(|w| std::mem::take(&mut *w.unfinished_contexts.lock()))
@@ -715,6 +715,26 @@ impl Cluster {
             Some(h) => h.flush().map(Some),
             None => Ok(None),
         }
+    }
+
+    /// A restarted node recording its history: settles what its earlier
+    /// runs (`earlier`: their history files, in order) left of unknown
+    /// outcome and decided in two phases, from its decision log
+    /// (`HistorySink::settle_earlier_runs`). Returns how many it settled.
+    pub fn settle_earlier_history(&self, earlier: &[PathBuf]) -> Result<usize> {
+        let (Some(h), Some(book)) = (
+            &self.shared.history,
+            self.shared.wal.as_ref().and_then(|w| w.book.as_deref()),
+        ) else {
+            return Ok(0);
+        };
+        h.settle_earlier_runs(earlier, |txn| {
+            Some(match book.ask(txn) {
+                crate::remote::Inquiry::Committed => brine_check::Outcome::Committed,
+                crate::remote::Inquiry::Aborted => brine_check::Outcome::Aborted,
+                crate::remote::Inquiry::Undecided => return None,
+            })
+        })
     }
 
     /// Counts a partition this process came to serve with the others.

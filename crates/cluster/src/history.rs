@@ -129,12 +129,61 @@ impl HistorySink {
     /// in a sink that writes directly (a node's, across processes), so a
     /// crash before its end is recorded leaves its writes named. Its end
     /// supersedes it.
-    pub fn provisional(&self, txn: TxnId, rec: &TxnRecording) {
+    /// `two_phase`: the commit is decided by the coordinator's decision
+    /// log, which settles the record if the node dies before its end
+    /// ([`HistorySink::settle_earlier_runs`]).
+    pub fn provisional(&self, txn: TxnId, rec: &TxnRecording, two_phase: bool) {
         if !matches!(self.out, Output::Direct(_)) || rec.ops.is_empty() {
             return;
         }
-        let record = self.record(txn, rec.clone(), Outcome::Unknown);
+        let mut record = self.record(txn, rec.clone(), Outcome::Unknown);
+        record.two_phase = two_phase;
         self.write_direct(&record);
+    }
+
+    /// A restarted node's sink: the records its earlier runs (`earlier`:
+    /// their files, in order) left of unknown outcome whose commit was
+    /// decided in two phases are recorded again with the outcome
+    /// `decided` gives (the node's decision log: committed, or under
+    /// presumed abort aborted; `None`: not known), superseding them. An
+    /// attempt cut off by the node's death otherwise stays unknown, and
+    /// where a pipelined transaction wrote over its uncommitted write
+    /// (Callas' Runtime Pipelining) the checker could not tell that its
+    /// write was undone. Returns how many it settled.
+    pub fn settle_earlier_runs(
+        &self,
+        earlier: &[PathBuf],
+        decided: impl Fn(TxnId) -> Option<Outcome>,
+    ) -> Result<usize> {
+        let mut last: std::collections::HashMap<u64, TxnRecord> = Default::default();
+        for f in earlier {
+            let h = brine_check::read_file(f).map_err(|e| {
+                Error::Config(format!(
+                    "reading the earlier history file {}: {e}",
+                    f.display()
+                ))
+            })?;
+            for r in h.txns {
+                last.insert(r.id, r);
+            }
+        }
+        let mut settled = 0;
+        let mut ids: Vec<u64> = last.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let r = &last[&id];
+            if r.outcome != Outcome::Unknown || !r.two_phase {
+                continue;
+            }
+            if let Some(outcome) = decided(TxnId { ts: r.ts, id }) {
+                let mut r = r.clone();
+                r.outcome = outcome;
+                r.two_phase = false;
+                self.write_direct(&r);
+                settled += 1;
+            }
+        }
+        Ok(settled)
     }
 
     fn write_direct(&self, record: &TxnRecord) {
@@ -167,6 +216,8 @@ impl HistorySink {
             outcome,
             accepted: rec.accepted,
             client: rec.client,
+            two_phase: false,
+            orphan: false,
             read_committed: rec.read_committed,
             start_us: us(rec.start),
             end_us: us(Instant::now()),
@@ -196,7 +247,10 @@ impl HistorySink {
         if rec.ops.is_empty() {
             return;
         }
-        let record = self.record(txn, rec, outcome);
+        self.emit(self.record(txn, rec, outcome));
+    }
+
+    fn emit(&self, record: TxnRecord) {
         match &self.out {
             // The writer only goes away with the sink.
             Output::Buffered { tx, .. } => {
@@ -216,6 +270,18 @@ impl HistorySink {
         let mut rec = self.begin(None);
         rec.ops = ops;
         self.end(part, *rec, Outcome::Aborted);
+    }
+
+    /// A partition aborted `txn`, whose coordinator was lost, undoing
+    /// `undone`: recorded as an orphan record, which joins the attempt's
+    /// own (`brine_check::reader`), or stands for it where the coordinator
+    /// never recorded it.
+    pub fn orphan_aborted(&self, txn: TxnId, undone: Vec<Op>) {
+        let mut rec = self.begin(None);
+        rec.ops = undone;
+        let mut record = self.record(txn, *rec, Outcome::Aborted);
+        record.orphan = true;
+        self.emit(record);
     }
 
     /// Waits until everything recorded so far is in the file; returns the
@@ -406,6 +472,71 @@ fn upper_is_tighter(a: &Bound<Key>, b: &Bound<Key>) -> bool {
 mod tests {
     use super::*;
     use brine_core::Value;
+
+    /// A restarted node settles the two-phase commits its earlier run
+    /// left of unknown outcome from its decision log; one-round ones and
+    /// those whose end was recorded stay as they were.
+    #[test]
+    fn a_restarted_node_settles_its_earlier_run_s_unknown_commits() {
+        let dir = tempfile::tempdir().expect("dir");
+        let header = Header {
+            brine_history: brine_check::history::FORMAT_VERSION,
+            workload: "w".into(),
+            protocol: "acid".into(),
+            isolation: "serializable".into(),
+            config: Default::default(),
+        };
+        let txn = |id: u64| TxnId { ts: id, id };
+        let write = |v: u64| Op::Write {
+            table: "t".into(),
+            key: key(v as i64),
+            version: v,
+            prev: 0,
+            kind: brine_check::WriteKind::Update,
+            ix: Vec::new(),
+            cols: None,
+            sub: None,
+        };
+        let earlier = dir.path().join("node-1-1.jsonl");
+        let before = HistorySink::create_direct(&earlier, &header).expect("sink");
+        for (id, two_phase) in [(1, true), (2, false), (3, true), (4, true)] {
+            let mut rec = before.begin(None);
+            rec.ops = vec![write(id)];
+            before.provisional(txn(id), &rec, two_phase);
+            if id == 3 {
+                before.end(txn(id), *rec, Outcome::Committed);
+            }
+        }
+        drop(before);
+        let now =
+            HistorySink::create_direct(&dir.path().join("node-1-2.jsonl"), &header).expect("sink");
+        let settled = now
+            .settle_earlier_runs(&[earlier], |t| match t.id {
+                1 => Some(Outcome::Aborted),
+                3 => Some(Outcome::Aborted),
+                _ => None,
+            })
+            .expect("settled");
+        assert_eq!(
+            settled, 1,
+            "only the unknown two-phase commit it can decide"
+        );
+        let h = brine_check::reader::read_path(dir.path()).expect("reads");
+        let seen: Vec<(u64, Outcome, usize)> = h
+            .txns
+            .iter()
+            .map(|t| (t.id, t.outcome, t.ops.len()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (1, Outcome::Aborted, 1),
+                (2, Outcome::Unknown, 1),
+                (3, Outcome::Committed, 1),
+                (4, Outcome::Unknown, 1)
+            ]
+        );
+    }
 
     fn key(i: i64) -> Key {
         Key::new([Value::Int(i)])

@@ -73,6 +73,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use brine_check::Op;
 pub use record::{KeyVersion, VerState};
+
+/// A partition incarnation's version ids are `version_base + 1` on, its
+/// base a multiple of 2^40 ([`PartitionStore::enable_recording`]): the
+/// bits above tell its versions from another incarnation's.
+pub const VERSION_RANGE_BITS: u32 = 40;
 use record::{Recorder, Scanned};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -186,7 +191,7 @@ impl PartitionStore {
     /// Starts recording row versions (see the `record` module): writes draw version
     /// ids from `version_base + 1` on, so give each partition a disjoint
     /// range (and each incarnation of a partition recovered from its log
-    /// another). Rows present now are at version 0, or at the version
+    /// another), `version_base` a multiple of 2^[`VERSION_RANGE_BITS`]. Rows present now are at version 0, or at the version
     /// their recovery found ([`PartitionStore::apply_versions`]).
     pub fn enable_recording(&mut self, version_base: u64) {
         let kept = std::mem::take(&mut self.kept_versions);
@@ -208,7 +213,13 @@ impl PartitionStore {
     }
 
     /// Recovery: a committed transaction left these keys at these
-    /// versions.
+    /// versions, unless a version of the same incarnation written later
+    /// is there already. Transactions commit in log order, but under
+    /// Runtime Pipelining one may write a row over another's uncommitted
+    /// write (other columns) and commit first: the later write is the
+    /// row's version, whichever commit comes last. A later incarnation's
+    /// versions (a range of its own, [`VERSION_RANGE_BITS`]) come later
+    /// in the log and replace an earlier one's.
     pub fn apply_versions(&mut self, versions: Vec<KeyVersion>) {
         let n = self.tables.len();
         let maps = match &mut self.recorder {
@@ -216,8 +227,16 @@ impl PartitionStore {
             None => &mut self.kept_versions,
         };
         maps.resize(n, BTreeMap::new());
+        let incarnation = |v: u64| v >> VERSION_RANGE_BITS;
         for v in versions {
-            if let Some(map) = maps.get_mut(v.table.0 as usize) {
+            let Some(map) = maps.get_mut(v.table.0 as usize) else {
+                continue;
+            };
+            let written_later = map.get(&v.key).is_some_and(|c| {
+                incarnation(c.version) == incarnation(v.state.version)
+                    && c.version > v.state.version
+            });
+            if !written_later {
                 map.insert(v.key, v.state);
             }
         }

@@ -134,6 +134,11 @@ pub fn wait_up(config: &Path) {
         if o.status.success() {
             return;
         }
+        if Instant::now() >= deadline {
+            if let Some(dir) = config.parent() {
+                keep_dir_for_study(dir);
+            }
+        }
         assert!(
             Instant::now() < deadline,
             "the cluster did not come up:\n{}",
@@ -322,6 +327,27 @@ impl Drop for ClusterUp {
 /// transactions it coordinates (acid), under the cluster's `history/`.
 pub const RECORD_HISTORY: &str = "history = \"history\"\n";
 
+/// With `BRINE_KEEP_FAILED=DIR`: copies `cluster`'s directory (its
+/// cluster file, data, logs and history) under DIR, for a failure to be
+/// studied after the test's temporary directory is gone.
+pub fn keep_for_study(cluster: &Nodes) {
+    keep_dir_for_study(cluster.dir.path());
+}
+
+/// [`keep_for_study`] of a cluster's directory `dir`.
+pub fn keep_dir_for_study(dir: &Path) {
+    let Ok(to) = std::env::var("BRINE_KEEP_FAILED") else {
+        return;
+    };
+    let to = std::path::Path::new(&to).join(format!("cluster-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&to);
+    let copied = Command::new("cp").arg("-r").arg(dir).arg(&to).status();
+    eprintln!(
+        "the failed cluster's directory kept in {} ({copied:?})",
+        to.display()
+    );
+}
+
 /// Checks the history the nodes of `cluster` recorded ([`RECORD_HISTORY`])
 /// at `level` (`serializable`, or `salt` for Salt's BASE transactions), as
 /// one history of every node's files; the checker's count of
@@ -329,6 +355,9 @@ pub const RECORD_HISTORY: &str = "history = \"history\"\n";
 pub fn history_holds(cluster: &Nodes, level: &str) -> String {
     let dir = cluster.dir.path().join("history");
     let o = brine(&["check", path(&dir), "--level", level]);
+    if !o.status.success() {
+        keep_for_study(cluster);
+    }
     assert!(
         o.status.success(),
         "the nodes' history does not hold at {level}:\n{}",

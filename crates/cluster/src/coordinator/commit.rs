@@ -43,7 +43,8 @@ pub async fn commit_keeping_after(
         }
         st.finished = true;
         if let (Some(h), Some(rec)) = (&shared.history, &st.rec) {
-            h.provisional(st.txn, rec);
+            let two_phase = st.participants.len() > 1 || after.is_some();
+            h.provisional(st.txn, rec, two_phase);
         }
         (st.txn, st.participants.clone())
     };

@@ -86,7 +86,7 @@ impl Harness {
             lock_config: LockConfig::default(),
             counters: Arc::new(PartitionCounters::default()),
             wal: durable,
-            record: false,
+            history: None,
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(Partition::new(parts, rules).run(rx));

@@ -163,6 +163,8 @@ pub struct Parked {
 /// rules (`rules`, with their state here).
 pub struct Partition<R> {
     pub id: PartitionId,
+    /// When the run records a history (see [`PartitionParts::history`]).
+    history: Option<Arc<crate::history::HistorySink>>,
     pub store: PartitionStore,
     pub locks: LockTable,
     /// Statements waiting for a lock, by lock owner (one each).
@@ -212,8 +214,9 @@ pub struct PartitionParts {
     pub counters: Arc<PartitionCounters>,
     /// Durability: the store recovery rebuilt, and the log.
     pub wal: Option<(PartitionStore, PartitionWal)>,
-    /// Records row versions for history checking.
-    pub record: bool,
+    /// When the run records a history: its sink (the partition records
+    /// row versions, and what it undid of an orphan it aborted).
+    pub history: Option<Arc<crate::history::HistorySink>>,
 }
 
 /// The partition's clock: tokio's, so a test on a paused runtime (virtual
@@ -223,9 +226,7 @@ pub fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// Each partition draws history version ids from its own range of
-/// 2^40 ids.
-const VERSION_RANGE_BITS: u32 = 40;
+use brine_storage::VERSION_RANGE_BITS;
 
 /// Whether a granted lock of this access is released when the statement
 /// ends: reads at read committed, and writes only under the checker's
@@ -249,14 +250,16 @@ impl<R: Rules> Partition<R> {
             lock_config,
             counters,
             wal,
-            record,
+            history,
         } = parts;
+        let record = history.is_some();
         let (store, wal) = match wal {
             Some((store, wal)) => (store, Some(wal)),
             None => (PartitionStore::new(catalog), None),
         };
         let mut p = Partition {
             id,
+            history,
             store,
             locks: LockTable::new(lock_config, Arc::new(StandardCompat)),
             parked: HashMap::default(),
@@ -295,10 +298,15 @@ impl<R: Rules> Partition<R> {
         self.process_wakeups();
         let mut tick = tokio::time::interval(EXPIRE_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut stopped = None;
         loop {
             tokio::select! {
                 biased;
                 msg = rx.recv() => match msg {
+                    Some(PartitionMsg::Stop { done }) => {
+                        stopped = Some(done);
+                        break;
+                    }
                     Some(msg) => {
                         self.handle(msg);
                         self.maybe_nudge();
@@ -330,6 +338,11 @@ impl<R: Rules> Partition<R> {
             }
         }
         tracing::debug!(partition = self.id.0, "partition stopped");
+        // Its log and locks go with it before the one who stopped it hears.
+        drop(self);
+        if let Some(done) = stopped {
+            let _ = done.send(());
+        }
     }
 
     /// Rings the detector's doorbell if the lock table recorded something
@@ -473,6 +486,14 @@ impl<R: Rules> Partition<R> {
                     tracing::info!(partition = self.id.0, %txn, "aborting a transaction of a restarted coordinator");
                     self.forget_aborted(txn);
                     self.end_txn(txn, Ending::Release, false);
+                    // Its coordinator may never have recorded it, and a
+                    // pipelined write over its undone one names it.
+                    if let Some(h) = &self.history {
+                        let undone = self.store.undone_writes(txn);
+                        if !undone.is_empty() {
+                            h.orphan_aborted(txn, undone);
+                        }
+                    }
                 }
                 reply.send(in_doubt);
             }
@@ -546,6 +567,8 @@ impl<R: Rules> Partition<R> {
                     self.process_wakeups();
                 }
             }
+            // Taken by the actor loop (`run`).
+            PartitionMsg::Stop { .. } => {}
             PartitionMsg::Status { reply } => {
                 let catalog = self.store.catalog().clone();
                 reply.send(PartitionStatus {

@@ -150,10 +150,13 @@ impl NodeService {
     /// `Execute`'s protocol words, decoded).
     pub async fn serve(&self, partition: u32, msg: WireMsg, ext: StmtExt) -> WireResponse {
         let Some(tx) = self.partition(partition) else {
-            return WireResponse::Refused(Error::Config(format!(
-                "node {} does not host partition {partition}",
-                self.node.0
-            )));
+            // With replicated logs a partition moves: the attempt runs
+            // again where it went (the sender asks who serves it now).
+            let why = format!("node {} does not host partition {partition}", self.node.0);
+            return WireResponse::Refused(match self.routes {
+                Some(_) => Error::Transport(format!("{why} now (it moved)")),
+                None => Error::Config(why),
+            });
         };
         macro_rules! ask {
             ($make:expr, $wrap:expr) => {{

@@ -284,11 +284,21 @@ enum Input {
     Propose(Proposal),
     Lead(oneshot::Sender<Result<()>>),
     Status(oneshot::Sender<ReplicaStatus>),
+    /// The node stopped the partition this log is of, and closed its
+    /// writer, to hand it to its home (`NodeReplicas::hand_over`).
+    HandOver(oneshot::Sender<Result<()>>),
 }
 
 /// The queues of the tasks that carry messages to each other node, by
-/// node.
-type Senders = HashMap<u32, mpsc::UnboundedSender<(LogName, Vec<u8>)>>;
+/// node: one for small messages (heartbeats, votes, appends) and one for
+/// large ones (a checkpoint proposed at a takeover, an image), each
+/// its own stream of requests on the peer's connection, so a large one
+/// sent in parts never holds back another group's heartbeats past an
+/// election timeout.
+type Senders = HashMap<u32, [mpsc::UnboundedSender<(LogName, Vec<u8>)>; 2]>;
+
+/// A message this large goes in the large messages' queue ([`Senders`]).
+const LARGE_MESSAGE: usize = 64 * 1024;
 
 /// One node's replicas of every log it is a member of.
 pub struct NodeReplicas {
@@ -301,6 +311,9 @@ pub struct NodeReplicas {
     /// Partitions this node came to lead (partition, term), for the node
     /// to take over; taken once by the node (`takeovers`).
     takeovers: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<(u32, u64)>>>,
+    /// Partitions this node serves away from their home, whose home's
+    /// replica has kept up: for the node to hand back (`handovers`).
+    handovers: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<u32>>>,
     /// Decisions of other nodes whose logs this node leads while they
     /// are down, by node.
     books: Arc<parking_lot::RwLock<HashMap<u32, Arc<DecisionBook>>>>,
@@ -323,6 +336,7 @@ struct GroupShared {
     senders: Arc<Senders>,
     clients: HashMap<u32, Arc<PeerClient>>,
     takeovers: mpsc::UnboundedSender<(u32, u64)>,
+    handovers: mpsc::UnboundedSender<u32>,
     books: Arc<parking_lot::RwLock<HashMap<u32, Arc<DecisionBook>>>>,
     fatal: tokio::sync::watch::Sender<Option<String>>,
 }
@@ -364,11 +378,15 @@ impl NodeReplicas {
             .and_then(|v| v.parse().ok())
             .unwrap_or(super::parts::PART_BYTES);
         for (&peer, client) in clients.iter().filter(|(&n, _)| n != node) {
-            let (tx, rx) = mpsc::unbounded_channel();
-            runtime.spawn(send_to_peer(client.clone(), rx, part_bytes));
-            senders.insert(peer, tx);
+            let lane = || {
+                let (tx, rx) = mpsc::unbounded_channel();
+                runtime.spawn(send_to_peer(client.clone(), rx, part_bytes));
+                tx
+            };
+            senders.insert(peer, [lane(), lane()]);
         }
         let (takeovers, taken) = mpsc::unbounded_channel();
+        let (handovers, handed) = mpsc::unbounded_channel();
         let (fatal, _) = tokio::sync::watch::channel(None);
         let shared = GroupShared {
             node,
@@ -376,6 +394,7 @@ impl NodeReplicas {
             senders: Arc::new(senders),
             clients: clients.clone(),
             takeovers,
+            handovers,
             books: Arc::default(),
             fatal: fatal.clone(),
         };
@@ -403,6 +422,7 @@ impl NodeReplicas {
             root: root.to_path_buf(),
             clients,
             takeovers: parking_lot::Mutex::new(Some(taken)),
+            handovers: parking_lot::Mutex::new(Some(handed)),
             books: shared.books,
             fatal,
             new_state: generation.new,
@@ -469,6 +489,26 @@ impl NodeReplicas {
     /// does: the node takes each over. Given once.
     pub fn takeovers(&self) -> Option<mpsc::UnboundedReceiver<(u32, u64)>> {
         self.takeovers.lock().take()
+    }
+
+    /// The partitions this node serves away from their home and should
+    /// hand back, as the home's replica keeps up: the node stops each and
+    /// calls [`NodeReplicas::hand_over`]. Given once.
+    pub fn handovers(&self) -> Option<mpsc::UnboundedReceiver<u32>> {
+        self.handovers.lock().take()
+    }
+
+    /// The node stopped `log`'s partition and closed its writer: once
+    /// everything it wrote is committed, its home's replica is made the
+    /// leader. An error if that did not happen in time: this node then
+    /// takes the partition over again (`takeovers`).
+    pub async fn hand_over(&self, log: LogName) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.group(log)?.send(Input::HandOver(tx)).map_err(|_| {
+            Error::Storage(format!("node {}'s replica of {log} stopped", self.node))
+        })?;
+        rx.await
+            .map_err(|_| Error::Storage(format!("node {}'s replica of {log} stopped", self.node)))?
     }
 
     /// The node must stop, for `why`.
@@ -693,6 +733,8 @@ async fn run_group(
     let mut compacted_at = replica.applied();
     // A decision log of another node this replica answers for.
     let mut answering = false;
+    // A partition's log led here, away from its home: handed back.
+    let mut home_again = HomeAgain::default();
     loop {
         tokio::select! {
             input = rx.recv() => match input {
@@ -742,6 +784,19 @@ async fn run_group(
                     }
                 }
                 Some(Input::Lead(tx)) => leads.push(tx),
+                Some(Input::HandOver(done)) => {
+                    if home_again.asked.is_some()
+                        && replica.machine().leading
+                        && replica.is_leader()
+                    {
+                        home_again.draining = Some(done);
+                    } else {
+                        let _ = done.send(Err(Error::Storage(format!(
+                            "node {} was not handing {log} over",
+                            node_of(me)
+                        ))));
+                    }
+                }
                 Some(Input::Status(tx)) => {
                     let _ = tx.send(ReplicaStatus::of(log, &replica.status()));
                 }
@@ -764,6 +819,14 @@ async fn run_group(
                         }
                     }
                 }
+                if let (LogName::Partition(p), true) = (log, node_of(me) != home_node) {
+                    let idle = waiting.lock().expect("waiting").is_empty();
+                    if let Err(why) = home_again.step(&mut replica, p, home_node, ticks, idle, &shared) {
+                        tracing::error!("{why}; the node stops");
+                        let _ = shared.fatal.send(Some(why));
+                        return;
+                    }
+                }
                 if !joined && ticks.is_multiple_of(10) {
                     joined = replica.status().voters.contains(&me);
                     if !joined {
@@ -779,11 +842,11 @@ async fn run_group(
             return;
         }
         for m in out.drain(..) {
-            if let (Some(tx), Ok(bytes)) = (
+            if let (Some(lanes), Ok(bytes)) = (
                 shared.senders.get(&node_of(m.to)),
                 brine_replication::encode_message(&m),
             ) {
-                let _ = tx.send((log, bytes));
+                let _ = lanes[usize::from(bytes.len() > LARGE_MESSAGE)].send((log, bytes));
             }
         }
         if replica.machine().leading && !replica.is_leader() {
@@ -807,7 +870,7 @@ async fn run_group(
         }
         if replica.leads_caught_up() {
             match log {
-                LogName::Partition(p) if !replica.machine().leading => {
+                LogName::Partition(p) if !replica.machine().leading && !home_again.busy() => {
                     match replica.machine_mut().take_the_lead() {
                         Ok(()) => {
                             tracing::info!(partition = p, term = replica.status().term, "node {} leads the log of partition {p}: it takes the partition over", node_of(me));
@@ -844,6 +907,114 @@ async fn run_group(
             compacted_at = replica.applied();
             let _ = replica.compact();
         }
+    }
+}
+
+/// A partition served away from its home goes back once the home's
+/// replica has kept up (within [`KEEPS_UP`] entries) for this many ticks
+/// (5 s: a node just restarted is busy catching up).
+const HOME_AGAIN_TICKS: u64 = 100;
+/// A home replica this few entries behind keeps up.
+const KEEPS_UP: u64 = 256;
+/// How long the node has to stop the partition, the log to drain, and the
+/// home to take the lead, each (5 s).
+const HANDOVER_TICKS: u64 = 100;
+
+/// Handing a partition back to its home (issue 39: after a failover the
+/// partition stays where it was taken over until its home's replica keeps
+/// up again). The node stops the partition (its actor handles what was
+/// sent before and ends; its writer flushes and closes), everything it
+/// wrote commits, then this replica stops writing the copy's side and
+/// makes the home's replica the leader; the home takes the partition
+/// over from its copy, as after a failure, with nothing lost. If the home
+/// does not take the lead in time, this node takes the partition over
+/// again.
+#[derive(Default)]
+struct HomeAgain {
+    /// Since when the home's replica has kept up.
+    kept_up_since: Option<u64>,
+    /// When the node was asked to stop the partition.
+    asked: Option<u64>,
+    /// The node stopped it: its answer, once the home leads.
+    draining: Option<oneshot::Sender<Result<()>>>,
+    /// When the lead was offered to the home.
+    transfer_began: Option<u64>,
+}
+
+impl HomeAgain {
+    /// A hand-over is under way: this node must not take the partition
+    /// over again meanwhile.
+    fn busy(&self) -> bool {
+        self.asked.is_some()
+    }
+
+    /// One tick of partition `p`'s log here (`idle`: nothing this node
+    /// proposed waits to commit). An error when the node must stop.
+    fn step(
+        &mut self,
+        replica: &mut Replica<LogCopy>,
+        p: u32,
+        home_node: u32,
+        ticks: u64,
+        idle: bool,
+        shared: &GroupShared,
+    ) -> std::result::Result<(), String> {
+        let voters = replica.status().voters;
+        let Some(home) = voters.into_iter().find(|&v| node_of(v) == home_node) else {
+            return Ok(());
+        };
+        if let Some(began) = self.transfer_began {
+            if !replica.is_leader() {
+                tracing::info!(
+                    partition = p,
+                    "partition {p} handed back to its home, node {home_node}"
+                );
+                if let Some(done) = self.draining.take() {
+                    let _ = done.send(Ok(()));
+                }
+                *self = HomeAgain::default();
+            } else if ticks - began > HANDOVER_TICKS {
+                if let Some(done) = self.draining.take() {
+                    let _ = done.send(Err(Error::Transport(format!(
+                        "node {home_node} did not take the lead of partition {p}'s log; served here again"
+                    ))));
+                }
+                *self = HomeAgain::default();
+            }
+            return Ok(());
+        }
+        if let (Some(asked), Some(_)) = (self.asked, &self.draining) {
+            if idle && replica.leads_caught_up() {
+                replica.machine_mut().give_up_the_lead();
+                replica.transfer_leader(home);
+                self.transfer_began = Some(ticks);
+            } else if ticks - asked > 2 * HANDOVER_TICKS {
+                return Err(format!(
+                    "node {} stopped partition {p} to hand it back, and what it wrote did not commit",
+                    shared.node
+                ));
+            }
+            return Ok(());
+        }
+        if let Some(asked) = self.asked {
+            // The node did not stop it (it no longer served it).
+            if ticks - asked > HANDOVER_TICKS {
+                *self = HomeAgain::default();
+            }
+            return Ok(());
+        }
+        let leads = replica.machine().leading && replica.is_leader();
+        if leads && replica.behind(home).is_some_and(|b| b <= KEEPS_UP) {
+            let since = *self.kept_up_since.get_or_insert(ticks);
+            if ticks - since >= HOME_AGAIN_TICKS {
+                tracing::info!(partition = p, "node {home_node}, partition {p}'s home, keeps up with its log: handing it back");
+                self.asked = Some(ticks);
+                let _ = shared.handovers.send(p);
+            }
+        } else {
+            self.kept_up_since = None;
+        }
+        Ok(())
     }
 }
 

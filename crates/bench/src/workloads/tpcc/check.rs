@@ -36,21 +36,30 @@ const QUOTED: usize = 5;
 pub async fn read_rows(cluster: &Cluster, sql: &str, args: Vec<Value>) -> Result<Vec<Row>> {
     let client = cluster.client();
     let mut last = None;
-    for _ in 0..20 {
+    // For as long as a partition may take to move to another node (a
+    // failover, or a hand-over back home: `docs/replication.md`).
+    let until = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut pause = Duration::from_millis(5);
+    let again =
+        |e: &brine_core::Error| e.is_retryable() || matches!(e, brine_core::Error::Transport(_));
+    while tokio::time::Instant::now() < until {
         let mut txn = client.begin();
         match txn.execute(sql, args.clone()).await {
             Ok(q) => match txn.commit().await {
                 Ok(()) => return Ok(q.rows),
-                Err(e) if e.is_retryable() => last = Some(e),
+                // A read that wrote nothing runs again whatever became of
+                // its commit (its partition moved under it).
+                Err(e) if again(&e) => last = Some(e),
                 Err(e) => return Err(BenchError::cluster(format!("committing `{sql}`"))(e)),
             },
-            Err(e) if e.is_retryable() => {
+            Err(e) if again(&e) => {
                 txn.abort().await;
                 last = Some(e);
             }
             Err(e) => return Err(BenchError::cluster(format!("running `{sql}`"))(e)),
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
     }
     Err(BenchError::Internal(format!(
         "`{sql}` kept aborting after the run: {}",
