@@ -353,30 +353,15 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
     let mut fatal = replicas.as_ref().map(|r| r.fatal());
     let placement = replicas
         .as_ref()
-        .and_then(|r| Some((r.takeovers()?, r.handovers()?)))
-        .map(|(mut takeovers, mut handovers)| {
+        .and_then(|r| r.takeovers())
+        .map(|mut takeovers| {
             let (cluster, replicas) = (cluster.clone(), replicas.clone());
             tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        Some((p, term)) = takeovers.recv() => {
-                            if let Err(e) = cluster.take_over(p, term).await {
-                                if let Some(r) = &replicas {
-                                    r.stop_node(format!("taking partition {p} over: {e}"));
-                                }
-                            }
+                while let Some((p, term)) = takeovers.recv().await {
+                    if let Err(e) = cluster.take_over(p, term).await {
+                        if let Some(r) = &replicas {
+                            r.stop_node(format!("taking partition {p} over: {e}"));
                         }
-                        // A partition served here away from its home goes
-                        // back once the home keeps up (docs/replication.md).
-                        Some(p) = handovers.recv() => {
-                            let cluster = cluster.clone();
-                            tokio::spawn(async move {
-                                if let Err(e) = cluster.hand_over(p).await {
-                                    tracing::warn!(partition = p, "handing partition {p} back to its home: {e}");
-                                }
-                            });
-                        }
-                        else => return,
                     }
                 }
             })
@@ -904,33 +889,6 @@ pub fn use_cluster_file(
     spec.validate()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numbered_parameters_bind_by_their_number() {
-        let p = [Value::Int(10), Value::Int(20), Value::str("x")];
-        // `$2` alone gets the second; `$1` is not `$10`'s prefix.
-        assert_eq!(
-            bind_numbered("SELECT a FROM t WHERE id = $2", &p),
-            Ok(vec![Value::Int(20)])
-        );
-        assert_eq!(
-            bind_numbered("UPDATE t SET a = $3 WHERE id = $1 OR id = $1", &p),
-            Ok(vec![Value::str("x"), Value::Int(10)])
-        );
-        assert!(bind_numbered("SELECT a FROM t WHERE id = $10", &p)
-            .is_err_and(|e| e.contains("$10") && e.contains("3 --param")));
-        // Inside quotes a `$` is text.
-        assert_eq!(
-            bind_numbered("SELECT a FROM t WHERE s = '$1'", &p),
-            Ok(vec![])
-        );
-        assert!(bind_numbered("SELECT a FROM t WHERE id = $id", &p).is_err());
-    }
-}
-
 /// A restarted node that records its history settles the commits its
 /// earlier runs left of unknown outcome (its files `node-<me>-*` in the
 /// history directory, before this run's `path`) from its decision log
@@ -972,4 +930,31 @@ async fn settle_earlier_history(
         tracing::info!(settled, "commits of earlier runs left of unknown outcome, settled in the history from the decision log");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_parameters_bind_by_their_number() {
+        let p = [Value::Int(10), Value::Int(20), Value::str("x")];
+        // `$2` alone gets the second; `$1` is not `$10`'s prefix.
+        assert_eq!(
+            bind_numbered("SELECT a FROM t WHERE id = $2", &p),
+            Ok(vec![Value::Int(20)])
+        );
+        assert_eq!(
+            bind_numbered("UPDATE t SET a = $3 WHERE id = $1 OR id = $1", &p),
+            Ok(vec![Value::str("x"), Value::Int(10)])
+        );
+        assert!(bind_numbered("SELECT a FROM t WHERE id = $10", &p)
+            .is_err_and(|e| e.contains("$10") && e.contains("3 --param")));
+        // Inside quotes a `$` is text.
+        assert_eq!(
+            bind_numbered("SELECT a FROM t WHERE s = '$1'", &p),
+            Ok(vec![])
+        );
+        assert!(bind_numbered("SELECT a FROM t WHERE id = $id", &p).is_err());
+    }
 }

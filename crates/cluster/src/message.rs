@@ -295,12 +295,6 @@ pub enum PartitionMsg {
     Status {
         reply: Reply<PartitionStatus>,
     },
-    /// Its node hands the partition over to another (replicated logs,
-    /// `Cluster::hand_over`): the actor stops once it handled every
-    /// message sent before this one, and `done` fires when it has.
-    Stop {
-        done: tokio::sync::oneshot::Sender<()>,
-    },
     /// The partition's part of the wait-for graph (see `deadlock`): its
     /// transactions whose requests waiting here all began by `began_by`
     /// (the moment the detector's look began), and the edges from them and

@@ -349,15 +349,6 @@ impl<S: StateMachine> Replica<S> {
         self.node.transfer_leader(id);
     }
 
-    /// At the leader: how many entries replica `id` lacks (`None`: not
-    /// a replica this leader tracks).
-    pub fn behind(&self, id: u64) -> Option<u64> {
-        let raft = &self.node.raft;
-        raft.prs()
-            .get(id)
-            .map(|p| raft.raft_log.last_index().saturating_sub(p.matched))
-    }
-
     /// At the leader: whether replica `id` has every entry of the log.
     pub fn has_whole_log(&self, id: u64) -> bool {
         let raft = &self.node.raft;

@@ -78,17 +78,6 @@ pub(super) fn decided(
 }
 
 impl WalSet {
-    /// The log of partition `p` this node took over, taken from the logs
-    /// it writes (it hands the partition over): for the caller to close.
-    pub(crate) fn release_partition_log(&self, p: u32) -> Option<Arc<Log>> {
-        let dir = LogName::Partition(p).dir(&self.root);
-        let mut logs = self.protocol_logs.lock();
-        let at = logs
-            .iter()
-            .position(|l| l.config().log_id == p && l.config().dir == dir)?;
-        Some(logs.remove(at))
-    }
-
     /// Partition `p`, whose log's group this node came to lead (its copy
     /// cut at what the group committed): recovered from that copy, its
     /// prepared transactions decided by every decision log this node

@@ -298,15 +298,10 @@ impl<R: Rules> Partition<R> {
         self.process_wakeups();
         let mut tick = tokio::time::interval(EXPIRE_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut stopped = None;
         loop {
             tokio::select! {
                 biased;
                 msg = rx.recv() => match msg {
-                    Some(PartitionMsg::Stop { done }) => {
-                        stopped = Some(done);
-                        break;
-                    }
                     Some(msg) => {
                         self.handle(msg);
                         self.maybe_nudge();
@@ -338,11 +333,6 @@ impl<R: Rules> Partition<R> {
             }
         }
         tracing::debug!(partition = self.id.0, "partition stopped");
-        // Its log and locks go with it before the one who stopped it hears.
-        drop(self);
-        if let Some(done) = stopped {
-            let _ = done.send(());
-        }
     }
 
     /// Rings the detector's doorbell if the lock table recorded something
@@ -567,8 +557,6 @@ impl<R: Rules> Partition<R> {
                     self.process_wakeups();
                 }
             }
-            // Taken by the actor loop (`run`).
-            PartitionMsg::Stop { .. } => {}
             PartitionMsg::Status { reply } => {
                 let catalog = self.store.catalog().clone();
                 reply.send(PartitionStatus {

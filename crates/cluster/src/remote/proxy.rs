@@ -168,7 +168,7 @@ impl Target {
         let again = |r: &Result<WireResponse, brine_net::NetError>| match r {
             Ok(WireResponse::Refused(Error::Config(m))) => m.contains("does not host partition"),
             // A node restarting serves nothing yet (`brine server`); one
-            // that handed the partition over serves it no more.
+            // that no longer serves the partition says so.
             Ok(WireResponse::Refused(Error::Transport(m))) => {
                 m.contains("is starting") || m.contains("does not host partition")
             }
@@ -181,28 +181,9 @@ impl Target {
         };
         let resend = req.clone();
         let answer = client.request(req).await;
-        if again(&answer) {
-            // A node handing the partition over refuses it until the
-            // partition's home takes it (a few hundred ms): the route is
-            // asked for until it changes, for as long as a hand-over may
-            // take.
-            let handed = matches!(&answer, Ok(WireResponse::Refused(Error::Transport(m))) if m.contains("does not host partition"));
-            let until = tokio::time::Instant::now()
-                + if handed {
-                    HANDOVER_WAIT
-                } else {
-                    Duration::ZERO
-                };
-            loop {
-                if routes.refresh_now(partition).await {
-                    if let Some(moved) = self.client(partition) {
-                        return moved.request(resend).await;
-                    }
-                }
-                if tokio::time::Instant::now() >= until {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        if again(&answer) && routes.refresh_now(partition).await {
+            if let Some(moved) = self.client(partition) {
+                return moved.request(resend).await;
             }
         }
         if matches!(answer, Err(_) | Ok(WireResponse::Refused(_))) {
@@ -211,10 +192,6 @@ impl Target {
         answer
     }
 }
-
-/// How long a request refused by a node that hands its partition over
-/// waits for the partition's new route (the hand-over's own bound).
-const HANDOVER_WAIT: Duration = Duration::from_secs(6);
 
 /// Which incarnation of the serving node ran each open transaction's
 /// statements. A node that restarted lost what an open transaction did
@@ -582,10 +559,6 @@ async fn forward(
             {
                 tracing::warn!(%victim, "deadlock victim not delivered: {}", unreachable(&e));
             }
-        }
-        // A node stops only an actor of its own.
-        PartitionMsg::Stop { .. } => {
-            tracing::error!(partition, "a stop sent to a partition in another process");
         }
         PartitionMsg::Status { reply } => {
             let answer = match client.request(partition, request(WireMsg::Status)).await {

@@ -132,13 +132,6 @@ impl Routes {
         }
     }
 
-    /// This node stops serving partition `p` (it hands it over): its
-    /// messages are refused from now on, as a node's that does not host
-    /// it. Returns its actor's queue.
-    pub fn stop_serving(&self, p: u32) -> Option<mpsc::UnboundedSender<PartitionMsg>> {
-        self.local.write().remove(&p)
-    }
-
     /// The client of the node that serves `p` (as far as this process
     /// knows).
     pub fn client(&self, p: u32) -> Option<Arc<PeerClient>> {

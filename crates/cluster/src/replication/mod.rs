@@ -146,12 +146,6 @@ impl LogCopy {
         self.leading = true;
         Ok(())
     }
-
-    /// The log's writer stopped here (its partition handed over) with
-    /// everything it wrote committed: the copy goes on as a follower's.
-    fn give_up_the_lead(&mut self) {
-        self.leading = false;
-    }
 }
 
 impl LogCopy {

@@ -284,9 +284,6 @@ enum Input {
     Propose(Proposal),
     Lead(oneshot::Sender<Result<()>>),
     Status(oneshot::Sender<ReplicaStatus>),
-    /// The node stopped the partition this log is of, and closed its
-    /// writer, to hand it to its home (`NodeReplicas::hand_over`).
-    HandOver(oneshot::Sender<Result<()>>),
 }
 
 /// The queues of the tasks that carry messages to each other node, by
@@ -311,9 +308,6 @@ pub struct NodeReplicas {
     /// Partitions this node came to lead (partition, term), for the node
     /// to take over; taken once by the node (`takeovers`).
     takeovers: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<(u32, u64)>>>,
-    /// Partitions this node serves away from their home, whose home's
-    /// replica has kept up: for the node to hand back (`handovers`).
-    handovers: parking_lot::Mutex<Option<mpsc::UnboundedReceiver<u32>>>,
     /// Decisions of other nodes whose logs this node leads while they
     /// are down, by node.
     books: Arc<parking_lot::RwLock<HashMap<u32, Arc<DecisionBook>>>>,
@@ -336,7 +330,6 @@ struct GroupShared {
     senders: Arc<Senders>,
     clients: HashMap<u32, Arc<PeerClient>>,
     takeovers: mpsc::UnboundedSender<(u32, u64)>,
-    handovers: mpsc::UnboundedSender<u32>,
     books: Arc<parking_lot::RwLock<HashMap<u32, Arc<DecisionBook>>>>,
     fatal: tokio::sync::watch::Sender<Option<String>>,
 }
@@ -386,7 +379,6 @@ impl NodeReplicas {
             senders.insert(peer, [lane(), lane()]);
         }
         let (takeovers, taken) = mpsc::unbounded_channel();
-        let (handovers, handed) = mpsc::unbounded_channel();
         let (fatal, _) = tokio::sync::watch::channel(None);
         let shared = GroupShared {
             node,
@@ -394,7 +386,6 @@ impl NodeReplicas {
             senders: Arc::new(senders),
             clients: clients.clone(),
             takeovers,
-            handovers,
             books: Arc::default(),
             fatal: fatal.clone(),
         };
@@ -422,7 +413,6 @@ impl NodeReplicas {
             root: root.to_path_buf(),
             clients,
             takeovers: parking_lot::Mutex::new(Some(taken)),
-            handovers: parking_lot::Mutex::new(Some(handed)),
             books: shared.books,
             fatal,
             new_state: generation.new,
@@ -489,26 +479,6 @@ impl NodeReplicas {
     /// does: the node takes each over. Given once.
     pub fn takeovers(&self) -> Option<mpsc::UnboundedReceiver<(u32, u64)>> {
         self.takeovers.lock().take()
-    }
-
-    /// The partitions this node serves away from their home and should
-    /// hand back, as the home's replica keeps up: the node stops each and
-    /// calls [`NodeReplicas::hand_over`]. Given once.
-    pub fn handovers(&self) -> Option<mpsc::UnboundedReceiver<u32>> {
-        self.handovers.lock().take()
-    }
-
-    /// The node stopped `log`'s partition and closed its writer: once
-    /// everything it wrote is committed, its home's replica is made the
-    /// leader. An error if that did not happen in time: this node then
-    /// takes the partition over again (`takeovers`).
-    pub async fn hand_over(&self, log: LogName) -> Result<()> {
-        let (tx, rx) = oneshot::channel();
-        self.group(log)?.send(Input::HandOver(tx)).map_err(|_| {
-            Error::Storage(format!("node {}'s replica of {log} stopped", self.node))
-        })?;
-        rx.await
-            .map_err(|_| Error::Storage(format!("node {}'s replica of {log} stopped", self.node)))?
     }
 
     /// The node must stop, for `why`.
@@ -733,8 +703,6 @@ async fn run_group(
     let mut compacted_at = replica.applied();
     // A decision log of another node this replica answers for.
     let mut answering = false;
-    // A partition's log led here, away from its home: handed back.
-    let mut home_again = HomeAgain::default();
     loop {
         tokio::select! {
             input = rx.recv() => match input {
@@ -784,19 +752,6 @@ async fn run_group(
                     }
                 }
                 Some(Input::Lead(tx)) => leads.push(tx),
-                Some(Input::HandOver(done)) => {
-                    if home_again.asked.is_some()
-                        && replica.machine().leading
-                        && replica.is_leader()
-                    {
-                        home_again.draining = Some(done);
-                    } else {
-                        let _ = done.send(Err(Error::Storage(format!(
-                            "node {} was not handing {log} over",
-                            node_of(me)
-                        ))));
-                    }
-                }
                 Some(Input::Status(tx)) => {
                     let _ = tx.send(ReplicaStatus::of(log, &replica.status()));
                 }
@@ -817,14 +772,6 @@ async fn run_group(
                         if replica.has_whole_log(home) {
                             replica.transfer_leader(home);
                         }
-                    }
-                }
-                if let (LogName::Partition(p), true) = (log, node_of(me) != home_node) {
-                    let idle = waiting.lock().expect("waiting").is_empty();
-                    if let Err(why) = home_again.step(&mut replica, p, home_node, ticks, idle, &shared) {
-                        tracing::error!("{why}; the node stops");
-                        let _ = shared.fatal.send(Some(why));
-                        return;
                     }
                 }
                 if !joined && ticks.is_multiple_of(10) {
@@ -870,7 +817,7 @@ async fn run_group(
         }
         if replica.leads_caught_up() {
             match log {
-                LogName::Partition(p) if !replica.machine().leading && !home_again.busy() => {
+                LogName::Partition(p) if !replica.machine().leading => {
                     match replica.machine_mut().take_the_lead() {
                         Ok(()) => {
                             tracing::info!(partition = p, term = replica.status().term, "node {} leads the log of partition {p}: it takes the partition over", node_of(me));
@@ -907,114 +854,6 @@ async fn run_group(
             compacted_at = replica.applied();
             let _ = replica.compact();
         }
-    }
-}
-
-/// A partition served away from its home goes back once the home's
-/// replica has kept up (within [`KEEPS_UP`] entries) for this many ticks
-/// (5 s: a node just restarted is busy catching up).
-const HOME_AGAIN_TICKS: u64 = 100;
-/// A home replica this few entries behind keeps up.
-const KEEPS_UP: u64 = 256;
-/// How long the node has to stop the partition, the log to drain, and the
-/// home to take the lead, each (5 s).
-const HANDOVER_TICKS: u64 = 100;
-
-/// Handing a partition back to its home (issue 39: after a failover the
-/// partition stays where it was taken over until its home's replica keeps
-/// up again). The node stops the partition (its actor handles what was
-/// sent before and ends; its writer flushes and closes), everything it
-/// wrote commits, then this replica stops writing the copy's side and
-/// makes the home's replica the leader; the home takes the partition
-/// over from its copy, as after a failure, with nothing lost. If the home
-/// does not take the lead in time, this node takes the partition over
-/// again.
-#[derive(Default)]
-struct HomeAgain {
-    /// Since when the home's replica has kept up.
-    kept_up_since: Option<u64>,
-    /// When the node was asked to stop the partition.
-    asked: Option<u64>,
-    /// The node stopped it: its answer, once the home leads.
-    draining: Option<oneshot::Sender<Result<()>>>,
-    /// When the lead was offered to the home.
-    transfer_began: Option<u64>,
-}
-
-impl HomeAgain {
-    /// A hand-over is under way: this node must not take the partition
-    /// over again meanwhile.
-    fn busy(&self) -> bool {
-        self.asked.is_some()
-    }
-
-    /// One tick of partition `p`'s log here (`idle`: nothing this node
-    /// proposed waits to commit). An error when the node must stop.
-    fn step(
-        &mut self,
-        replica: &mut Replica<LogCopy>,
-        p: u32,
-        home_node: u32,
-        ticks: u64,
-        idle: bool,
-        shared: &GroupShared,
-    ) -> std::result::Result<(), String> {
-        let voters = replica.status().voters;
-        let Some(home) = voters.into_iter().find(|&v| node_of(v) == home_node) else {
-            return Ok(());
-        };
-        if let Some(began) = self.transfer_began {
-            if !replica.is_leader() {
-                tracing::info!(
-                    partition = p,
-                    "partition {p} handed back to its home, node {home_node}"
-                );
-                if let Some(done) = self.draining.take() {
-                    let _ = done.send(Ok(()));
-                }
-                *self = HomeAgain::default();
-            } else if ticks - began > HANDOVER_TICKS {
-                if let Some(done) = self.draining.take() {
-                    let _ = done.send(Err(Error::Transport(format!(
-                        "node {home_node} did not take the lead of partition {p}'s log; served here again"
-                    ))));
-                }
-                *self = HomeAgain::default();
-            }
-            return Ok(());
-        }
-        if let (Some(asked), Some(_)) = (self.asked, &self.draining) {
-            if idle && replica.leads_caught_up() {
-                replica.machine_mut().give_up_the_lead();
-                replica.transfer_leader(home);
-                self.transfer_began = Some(ticks);
-            } else if ticks - asked > 2 * HANDOVER_TICKS {
-                return Err(format!(
-                    "node {} stopped partition {p} to hand it back, and what it wrote did not commit",
-                    shared.node
-                ));
-            }
-            return Ok(());
-        }
-        if let Some(asked) = self.asked {
-            // The node did not stop it (it no longer served it).
-            if ticks - asked > HANDOVER_TICKS {
-                *self = HomeAgain::default();
-            }
-            return Ok(());
-        }
-        let leads = replica.machine().leading && replica.is_leader();
-        if leads && replica.behind(home).is_some_and(|b| b <= KEEPS_UP) {
-            let since = *self.kept_up_since.get_or_insert(ticks);
-            if ticks - since >= HOME_AGAIN_TICKS {
-                tracing::info!(partition = p, "node {home_node}, partition {p}'s home, keeps up with its log: handing it back");
-                self.asked = Some(ticks);
-                let _ = shared.handovers.send(p);
-            }
-        } else {
-            self.kept_up_since = None;
-        }
-        Ok(())
     }
 }
 

@@ -80,53 +80,6 @@ impl Cluster {
     }
 }
 
-impl Cluster {
-    /// Hands partition `p`, served here away from its home, back to the
-    /// home (its replica kept up: `NodeReplicas::handovers`). Its messages
-    /// are refused here from now on (their senders ask who serves it and
-    /// go there once someone does); its actor handles what was sent
-    /// before and stops; its writer flushes and closes; once everything
-    /// written is committed the home's replica leads, and takes the
-    /// partition over from its copy, as after a failure: prepared
-    /// transactions relocked, open ones of other nodes refused there. If
-    /// the home does not take the lead, this node takes it over again.
-    pub async fn hand_over(&self, p: u32) -> Result<()> {
-        let shared = self.shared().clone();
-        let not_replicated =
-            || Error::Internal("a partition handed over without replicated logs".into());
-        let wal = shared.wal.clone().ok_or_else(not_replicated)?;
-        let routes = shared.routes.clone().ok_or_else(not_replicated)?;
-        let across = self
-            .config()
-            .durability
-            .across
-            .clone()
-            .ok_or_else(not_replicated)?;
-        let started = Instant::now();
-        let Some(actor) = routes.stop_serving(p) else {
-            return Err(Error::Internal(format!(
-                "partition {p} is not served here: nothing to hand over"
-            )));
-        };
-        let (done, stopped) = tokio::sync::oneshot::channel();
-        let _ = actor.send(crate::message::PartitionMsg::Stop { done });
-        drop(actor);
-        let _ = stopped.await;
-        if let Some(log) = wal.release_partition_log(p) {
-            tokio::task::spawn_blocking(move || log.close())
-                .await
-                .map_err(|e| Error::Internal(format!("closing partition {p}'s log: {e}")))?;
-        }
-        across.hand_over(LogName::Partition(p)).await?;
-        tracing::warn!(
-            partition = p,
-            ms = started.elapsed().as_millis() as u64,
-            "partition {p} handed over to its home"
-        );
-        Ok(())
-    }
-}
-
 /// Which of `txns` (prepared at a partition being taken over, no decision
 /// in any copy here) committed: this node's own coordinator's book for its
 /// own, whoever decides for the others' (their node, or while it is down,
