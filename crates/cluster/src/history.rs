@@ -353,6 +353,28 @@ fn write_loop(rx: Receiver<Msg>, mut out: BufWriter<File>, path: String) {
     }
 }
 
+impl crate::Cluster {
+    /// A restarted node recording its history: settles what its earlier
+    /// runs (`earlier`: their history files, in order) left of unknown
+    /// outcome and decided in two phases, from its decision log
+    /// (`HistorySink::settle_earlier_runs`). Returns how many it settled.
+    pub fn settle_earlier_history(&self, earlier: &[PathBuf]) -> Result<usize> {
+        let (Some(h), Some(book)) = (
+            &self.shared().history,
+            self.shared().wal.as_ref().and_then(|w| w.book.as_deref()),
+        ) else {
+            return Ok(0);
+        };
+        h.settle_earlier_runs(earlier, |txn| {
+            Some(match book.ask(txn) {
+                crate::remote::Inquiry::Committed => brine_check::Outcome::Committed,
+                crate::remote::Inquiry::Aborted => brine_check::Outcome::Aborted,
+                crate::remote::Inquiry::Undecided => return None,
+            })
+        })
+    }
+}
+
 /// Merges what the partitions of one broadcast statement recorded into
 /// what the statement observed as a whole.
 ///
