@@ -180,10 +180,16 @@ impl Target {
             _ => false,
         };
         let resend = req.clone();
+        let tried = routes.serving(partition);
         let answer = client.request(req).await;
-        if again(&answer) && routes.refresh_now(partition).await {
-            if let Some(moved) = self.client(partition) {
-                return moved.request(resend).await;
+        // Against the route the request took: the new one may have been
+        // announced (`Serves`) before this asks for it.
+        if again(&answer) {
+            routes.refresh_now(partition).await;
+            if routes.serving(partition) != tried {
+                if let Some(moved) = self.client(partition) {
+                    return moved.request(resend).await;
+                }
             }
         }
         if matches!(answer, Err(_) | Ok(WireResponse::Refused(_))) {
