@@ -340,8 +340,8 @@ pub async fn server(args: &ServerArgs) -> Result<(), NodeError> {
         context: format!("starting node {me}"),
         source,
     })?;
-    if let Some(path) = history_file {
-        settle_earlier_history(&cluster, me, path).await?;
+    if let Some(path) = &history_file {
+        settle_earlier_history(&cluster, &file, me, path).await?;
     }
     cluster.wait_ready().await;
     let service = Arc::new(service);
@@ -890,34 +890,20 @@ pub fn use_cluster_file(
 }
 
 /// A restarted node that records its history settles the commits its
-/// earlier runs left of unknown outcome (its files `node-<me>-*` in the
-/// history directory, before this run's `path`) from its decision log
-/// (`Cluster::settle_earlier_history`).
+/// earlier runs left of unknown outcome (their files, beside this run's
+/// `path`) from its decision log (`Cluster::settle_earlier_history`).
 async fn settle_earlier_history(
     cluster: &Cluster,
+    file: &ClusterFile,
     me: u32,
-    path: std::path::PathBuf,
+    path: &Path,
 ) -> Result<(), NodeError> {
-    let Some(dir) = path.parent().map(std::path::Path::to_path_buf) else {
-        return Ok(());
-    };
-    let prefix = format!("node-{me}-");
-    let mut earlier: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| NodeError::Config(format!("listing {}: {e}", dir.display())))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|f| {
-            *f != path
-                && f.extension().is_some_and(|x| x == "jsonl")
-                && f.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&prefix))
-        })
-        .collect();
+    let earlier = file.earlier_history_files(me, path).map_err(|e| {
+        NodeError::Config(format!("listing node {me}'s earlier history files: {e}"))
+    })?;
     if earlier.is_empty() {
         return Ok(());
     }
-    earlier.sort();
     let cluster = cluster.clone();
     let settled = tokio::task::spawn_blocking(move || cluster.settle_earlier_history(&earlier))
         .await

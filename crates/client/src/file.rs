@@ -146,6 +146,34 @@ impl ClusterFile {
         })
     }
 
+    /// The history files earlier starts of node `node` wrote (named as
+    /// [`ClusterFile::node_history_file`] names them), in the order they
+    /// were written, `current` (this start's) left out.
+    pub fn earlier_history_files(
+        &self,
+        node: u32,
+        current: &Path,
+    ) -> std::io::Result<Vec<std::path::PathBuf>> {
+        let Some(dir) = &self.history else {
+            return Ok(Vec::new());
+        };
+        let prefix = format!("node-{node}-");
+        let mut earlier = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let f = entry?.path();
+            let named = f
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".jsonl"));
+            if named && f != current {
+                earlier.push(f);
+            }
+        }
+        // The start time in each name orders them.
+        earlier.sort();
+        Ok(earlier)
+    }
+
     /// Where service `name` (a protocol's process of its own: Mediator's
     /// TSO) keeps its state, under `data_dir`.
     pub fn service_data_dir(&self, name: &str) -> Option<std::path::PathBuf> {
@@ -227,5 +255,41 @@ impl ClusterFile {
                     self.nodes.len()
                 ))
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node's earlier history files are its own (not a node whose id
+    /// begins with its own), in the order they were written, this
+    /// start's left out.
+    #[test]
+    fn a_node_finds_its_earlier_history_files() {
+        let dir = std::env::temp_dir().join(format!("brine-history-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        for name in [
+            "node-1-200-7.jsonl",
+            "node-1-100-5.jsonl",
+            "node-1-300-9.jsonl",
+            "node-10-150-6.jsonl",
+            "node-1-notes.txt",
+        ] {
+            std::fs::write(dir.join(name), "").expect("written");
+        }
+        let text = format!(
+            "workload = \"bank\"\nhistory = \"{}\"\n[[nodes]]\nid = 0\naddress = \"127.0.0.1:1\"\n[[nodes]]\nid = 1\naddress = \"127.0.0.1:2\"\n",
+            dir.display()
+        );
+        let file: ClusterFile = toml::from_str(&text).expect("a cluster file");
+        let current = dir.join("node-1-300-9.jsonl");
+        let earlier = file.earlier_history_files(1, &current).expect("listed");
+        let names: Vec<_> = earlier
+            .iter()
+            .filter_map(|f| f.file_name()?.to_str().map(str::to_owned))
+            .collect();
+        assert_eq!(names, ["node-1-100-5.jsonl", "node-1-200-7.jsonl"]);
+        std::fs::remove_dir_all(&dir).expect("removed");
     }
 }

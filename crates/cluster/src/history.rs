@@ -267,9 +267,7 @@ impl HistorySink {
     /// can lie over such a write (on other columns), and the checker must
     /// know whose it was.
     pub fn aborted_part(&self, part: TxnId, ops: Vec<Op>) {
-        let mut rec = self.begin(None);
-        rec.ops = ops;
-        self.end(part, *rec, Outcome::Aborted);
+        self.undone(part, ops, false);
     }
 
     /// A partition aborted `txn`, whose coordinator was lost, undoing
@@ -277,10 +275,18 @@ impl HistorySink {
     /// own (`brine_check::reader`), or stands for it where the coordinator
     /// never recorded it.
     pub fn orphan_aborted(&self, txn: TxnId, undone: Vec<Op>) {
+        self.undone(txn, undone, true);
+    }
+
+    /// An aborted record of `id` whose ops are the writes undone.
+    fn undone(&self, id: TxnId, ops: Vec<Op>, orphan: bool) {
+        if ops.is_empty() {
+            return;
+        }
         let mut rec = self.begin(None);
-        rec.ops = undone;
-        let mut record = self.record(txn, *rec, Outcome::Aborted);
-        record.orphan = true;
+        rec.ops = ops;
+        let mut record = self.record(id, *rec, Outcome::Aborted);
+        record.orphan = orphan;
         self.emit(record);
     }
 

@@ -43,7 +43,7 @@ pub async fn commit_keeping_after(
         }
         st.finished = true;
         if let (Some(h), Some(rec)) = (&shared.history, &st.rec) {
-            let two_phase = st.participants.len() > 1 || after.is_some();
+            let two_phase = two_phase(st.participants.len(), after.is_some());
             h.provisional(st.txn, rec, two_phase);
         }
         (st.txn, st.participants.clone())
@@ -78,6 +78,13 @@ pub async fn commit_at(
     commit_at_with(shared, node, txn, ending, participants, NOTHING_BEFORE).await
 }
 
+/// Whether a commit at `participants` participants is decided in two
+/// phases (`hold`: it waits for what it read uncommitted): one participant
+/// alone commits in one round.
+fn two_phase(participants: usize, hold: bool) -> bool {
+    participants > 1 || (participants == 1 && hold)
+}
+
 /// [`commit_at`]; `after`: see [`commit_keeping_after`].
 async fn commit_at_with(
     shared: &Shared,
@@ -96,7 +103,7 @@ async fn commit_at_with(
     };
     match participants.len() {
         0 => (after.await, Vec::new()),
-        1 if !hold => {
+        n if !two_phase(n, hold) => {
             // A decision, like phase two: sent again until acknowledged
             // (a commit of a transaction the participant already
             // committed is a no-op), so a lost message or answer leaves no

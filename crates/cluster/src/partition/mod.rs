@@ -479,10 +479,7 @@ impl<R: Rules> Partition<R> {
                     // Its coordinator may never have recorded it, and a
                     // pipelined write over its undone one names it.
                     if let Some(h) = &self.history {
-                        let undone = self.store.undone_writes(txn);
-                        if !undone.is_empty() {
-                            h.orphan_aborted(txn, undone);
-                        }
+                        h.orphan_aborted(txn, self.store.undone_writes(txn));
                     }
                 }
                 reply.send(in_doubt);

@@ -51,7 +51,7 @@ pub(super) async fn run_resumed(
     let intro: crate::message::Intro = durable.then(|| Arc::new((proc.name.clone(), args.clone())));
     loop {
         tries.begin();
-        let resumed = resume.take();
+        let mut resumed = resume.take();
         let txn = match &resumed {
             Some(r) => r.owner,
             None => tries.new_txn(),
@@ -66,8 +66,8 @@ pub(super) async fn run_resumed(
             m => (m, None),
         };
         let mut st = TxnState::begin(shared, txn, Some(proc));
-        if let (Some(rec), Some(r)) = (&mut st.rec, &resumed) {
-            rec.ops = r.recorded.clone();
+        if let (Some(rec), Some(r)) = (&mut st.rec, resumed.as_mut()) {
+            rec.ops = std::mem::take(&mut r.recorded);
         }
         st.at_cluster_level();
         if !cascaded {
