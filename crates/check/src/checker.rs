@@ -24,7 +24,7 @@
 //! real anomaly; a component yields one witness of its most severe class
 //! (G0 and G1c sub-components each yield their own). A history whose
 //! header orders versions by timestamp gets its prevs derived first
-//! ([`check_history`], [`crate::timestamps`]). See docs/checker.md for the
+//! ([`crate::check_history`], [`crate::timestamps`]). See docs/checker.md for the
 //! rules, the predicate rule, snapshot isolation, sessions and the Salt
 //! level.
 
@@ -38,7 +38,6 @@ use smallvec::SmallVec;
 use crate::chains::{ChainGraph, ChainRead, Link, CHAIN_EDGES_MAX, CHAIN_LINKS_MAX};
 use crate::cycles::{simple_nonadjacent, Graph};
 use crate::history::{Op, Outcome, TxnClass, TxnRecord, WriteKind, INITIAL_VERSION};
-use crate::reader::History;
 use crate::report::{
     Anomaly, AnomalyClass, ChainHop, EdgeInfo, EdgeKind, Level, Report, Stats, TxnInfo,
 };
@@ -203,35 +202,10 @@ struct Checker<'h> {
 }
 
 /// Checks a history's records at `level`, reading each key's version
-/// order from the writes' `prev` links (see [`check_history`] for a
+/// order from the writes' `prev` links (see [`crate::check_history`] for a
 /// history whose header orders versions by timestamp).
 pub fn check(txns: &[TxnRecord], level: Level) -> Report {
     check_with(txns, level, true)
-}
-
-/// Checks a whole history at `level`, as its header asks: with
-/// `config.versions: "timestamp"` the version ids order each key's
-/// versions and the recorded prevs of installed writes are replaced
-/// ([`crate::timestamps`]); per column where its run declared
-/// dependencies per column (Callas' Runtime Pipelining,
-/// [`crate::columns::wants_columns`]), per row otherwise.
-pub fn check_history(history: &History, level: Level) -> Report {
-    check_history_at(
-        history,
-        level,
-        crate::columns::wants_columns(&history.header),
-    )
-}
-
-/// [`check_history`], per column or per row as `per_column` says.
-pub fn check_history_at(history: &History, level: Level, per_column: bool) -> Report {
-    let txns = crate::timestamps::prepared(history);
-    if per_column {
-        let names = crate::columns::column_names(&history.header);
-        crate::check_columns(&txns, level, &names)
-    } else {
-        check(&txns, level)
-    }
 }
 
 /// [`check`]; `hops`: relate reads to runs of increments through hop

@@ -74,7 +74,7 @@ pub fn run<W: Write>(opts: &CheckOptions, out: &mut W) -> Result<bool, CommandEr
         });
     let t1 = Instant::now();
     let per_column = granularity == Granularity::Column;
-    let report = crate::checker::check_history_at(&history, opts.level, per_column);
+    let report = crate::check_history_at(&history, opts.level, per_column);
     let check_ms = t1.elapsed().as_secs_f64() * 1e3;
     // A list-append export is also checked for the invariants Elle's model
     // rests on (they hold in every strictly serializable run; a history

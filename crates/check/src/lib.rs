@@ -34,8 +34,33 @@ pub mod report;
 pub mod script;
 pub mod timestamps;
 
-pub use checker::{check, check_history};
+pub use checker::check;
 pub use columns::check_columns;
 pub use history::{Cols, Header, IndexChange, Op, Outcome, Seen, TxnClass, TxnRecord, WriteKind};
 pub use reader::{read_file, read_str, History, HistoryReader, ReadError};
 pub use report::{Anomaly, AnomalyClass, EdgeInfo, EdgeKind, Level, Report};
+
+/// Checks a whole history at `level`, as its header asks: with
+/// `config.versions: "timestamp"` the version ids order each key's
+/// versions and the recorded prevs of installed writes are replaced
+/// ([`crate::timestamps`]); per column where its run declared
+/// dependencies per column (Callas' Runtime Pipelining,
+/// [`crate::columns::wants_columns`]), per row otherwise.
+pub fn check_history(history: &History, level: Level) -> Report {
+    check_history_at(
+        history,
+        level,
+        crate::columns::wants_columns(&history.header),
+    )
+}
+
+/// [`check_history`], per column or per row as `per_column` says.
+pub fn check_history_at(history: &History, level: Level, per_column: bool) -> Report {
+    let txns = crate::timestamps::prepared(history);
+    if per_column {
+        let names = crate::columns::column_names(&history.header);
+        crate::check_columns(&txns, level, &names)
+    } else {
+        crate::check(&txns, level)
+    }
+}
